@@ -1,0 +1,3 @@
+from dlopt.cli import main
+
+raise SystemExit(main())

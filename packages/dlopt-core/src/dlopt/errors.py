@@ -1,0 +1,27 @@
+"""Exceptions a user can cause. Each message says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class DloptError(Exception):
+    """Base class of every error dlopt raises on purpose."""
+
+
+class ConfigurationError(DloptError, ValueError):
+    """A policy, target or workload value is invalid."""
+
+
+class WorkloadError(DloptError, ValueError):
+    """The workload inputs cannot be used as given (wrong device, empty, malformed)."""
+
+
+class ReferenceCheckError(DloptError):
+    """The eager fp32 reference cannot serve as ground truth (nondeterministic, NaN, fails)."""
+
+
+class PluginLoadError(DloptError):
+    """A plugin failed to load and strict mode asked for the error to propagate."""
+
+
+class ProviderBuildError(DloptError):
+    """A provider could not build its plan; the candidate is rejected with this message."""

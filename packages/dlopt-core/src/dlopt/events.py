@@ -1,0 +1,29 @@
+"""Progress events emitted during a race, delivered through the ``dlopt_on_event`` hook."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from attrs import field, frozen
+
+
+class EventKind(str, enum.Enum):
+    RACE_STARTED = "race_started"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    CANDIDATE_BUILT = "candidate_built"
+    CANDIDATE_VALIDATED = "candidate_validated"
+    CANDIDATE_REJECTED = "candidate_rejected"
+    ROUND_FINISHED = "round_finished"
+    DECISION_MADE = "decision_made"
+
+
+@frozen
+class Event:
+    """One progress event. ``candidate`` is set for per-candidate events; ``data`` holds
+    JSON-able details (stage, error, round number, timings)."""
+
+    kind: EventKind
+    message: str
+    candidate: str | None = None
+    data: dict[str, Any] = field(factory=dict)

@@ -1,0 +1,137 @@
+"""``MeasurementPolicy``: every knob of the measurement kernel, with defaults that work."""
+
+from __future__ import annotations
+
+import math
+
+from attrs import field, frozen, validators
+
+from dlopt.errors import ConfigurationError
+
+
+def _positive(name: str):  # type: ignore[no-untyped-def]
+    def check(_instance: object, _attribute: object, value: float) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigurationError(
+                f"MeasurementPolicy.{name} must be a finite number > 0, got {value!r}"
+            )
+
+    return check
+
+
+def _non_negative(name: str):  # type: ignore[no-untyped-def]
+    def check(_instance: object, _attribute: object, value: float) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ConfigurationError(
+                f"MeasurementPolicy.{name} must be a finite number >= 0, got {value!r}"
+            )
+
+    return check
+
+
+def _at_least(name: str, low: int):  # type: ignore[no-untyped-def]
+    def check(_instance: object, _attribute: object, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ConfigurationError(
+                f"MeasurementPolicy.{name} must be an integer >= {low}, got {value!r}"
+            )
+
+    return check
+
+
+@frozen
+class MeasurementPolicy:
+    """How the measurement kernel times candidates and when it stops.
+
+    Statistics
+        ``confidence``: the confidence of every reported interval. The intervals that decide
+        (``CandidateMeasurement.speedup_vs_baseline``) hold at this level *simultaneously over
+        every look* of the race (and over all challengers when ``family_wise`` is set); see
+        docs/measurement.md. ``noise_threshold``: a latency whose interval half-width exceeds
+        this fraction of its mean is flagged ``noisy``.
+
+    Rounds and budget
+        ``min_rounds`` rounds run before any candidate is dropped or resolved (a t-interval
+        needs a few degrees of freedom); the race stops after ``max_rounds`` rounds or once
+        ``max_time_s`` of measurement time is spent, whichever comes first; comparisons not
+        resolved by then are reported ``"unresolved"``.
+
+    Bursts
+        Each turn settles the plan with untimed calls, then takes ``timed_calls_per_burst``
+        timed samples. Settling ends once an untimed call runs within ``settle_tolerance``
+        of the plan's own latency in the previous round (after at least ``settle_min_calls``
+        calls), and never lasts more than ``settle_time_s`` or ``settle_max_calls`` calls.
+        ``settle_tolerance=None`` settles for the full ``settle_time_s`` every turn.
+
+    Warm-up
+        After the first call, each plan and case is warmed until its latency stops trending
+        down (median of the last ``warmup_window`` calls within ``warmup_tolerance`` of the
+        window before), capped by ``warmup_max_calls`` and ``warmup_max_time_s``.
+
+    Timer resolution
+        A call shorter than ``min_resolvable_time_s`` (or 1000 ticks of the clock, if
+        coarser) is timed in blocks of ``k`` back-to-back calls; ``k`` is recorded.
+
+    ``seed``: the seed of the per-round shuffles; ``None`` draws one (always recorded).
+    ``record_page_faults``: minor page faults around timed calls (POSIX only).
+    ``bootstrap_resamples``: resamples for the descriptive final bootstrap interval of each
+    paired ratio (0 turns it off).
+    """
+
+    confidence: float = field(default=0.95)
+    min_rounds: int = field(default=4, validator=_at_least("min_rounds", 3))
+    max_rounds: int = field(default=40)
+    max_time_s: float = field(default=30.0, validator=_positive("max_time_s"))
+    settle_time_s: float = field(default=0.03, validator=_non_negative("settle_time_s"))
+    settle_min_calls: int = field(default=1, validator=_at_least("settle_min_calls", 0))
+    settle_max_calls: int = field(default=1000, validator=_at_least("settle_max_calls", 1))
+    settle_tolerance: float | None = field(default=0.10)
+    timed_calls_per_burst: int = field(default=3, validator=_at_least("timed_calls_per_burst", 1))
+    warmup_window: int = field(default=2, validator=_at_least("warmup_window", 1))
+    warmup_tolerance: float = field(default=0.02, validator=_non_negative("warmup_tolerance"))
+    warmup_max_calls: int = field(default=40, validator=_at_least("warmup_max_calls", 1))
+    warmup_max_time_s: float = field(default=2.0, validator=_positive("warmup_max_time_s"))
+    min_resolvable_time_s: float = field(
+        default=50e-6, validator=_non_negative("min_resolvable_time_s")
+    )
+    max_block_size: int = field(default=10_000, validator=_at_least("max_block_size", 1))
+    noise_threshold: float = field(default=0.05, validator=_positive("noise_threshold"))
+    family_wise: bool = field(default=True, validator=validators.instance_of(bool))
+    drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
+    seed: int | None = None
+    record_page_faults: bool = field(default=True, validator=validators.instance_of(bool))
+    bootstrap_resamples: int = field(default=2000, validator=_at_least("bootstrap_resamples", 0))
+
+    @confidence.validator
+    def _check_confidence(self, _attribute: object, value: float) -> None:
+        if not (isinstance(value, (int, float)) and 0.5 <= value < 1):
+            raise ConfigurationError(
+                f"MeasurementPolicy.confidence must be in [0.5, 1), e.g. 0.95; got {value!r}"
+            )
+
+    @max_rounds.validator
+    def _check_max_rounds(self, _attribute: object, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < self.min_rounds:
+            raise ConfigurationError(
+                f"MeasurementPolicy.max_rounds must be an integer >= min_rounds ({self.min_rounds}), "
+                f"got {value!r}"
+            )
+
+    @settle_tolerance.validator
+    def _check_settle_tolerance(self, _attribute: object, value: float | None) -> None:
+        if value is not None and not (
+            isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+        ):
+            raise ConfigurationError(
+                f"MeasurementPolicy.settle_tolerance must be None or a number >= 0, got {value!r}"
+            )
+
+    @property
+    def alpha(self) -> float:
+        """Total error budget, ``1 - confidence``."""
+        return 1.0 - self.confidence
+
+    @property
+    def max_looks(self) -> int:
+        """How many times the race may look at its intervals (rounds min_rounds..max_rounds)."""
+        return self.max_rounds - self.min_rounds + 1

@@ -1,0 +1,38 @@
+"""The numeric precision a plan computes in.
+
+Validation picks its default quality limits from this, so every plan must declare it
+honestly: a plan that runs matmuls in bf16 is ``BF16`` even if it returns fp32 tensors.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Precision(str, enum.Enum):
+    """Precision class of a plan's arithmetic (the weakest format it computes in)."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    INT8 = "int8"
+    INT4 = "int4"
+    FP8 = "fp8"
+    MIXED = "mixed"
+
+    @property
+    def is_reduced(self) -> bool:
+        """True for every class that may not match fp32 bit for bit (all but FP32)."""
+        return self is not Precision.FP32
+
+    @classmethod
+    def parse(cls, value: str | Precision) -> Precision:
+        """Accept a member or its string value; raise a ValueError listing the choices."""
+        if isinstance(value, Precision):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            choices = ", ".join(p.value for p in cls)
+            raise ValueError(f"unknown precision {value!r}; use one of: {choices}") from None

@@ -1,0 +1,1 @@
+"""Provider contract, plugin loading and core's built-in plans."""

@@ -1,0 +1,206 @@
+"""Runtime provenance: what machine, software and capabilities a decision was made on."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from functools import lru_cache
+
+from attrs import field, frozen
+
+from dlopt.target import ExecutionTarget
+
+#: /proc/cpuinfo flags that change which plans pay off on CPU.
+CPU_FLAGS_OF_INTEREST = (
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+@frozen
+class CpuInfo:
+    model: str
+    logical_cores: int
+    torch_threads: int
+    isa_flags: tuple[str, ...]
+    torch_cpu_capability: str | None
+
+    @property
+    def fast_bf16(self) -> bool:
+        """Native bf16 arithmetic (AVX-512 BF16 or AMX), where bf16 autocast can pay off."""
+        return bool({"avx512_bf16", "amx_bf16"} & set(self.isa_flags))
+
+
+@frozen
+class CudaDeviceInfo:
+    name: str
+    compute_capability: str
+    total_memory_mb: float
+
+
+@frozen
+class ProviderAvailabilityRecord:
+    """A provider's availability as seen when the record was taken."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    available: bool
+    reason: str | None
+    install_hint: str | None
+    sdk_versions: dict[str, str | None] = field(factory=dict)
+
+
+@frozen
+class RuntimeInfo:
+    """A frozen record of the runtime; round-trips through ``dlopt.serialization``."""
+
+    device: str
+    device_type: str
+    device_name: str
+    python: str
+    platform: str
+    torch: str
+    cuda: str | None
+    cudnn: str | None
+    cpu: CpuInfo
+    cuda_device: CudaDeviceInfo | None
+    amp: bool
+    amp_dtypes: tuple[str, ...]
+    channels_last: bool
+    triton: str | None
+    torch_compile: bool
+    torch_compile_reason: str | None
+    providers: tuple[ProviderAvailabilityRecord, ...] = ()
+    plugin_failures: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def _cpu_info() -> tuple[str, tuple[str, ...]]:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and value.strip():
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model, tuple(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
+
+
+def cpu_info() -> CpuInfo:
+    import torch
+
+    model, flags = _cpu_info()
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        capability = None
+    return CpuInfo(
+        model=model,
+        logical_cores=os.cpu_count() or 1,
+        torch_threads=torch.get_num_threads(),
+        isa_flags=flags,
+        torch_cpu_capability=capability,
+    )
+
+
+def inspect_runtime(
+    device: str | ExecutionTarget = "cpu", *, with_providers: bool = True
+) -> RuntimeInfo:
+    """Describe the runtime for ``device``: versions, device, ISA, capabilities, providers."""
+    import torch
+
+    from dlopt.probing import distribution_version, find_cxx_compiler
+
+    target = device if isinstance(device, ExecutionTarget) else ExecutionTarget(device)
+    cpu = cpu_info()
+    cuda_device = None
+    device_name = cpu.model
+    amp_dtypes: tuple[str, ...] = ()
+    if target.is_cuda:
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {target.device!r} requested but torch {torch.__version__} sees no CUDA "
+                "device; use --device cpu or install a CUDA build of torch"
+            )
+        index = torch.device(target.device).index or 0
+        props = torch.cuda.get_device_properties(index)
+        cuda_device = CudaDeviceInfo(
+            name=props.name,
+            compute_capability=f"{props.major}.{props.minor}",
+            total_memory_mb=props.total_memory / 2**20,
+        )
+        device_name = props.name
+        amp_dtypes = ("float16", "bfloat16") if torch.cuda.is_bf16_supported() else ("float16",)
+    elif target.device_type == "cpu":
+        amp_dtypes = ("bfloat16",) + (("float16",) if "avx512_fp16" in cpu.isa_flags else ())
+
+    triton = distribution_version("triton") or distribution_version("pytorch-triton")
+    if target.device_type == "cpu":
+        compiler, version_line = find_cxx_compiler()
+        compile_ok = compiler is not None
+        compile_reason = (
+            f"Inductor C++ backend: {version_line}"
+            if compile_ok
+            else "no C++ compiler found (install g++)"
+        )
+    elif target.is_cuda:
+        compile_ok = triton is not None
+        compile_reason = "Inductor Triton backend" if compile_ok else "Triton is not installed"
+    else:
+        compile_ok, compile_reason = False, f"no Inductor backend checked for {target.device_type}"
+
+    providers: tuple[ProviderAvailabilityRecord, ...] = ()
+    failures: tuple[str, ...] = ()
+    if with_providers:
+        from dlopt.providers.contract import ProviderContext
+        from dlopt.providers.loader import load_providers
+
+        registry = load_providers()
+        statuses = registry.probe_all(ProviderContext(target=target))
+        providers = tuple(
+            ProviderAvailabilityRecord(
+                s.name,
+                s.distribution,
+                s.version,
+                s.availability.available,
+                s.availability.reason,
+                s.availability.install_hint,
+                dict(s.availability.sdk_versions),
+            )
+            for s in statuses
+        )
+        failures = tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in registry.failures)
+
+    return RuntimeInfo(
+        device=target.device,
+        device_type=target.device_type,
+        device_name=device_name,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cudnn=str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
+        cpu=cpu,
+        cuda_device=cuda_device,
+        amp=bool(amp_dtypes),
+        amp_dtypes=amp_dtypes,
+        channels_last=target.device_type in {"cpu", "cuda"},
+        triton=triton,
+        torch_compile=compile_ok,
+        torch_compile_reason=compile_reason,
+        providers=providers,
+        plugin_failures=failures,
+    )

@@ -1,0 +1,79 @@
+"""JSON in and out through one cattrs converter; strict JSON only.
+
+Reports never contain NaN or Infinity: a number that is not finite becomes ``null``
+and the type that holds it carries a reason. ``dumps`` refuses anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+import cattrs
+from cattrs.preconf.json import make_converter
+
+from dlopt.precision import Precision
+
+T = TypeVar("T")
+
+converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+converter.register_unstructure_hook(Path, str)
+converter.register_structure_hook(Path, lambda value, _: Path(value))
+converter.register_unstructure_hook(Precision, lambda p: p.value)
+converter.register_structure_hook(Precision, lambda value, _: Precision.parse(value))
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` if it is a finite number, else ``None`` (for strict JSON fields)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Unstructure an attrs value into plain JSON types."""
+    return converter.unstructure(obj)
+
+
+def from_jsonable(data: Any, cls: type[T]) -> T:
+    """Structure plain JSON data into ``cls``."""
+    return converter.structure(data, cls)
+
+
+def dumps(obj: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text for an attrs value (raises ValueError on NaN/Infinity)."""
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, sort_keys=False)
+
+
+def loads(text: str, cls: type[T]) -> T:
+    """Parse strict JSON text (NaN/Infinity rejected) into ``cls``."""
+
+    def reject_constant(name: str) -> Any:
+        raise ValueError(f"not strict JSON: found {name}")
+
+    return from_jsonable(json.loads(text, parse_constant=reject_constant), cls)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` so readers see the old file or the whole new one, never a part.
+
+    Temp file in the same directory, fsync, then rename (atomic on POSIX and Windows).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target

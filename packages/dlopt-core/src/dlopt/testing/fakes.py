@@ -1,0 +1,113 @@
+"""Fake providers with programmable speed, precision and failure, for pipeline tests.
+
+A fake plan computes the real model's output (so validation sees real numbers) and then
+"takes" ``latency_s``: with ``advance`` set (a fake clock's advance function) time passes
+only on that clock, so races are exact and instant; without it the fake sleeps.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from attrs import define, field
+
+from dlopt.precision import Precision
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt.tree import map_tensors
+
+
+class FailingStage(str, enum.Enum):
+    """Where a fake provider fails on purpose."""
+
+    NONE = "none"
+    PROBE = "probe"  # probe reports unavailable
+    PROBE_RAISES = "probe_raises"
+    BUILD = "build"
+    FIRST_CALL = "first_call"
+    VALIDATION = "validation"  # outputs are wrong by ``error_scale``
+    MEASURE = "measure"  # raises after ``fail_after_calls`` calls
+    MUTATE_MODEL = "mutate_model"  # modifies the caller's weights in build
+
+
+@define
+class FakeProvider:
+    """A provider whose plan is the real model plus programmable cost and faults."""
+
+    name: str
+    latency_s: float | Callable[[int], float] = 1e-3
+    precision: Precision = field(default=Precision.FP32, converter=Precision.parse)
+    setup_time_s: float = 0.0
+    first_call_time_s: float = 0.0
+    fail: FailingStage = field(default=FailingStage.NONE, converter=FailingStage)
+    error_scale: float = 0.1
+    fail_after_calls: int = 5
+    advance: Callable[[float], None] | None = None
+    #: Per-case latency multiplier keyed by the batch size of the first tensor argument.
+    per_batch_scale: dict[int, float] = field(factory=dict)
+    builds: int = field(default=0, init=False)
+    closes: int = field(default=0, init=False)
+
+    def _spend(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        if self.advance is not None:
+            self.advance(seconds)
+        else:
+            time.sleep(seconds)
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        if self.fail is FailingStage.PROBE_RAISES:
+            raise RuntimeError("fake probe exploded")
+        if self.fail is FailingStage.PROBE:
+            return ProviderAvailability.unavailable(
+                "fake SDK missing", install_hint="pip install fake-sdk"
+            )
+        return ProviderAvailability.ok(sdk_versions={"fake-sdk": "1.0"})
+
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        self.builds += 1
+        self._spend(self.setup_time_s)
+        if self.fail is FailingStage.BUILD:
+            raise RuntimeError("fake build failed: unsupported operator aten::fake")
+        if self.fail is FailingStage.MUTATE_MODEL:
+            with torch.no_grad():
+                next(model.parameters()).add_(1.0)
+        calls = 0
+        provider = self
+
+        def runner(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                if provider.fail is FailingStage.FIRST_CALL:
+                    raise RuntimeError("fake first call failed: kernel not found")
+                provider._spend(provider.first_call_time_s)
+            if provider.fail is FailingStage.MEASURE and calls > provider.fail_after_calls:
+                raise RuntimeError(f"fake plan crashed on call {calls}")
+            out = model(*args, **kwargs)
+            latency = (
+                provider.latency_s(calls) if callable(provider.latency_s) else provider.latency_s
+            )
+            first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+            if first is not None:
+                latency *= provider.per_batch_scale.get(int(first.shape[0]), 1.0)
+            provider._spend(latency)
+            if provider.fail is FailingStage.VALIDATION:
+                out = map_tensors(
+                    lambda t: (
+                        t + provider.error_scale * t.abs().mean() if t.is_floating_point() else t
+                    ),
+                    out,
+                )
+            return out
+
+        def on_close() -> None:
+            provider.closes += 1
+
+        return BuiltPlan(
+            runner=runner, precision=self.precision, on_close=on_close, metadata={"fake": True}
+        )
