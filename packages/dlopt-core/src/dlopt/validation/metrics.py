@@ -183,3 +183,10 @@ def fmt(value: float | None) -> str:
     if math.isfinite(value) and float(value).is_integer() and abs(value) < 1e6:
         return str(int(value))
     return f"{value:.3g}"
+
+
+def pct(fraction: float | None) -> str:
+    """A fraction as a percentage: ``0.0123`` -> ``1.23%``."""
+    if fraction is None:
+        return "n/a"
+    return f"{fmt(fraction * 100)}%"

@@ -96,6 +96,43 @@ def iter_leaves(obj: Any, path: str = ROOT) -> list[tuple[str, Any]]:
     return found
 
 
+def find_path(obj: Any, path: str) -> Any:
+    """The node of ``obj`` at ``path`` (a leaf or a whole subtree); ``KeyError`` if none."""
+    if path == ROOT:
+        return obj
+    missing = object()
+    found: list[Any] = []
+
+    def walk(node: Any, here: str) -> None:
+        if found:
+            return
+        if here == path:
+            found.append(node)
+            return
+        if not path.startswith(here):
+            return
+        if is_namedtuple(node):
+            children = [(attr_path(here, n), getattr(node, n)) for n in node._fields]
+        elif isinstance(node, (tuple, list)):
+            children = [(key_path(here, i), v) for i, v in enumerate(node)]
+        elif isinstance(node, Mapping):
+            children = [(key_path(here, k), v) for k, v in node.items()]
+        elif is_dataclass_instance(node):
+            children = [
+                (attr_path(here, f.name), getattr(node, f.name)) for f in dataclasses.fields(node)
+            ]
+        else:
+            return
+        for child_path, child in children:
+            walk(child, child_path)
+
+    walk(obj, ROOT)
+    result = found[0] if found else missing
+    if result is missing:
+        raise KeyError(path)
+    return result
+
+
 def _dtype_problem(
     candidate: torch.Tensor, reference: torch.Tensor, output_dtype: torch.dtype | None
 ) -> str | None:

@@ -1,0 +1,81 @@
+"""The quality gate: every candidate must reproduce the eager fp32 outputs.
+
+Pipeline use::
+
+    ref = capture_reference(model, workload, policy.quality)      # refuses a bad reference
+    guard = ModelGuard(model, snapshot=policy.quality.snapshot_weights)
+    ...build a plan; guard.check(model, stage="build")...
+    per_case = [
+        validate_outputs(plan(*c.args, **c.kwargs), c.outputs, precision=plan.precision,
+                         output_dtype=plan.output_dtype, policy=policy.quality, case_name=c.name)
+        for c in ref.cases
+    ]
+    result = ValidationResult.from_cases(per_case)
+"""
+
+from __future__ import annotations
+
+from dlopt.validation.fingerprint import (
+    FingerprintDiff,
+    ModelFingerprint,
+    ModelGuard,
+    ModelMutatedError,
+    TensorDigest,
+    restore_weights,
+)
+from dlopt.validation.inputs import move_to_device, prepare_inputs
+from dlopt.validation.limits import (
+    DEFAULT_LIMITS,
+    LimitOverride,
+    QualityLimits,
+    QualityPolicy,
+    UserMetric,
+    default_limits,
+)
+from dlopt.validation.metrics import LeafMetrics, compute_leaf_metrics
+from dlopt.validation.reference import ReferenceCase, ReferenceOutputs, capture_reference
+from dlopt.validation.result import (
+    CaseValidation,
+    UserMetricResult,
+    ValidationResult,
+    check_leaf,
+    summarize_validation,
+    validate_outputs,
+)
+from dlopt.validation.structure import find_path, iter_leaves, match_structure
+from dlopt.validation.user_metrics import PsnrFn, Top1AgreementFn, psnr, top1_agreement
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "CaseValidation",
+    "FingerprintDiff",
+    "LeafMetrics",
+    "LimitOverride",
+    "ModelFingerprint",
+    "ModelGuard",
+    "ModelMutatedError",
+    "PsnrFn",
+    "QualityLimits",
+    "QualityPolicy",
+    "ReferenceCase",
+    "ReferenceOutputs",
+    "TensorDigest",
+    "Top1AgreementFn",
+    "UserMetric",
+    "UserMetricResult",
+    "ValidationResult",
+    "capture_reference",
+    "check_leaf",
+    "compute_leaf_metrics",
+    "default_limits",
+    "find_path",
+    "iter_leaves",
+    "match_structure",
+    "move_to_device",
+    "prepare_inputs",
+    "psnr",
+    "restore_weights",
+    "summarize_validation",
+    "top1_agreement",
+    "validate_outputs",
+]

@@ -1,0 +1,316 @@
+"""Prove that no plan mutated the user's model, and undo it if one did.
+
+``ModelFingerprint.of(model)`` hashes every parameter and buffer (names, shapes, dtypes,
+devices, contents with BLAKE2b) plus which modules are in training mode. The pipeline
+takes it once before the race and checks it after every build and first call.
+
+Restoring needs the old values, so it needs a copy taken before any plan runs.
+:class:`ModelGuard` takes **one** CPU snapshot of the weights per race (not one per
+candidate), and only when ``QualityPolicy.snapshot_weights`` is on: that costs host RAM
+equal to the model's weights once. It restores only the tensors whose digest changed,
+in place where the tensor kept its shape/dtype/device (so references to the Parameter
+objects the user holds stay valid), and by replacing the data where a plan changed
+those (``model.half()``, ``model.to(...)``). Renamed/added/removed parameters or
+replaced submodules cannot be undone from a state dict; the guard then says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from attrs import field, frozen
+
+from dlopt.errors import DloptError
+
+#: Bytes hashed per step; large tensors on an accelerator are copied to host this much
+#: at a time, so hashing never needs a second full copy of the model.
+_CHUNK_BYTES = 64 * 2**20
+
+
+class ModelMutatedError(DloptError):
+    """A plan changed the user's model and it could not be restored."""
+
+
+@frozen
+class TensorDigest:
+    """One parameter or buffer: where it lives, what it is, and a hash of its bytes."""
+
+    name: str
+    kind: str  # "parameter" or "buffer"
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    digest: str
+
+    def describe_change(self, new: TensorDigest) -> str:
+        parts = []
+        if new.shape != self.shape:
+            parts.append(f"shape {self.shape} -> {new.shape}")
+        if new.dtype != self.dtype:
+            parts.append(f"dtype {self.dtype} -> {new.dtype}")
+        if new.device != self.device:
+            parts.append(f"device {self.device} -> {new.device}")
+        if not parts:
+            parts.append("values")
+        return f"{self.name} ({', '.join(parts)})"
+
+
+def _named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, str, torch.Tensor]]:
+    # remove_duplicate=False: tied weights are listed under every name they have, so
+    # re-tying or untying them shows up.
+    for name, p in model.named_parameters(remove_duplicate=False):
+        yield name, "parameter", p
+    for name, b in model.named_buffers(remove_duplicate=False):
+        if b is not None:
+            yield name, "buffer", b
+
+
+def _hash_tensor(t: torch.Tensor) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    t = t.detach()
+    if t.is_quantized:
+        h.update(
+            repr(
+                (t.qscheme(), t.q_scale() if t.qscheme() == torch.per_tensor_affine else None)
+            ).encode()
+        )
+        t = t.int_repr()
+    if t.device.type == "meta":
+        return "meta"
+    flat = t.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    try:
+        raw = flat.view(torch.uint8)
+    except RuntimeError:
+        raw = flat.clone().view(torch.uint8)
+    for start in range(0, raw.numel(), _CHUNK_BYTES):
+        chunk = raw[start : start + _CHUNK_BYTES]
+        if chunk.device.type != "cpu":
+            chunk = chunk.cpu()
+        h.update(
+            chunk.numpy().tobytes() if not chunk.is_contiguous() else memoryview(chunk.numpy())
+        )
+    return h.hexdigest()
+
+
+def _digest(name: str, kind: str, t: torch.Tensor, cache: dict[Any, str]) -> TensorDigest:
+    key = (
+        t.data_ptr(),
+        t.storage_offset(),
+        tuple(t.shape),
+        tuple(t.stride()),
+        t.dtype,
+        str(t.device),
+    )
+    if key not in cache or t.data_ptr() == 0:
+        cache[key] = _hash_tensor(t)
+    return TensorDigest(
+        name=name,
+        kind=kind,
+        shape=tuple(int(d) for d in t.shape),
+        dtype=str(t.dtype).removeprefix("torch."),
+        device=str(t.device),
+        digest=cache[key],
+    )
+
+
+@frozen
+class FingerprintDiff:
+    """What changed between two fingerprints; empty when nothing did."""
+
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    training_changed: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.changed or self.added or self.removed or self.training_changed)
+
+    def describe(self, limit: int = 8) -> str:
+        """``"changed: fc.weight (values), bn.running_mean (values); added: ..."``."""
+
+        def listing(items: tuple[str, ...]) -> str:
+            shown = ", ".join(items[:limit])
+            return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+        parts = []
+        if self.changed:
+            parts.append(f"changed: {listing(self.changed)}")
+        if self.removed:
+            parts.append(f"removed: {listing(self.removed)}")
+        if self.added:
+            parts.append(f"added: {listing(self.added)}")
+        if self.training_changed:
+            parts.append(f"training mode flipped on: {listing(self.training_changed)}")
+        return "; ".join(parts) if parts else "no change"
+
+
+@frozen
+class ModelFingerprint:
+    """A content hash of a model's parameters and buffers, and its training flags."""
+
+    tensors: tuple[TensorDigest, ...] = field(converter=tuple)
+    training_modules: tuple[str, ...] = field(default=(), converter=tuple)
+    digest: str = ""
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> ModelFingerprint:
+        """Hash ``model`` (reads every weight once; ~1 GB/s on CPU)."""
+        cache: dict[Any, str] = {}
+        with torch.no_grad():
+            tensors = tuple(_digest(n, k, t, cache) for n, k, t in _named_tensors(model))
+        training = tuple(name or "<root>" for name, m in model.named_modules() if m.training)
+        total = hashlib.blake2b(digest_size=16)
+        for t in tensors:
+            total.update(repr((t.name, t.kind, t.shape, t.dtype, t.device, t.digest)).encode())
+        total.update(repr(training).encode())
+        return cls(tensors, training, total.hexdigest())
+
+    def diff(self, model_or_print: torch.nn.Module | ModelFingerprint) -> FingerprintDiff:
+        """What differs in ``model_or_print`` compared with this fingerprint."""
+        other = (
+            model_or_print
+            if isinstance(model_or_print, ModelFingerprint)
+            else ModelFingerprint.of(model_or_print)
+        )
+        before = {t.name: t for t in self.tensors}
+        after = {t.name: t for t in other.tensors}
+        changed = tuple(
+            before[n].describe_change(after[n])
+            for n in before
+            if n in after and before[n] != after[n]
+        )
+        added = tuple(n for n in after if n not in before)
+        removed = tuple(n for n in before if n not in after)
+        flipped = tuple(sorted(set(self.training_modules) ^ set(other.training_modules)))
+        return FingerprintDiff(changed, added, removed, flipped)
+
+    def matches(self, model_or_print: torch.nn.Module | ModelFingerprint) -> bool:
+        """True when ``model_or_print`` has exactly the hashed contents."""
+        other = (
+            model_or_print
+            if isinstance(model_or_print, ModelFingerprint)
+            else ModelFingerprint.of(model_or_print)
+        )
+        return other.digest == self.digest
+
+    def describe_change(self, model: torch.nn.Module) -> str | None:
+        """``None`` if ``model`` is unchanged, else which parameters/buffers differ."""
+        other = ModelFingerprint.of(model)
+        if other.digest == self.digest:
+            return None
+        return self.diff(other).describe()
+
+
+# ---------------------------------------------------------------------------- guard
+
+
+def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    module_name, _, attr = name.rpartition(".")
+    return (model.get_submodule(module_name) if module_name else model), attr
+
+
+class ModelGuard:
+    """Holds the fingerprint (and, if asked, one CPU snapshot) of the user's model.
+
+    The pipeline creates one per race before any plan is built, calls :meth:`check`
+    after every build and first call, and :meth:`restore` when a check fails::
+
+        guard = ModelGuard(model, snapshot=policy.quality.snapshot_weights)
+        plan = provider.build(model, ctx)
+        problem = guard.check(model, stage="build")
+        if problem:
+            guard.restore(model)        # raises ModelMutatedError if it cannot
+            reject(plan, problem)
+    """
+
+    def __init__(self, model: torch.nn.Module, *, snapshot: bool = True) -> None:
+        self.fingerprint = ModelFingerprint.of(model)
+        self._snapshot: dict[str, torch.Tensor] | None = None
+        if snapshot:
+            with torch.no_grad():
+                # One copy per race, keyed by every (possibly tied) name; tied tensors are
+                # copied once.
+                copies: dict[int, torch.Tensor] = {}
+                self._snapshot = {}
+                for name, _, t in _named_tensors(model):
+                    if id(t) not in copies:
+                        copies[id(t)] = t.detach().to("cpu", copy=True)
+                    self._snapshot[name] = copies[id(t)]
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self._snapshot is not None
+
+    def check(
+        self, model: torch.nn.Module, *, stage: str = "build", plan: str | None = None
+    ) -> str | None:
+        """``None`` when ``model`` is intact, else the rejection reason, e.g.
+        ``plan 'x' mutated the user's model during build: changed: fc.weight (values)``."""
+        change = self.fingerprint.describe_change(model)
+        if change is None:
+            return None
+        who = f"plan {plan!r}" if plan else "the plan"
+        return f"{who} mutated the user's model during {stage}: {change}"
+
+    def restore(self, model: torch.nn.Module) -> FingerprintDiff:
+        """Put back every changed tensor and training flag; returns what was restored.
+
+        Raises :class:`ModelMutatedError` when there is no snapshot, when parameters were
+        added or removed, or when the model still differs afterwards.
+        """
+        diff = self.fingerprint.diff(model)
+        if diff.empty:
+            return diff
+        if self._snapshot is None:
+            raise ModelMutatedError(
+                f"the model was changed ({diff.describe()}) and cannot be restored because "
+                "QualityPolicy.snapshot_weights is off; reload the model before using it"
+            )
+        if diff.added or diff.removed:
+            raise ModelMutatedError(
+                f"the model's structure was changed ({diff.describe()}); a snapshot of the "
+                "weights cannot undo that: reload the model before using it"
+            )
+        recorded = {t.name: t for t in self.fingerprint.tensors}
+        current = {n: (k, t) for n, k, t in _named_tensors(model)}
+        with torch.no_grad():
+            for name, saved in self._snapshot.items():
+                kind, tensor = current[name]
+                want = recorded[name]
+                now = _digest(name, kind, tensor, {})
+                if now == want:
+                    continue
+                original = saved.to(want.device)
+                same_layout = (
+                    tuple(tensor.shape) == want.shape
+                    and str(tensor.dtype).removeprefix("torch.") == want.dtype
+                    and str(tensor.device) == want.device
+                )
+                if same_layout:
+                    tensor.copy_(original)
+                elif kind == "parameter":
+                    tensor.data = original
+                else:
+                    owner, attr = _owner(model, name)
+                    owner._buffers[attr] = original
+            training = set(self.fingerprint.training_modules)
+            for name, module in model.named_modules():
+                module.training = (name or "<root>") in training
+        remaining = self.fingerprint.diff(model)
+        if not remaining.empty:
+            raise ModelMutatedError(
+                f"restoring the model's weights failed, still different: {remaining.describe()}; "
+                "reload the model before using it"
+            )
+        return diff
+
+
+def restore_weights(model: torch.nn.Module, guard: ModelGuard) -> FingerprintDiff:
+    """Same as ``guard.restore(model)``."""
+    return guard.restore(model)

@@ -1,0 +1,137 @@
+"""Put a workload case's inputs on the target device, with paths in every error."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+
+from dlopt.errors import WorkloadError
+from dlopt.target import ExecutionTarget
+from dlopt.validation.structure import attr_path, is_dataclass_instance, is_namedtuple, key_path
+from dlopt.workload import WorkloadCase
+
+CaseLike = WorkloadCase | tuple[tuple[Any, ...], Mapping[str, Any]]
+
+
+def _device(target: ExecutionTarget | torch.device | str | None) -> torch.device | None:
+    if target is None:
+        return None
+    if isinstance(target, ExecutionTarget):
+        return target.torch_device()
+    return torch.device(target)
+
+
+def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    if tensor.device.type != device.type:
+        return False
+    if device.index is None or tensor.device.index is None:
+        # "cuda" means the current device; a tensor on cuda:N with N current is fine.
+        if device.type == "cuda" and tensor.device.index is not None:
+            return tensor.device.index == torch.cuda.current_device()
+        return True
+    return tensor.device.index == device.index
+
+
+def case_parts(case: CaseLike | Any) -> tuple[str | None, tuple[Any, ...], dict[str, Any]]:
+    """``(name, args, kwargs)`` of a ``WorkloadCase`` or an ``(args, kwargs)`` pair."""
+    if isinstance(case, WorkloadCase):
+        return case.name, tuple(case.args), dict(case.kwargs)
+    if isinstance(case, tuple) and len(case) == 2 and isinstance(case[1], Mapping):
+        args = case[0]
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        return None, args, dict(case[1])
+    raise WorkloadError(
+        f"a workload case must be a WorkloadCase or an (args, kwargs) pair, got {type(case).__name__}"
+    )
+
+
+def move_to_device(
+    obj: Any,
+    device: torch.device | str | None,
+    *,
+    path: str = "args",
+    on_wrong_device: Literal["move", "error"] = "move",
+) -> Any:
+    """``obj`` with every tensor on ``device``; containers are rebuilt, never mutated.
+
+    Walks tuples, lists, dicts, namedtuples and dataclasses; other values pass through.
+    Raises ``WorkloadError`` naming the path of a tensor that is on the wrong device
+    (``on_wrong_device="error"``) or cannot be moved.
+    """
+    target = None if device is None else torch.device(device)
+
+    def walk(node: Any, here: str) -> Any:
+        if isinstance(node, torch.Tensor):
+            if target is None or _same_device(node, target):
+                return node
+            if on_wrong_device == "error":
+                raise WorkloadError(
+                    f"{here}: tensor is on {node.device} but the target is {target}; "
+                    f"create the workload inputs on {target} (or let dlopt move them)"
+                )
+            try:
+                return node.to(target)
+            except Exception as exc:
+                raise WorkloadError(
+                    f"{here}: cannot move tensor of shape {tuple(node.shape)} from "
+                    f"{node.device} to {target}: {exc}"
+                ) from exc
+        if is_namedtuple(node):
+            return type(node)(*(walk(getattr(node, n), attr_path(here, n)) for n in node._fields))
+        if isinstance(node, (tuple, list)):
+            items = [walk(item, key_path(here, i)) for i, item in enumerate(node)]
+            try:
+                return type(node)(items)
+            except TypeError:
+                return tuple(items) if isinstance(node, tuple) else items
+        if isinstance(node, Mapping):
+            moved = {k: walk(v, key_path(here, k)) for k, v in node.items()}
+            try:
+                return type(node)(moved)
+            except TypeError:
+                return moved
+        if is_dataclass_instance(node):
+            changes = {
+                f.name: walk(getattr(node, f.name), attr_path(here, f.name))
+                for f in dataclasses.fields(node)
+                if f.init
+            }
+            return dataclasses.replace(node, **changes)
+        return node
+
+    return walk(obj, path)
+
+
+def prepare_inputs(
+    case: CaseLike | Any,
+    target: ExecutionTarget | torch.device | str | None = None,
+    *,
+    on_wrong_device: Literal["move", "error"] = "move",
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The ``(args, kwargs)`` of a case with every tensor on ``target``'s device.
+
+    ``case`` is a ``WorkloadCase`` or an ``(args, kwargs)`` pair; nested structures and
+    non-tensor values are kept as they are. Prepare each case once and reuse the result:
+    moving copies the tensors. Errors name the case and the path, e.g.
+    ``case 'batch-8': kwargs["mask"]: cannot move tensor ...``.
+    """
+    name, args, kwargs = case_parts(case)
+    device = _device(target)
+    try:
+        moved_args = tuple(
+            move_to_device(args, device, path="args", on_wrong_device=on_wrong_device)
+        )
+        moved_kwargs = {
+            k: move_to_device(
+                v, device, path=key_path("kwargs", k), on_wrong_device=on_wrong_device
+            )
+            for k, v in kwargs.items()
+        }
+    except WorkloadError as exc:
+        if name is None:
+            raise
+        raise WorkloadError(f"case {name!r}: {exc}") from exc.__cause__
+    return moved_args, moved_kwargs
