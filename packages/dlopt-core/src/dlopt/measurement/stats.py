@@ -1,0 +1,234 @@
+"""Statistics of the measurement kernel: latency summaries and paired-ratio intervals.
+
+Two kinds of interval, on purpose (docs/measurement.md explains both):
+
+* the *decision* interval of a paired log-ratio: a Student-t interval at a per-look level
+  taken from an alpha-spending schedule, so that it holds simultaneously over every look
+  of a race (``alpha_for_look`` + ``t_interval``). Stopping, dropping and the verdict use
+  it, and it is the one reported as ``speedup_vs_baseline``;
+* a *descriptive* fixed-sample interval of the final data (scipy's BCa bootstrap),
+  reported as ``speedup_fixed_sample``: tighter, but not valid after optional stopping.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from attrs import frozen
+
+from dlopt.serialization import finite_or_none
+
+
+@frozen
+class LatencyStats:
+    """Steady-state latency of one plan on one workload case (milliseconds per request).
+
+    ``samples`` are per-request latencies, except that a call too short for the timer is
+    timed in blocks of ``block_size`` back-to-back calls and each sample is the block's
+    mean per call. ``mean_low_ms``/``mean_high_ms`` is a t-interval of the mean over the
+    ``rounds`` burst means (rounds are the independent replicates; calls within a burst are
+    not), at ``confidence``. ``noisy`` is set when that interval's half-width exceeds the
+    policy's ``noise_threshold`` of the mean. ``page_faults_per_call`` counts minor page
+    faults of the whole process around timed calls (``None`` where not recorded).
+    """
+
+    case: str
+    median_ms: float | None
+    mean_ms: float | None
+    min_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    stdev_ms: float | None
+    samples: int
+    block_size: int
+    rounds: int
+    mean_low_ms: float | None
+    mean_high_ms: float | None
+    confidence: float
+    page_faults_per_call: float | None
+    noisy: bool
+    warmup_calls: int
+    warmup_converged: bool
+    timed_calls: int
+    untimed_calls: int
+
+
+@frozen
+class RatioInterval:
+    """A speedup (baseline cost / candidate cost; > 1 means the candidate is faster).
+
+    ``low``/``high`` bound it at ``confidence``. ``method`` says how; for the decision
+    interval ``per_look_confidence`` is the level of the single t-interval behind it (the
+    alpha-spending share of this look), ``rounds`` the number of paired rounds used.
+    """
+
+    point: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+    method: str
+    rounds: int
+    per_look_confidence: float | None = None
+
+
+@lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
+    """Two-sided error share of look ``look`` (1-based) out of at most ``max_looks``.
+
+    Half of ``alpha`` is spread evenly over all looks (so late looks are never worse than a
+    Bonferroni split over 2 x ``max_looks``); the other half is front-loaded as
+    ``6 / (pi^2 k^2)``, so a clear difference is declared at the first looks. The shares
+    sum to at most ``alpha``; by the union bound the intervals then hold at every look at
+    once with probability at least ``1 - alpha``.
+    """
+    if look < 1 or max_looks < 1:
+        raise ValueError("looks are counted from 1")
+    even = 0.5 * alpha / max_looks
+    front = 0.5 * alpha * 6.0 / (math.pi**2 * look * look)
+    return even + front
+
+
+def t_interval(
+    values: Sequence[float] | np.ndarray, alpha: float
+) -> tuple[float, float, float] | None:
+    """Mean and two-sided ``1 - alpha`` Student-t interval of ``values`` (None if n < 2).
+
+    The quantile comes from ``scipy.stats.t.ppf`` (cached per level and degrees of freedom).
+    """
+    arr = np.asarray(values, dtype=float)
+    n = arr.size
+    if n < 2:
+        return None
+    mean = float(arr.mean())
+    sd = float(arr.std(ddof=1))
+    half = _t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def bootstrap_mean_interval(
+    values: Sequence[float] | np.ndarray, confidence: float, resamples: int, seed: int
+) -> tuple[float, float, float, str] | None:
+    """Mean and ``scipy.stats.bootstrap`` interval (BCa; percentile if BCa degenerates)."""
+    from scipy.stats import bootstrap
+
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 3 or resamples <= 0 or float(arr.std()) == 0.0:
+        return None
+    mean = float(arr.mean())
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = bootstrap(
+                (arr,),
+                np.mean,
+                confidence_level=confidence,
+                n_resamples=resamples,
+                method=method,
+                rng=np.random.default_rng(seed),
+                vectorized=True,
+            )
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(low) and math.isfinite(high):
+            return mean, low, high, method
+    return None
+
+
+def ratio_from_log(
+    interval: tuple[float, float, float] | None,
+    *,
+    confidence: float,
+    method: str,
+    rounds: int,
+    per_look_confidence: float | None = None,
+) -> RatioInterval:
+    """Turn an interval of a mean log-ratio into a speedup interval (exp of each end)."""
+    if interval is None:
+        return RatioInterval(None, None, None, confidence, method, rounds, per_look_confidence)
+    mean, low, high = interval
+
+    def safe_exp(x: float) -> float | None:
+        return finite_or_none(math.exp(x)) if x < 700 else None
+
+    return RatioInterval(
+        point=safe_exp(mean),
+        low=safe_exp(low),
+        high=safe_exp(high),
+        confidence=confidence,
+        method=method,
+        rounds=rounds,
+        per_look_confidence=per_look_confidence,
+    )
+
+
+def summarize_latency(
+    *,
+    case: str,
+    samples_s: Sequence[float],
+    burst_means_s: Sequence[float],
+    block_size: int,
+    confidence: float,
+    noise_threshold: float,
+    page_faults: int | None,
+    warmup_calls: int,
+    warmup_converged: bool,
+    timed_calls: int,
+    untimed_calls: int,
+) -> LatencyStats:
+    """``LatencyStats`` for one plan and case (all figures in milliseconds)."""
+    arr = np.asarray(samples_s, dtype=float) * 1e3
+    n = int(arr.size)
+    rounds = len(burst_means_s)
+
+    def ms(value: float) -> float | None:
+        return finite_or_none(value)
+
+    if n == 0:
+        return LatencyStats(
+            case, None, None, None, None, None, None, None, 0, block_size, rounds, None, None,
+            confidence, None, False, warmup_calls, warmup_converged, timed_calls, untimed_calls,
+        )  # fmt: skip
+    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
+    mean = float(arr.mean())
+    stdev = float(arr.std(ddof=1)) if n > 1 else None
+    interval = t_interval(np.asarray(burst_means_s, dtype=float) * 1e3, 1.0 - confidence)
+    low = high = None
+    noisy = False
+    if interval is not None:
+        _, low, high = interval
+        noisy = mean > 0 and (high - low) / 2.0 > noise_threshold * mean
+    faults = None
+    if page_faults is not None and timed_calls > 0:
+        faults = page_faults / timed_calls
+    return LatencyStats(
+        case=case,
+        median_ms=ms(p50),
+        mean_ms=ms(mean),
+        min_ms=ms(float(arr.min())),
+        p90_ms=ms(p90),
+        p95_ms=ms(p95),
+        p99_ms=ms(p99),
+        stdev_ms=ms(stdev) if stdev is not None else None,
+        samples=n,
+        block_size=block_size,
+        rounds=rounds,
+        mean_low_ms=ms(low) if low is not None else None,
+        mean_high_ms=ms(high) if high is not None else None,
+        confidence=confidence,
+        page_faults_per_call=faults,
+        noisy=bool(noisy),
+        warmup_calls=warmup_calls,
+        warmup_converged=warmup_converged,
+        timed_calls=timed_calls,
+        untimed_calls=untimed_calls,
+    )
