@@ -1,0 +1,92 @@
+"""Every dev task: tests, lint, typecheck, demo, benchmarks.
+
+    python3 -m pip install nox && python3 -m nox -s tests    # the full test suite
+    python3 -m nox -s demo                                   # dlopt select --demo
+    python3 -m nox -l                                        # list sessions
+
+torch is pinned so pip takes the CPU wheel that installs in seconds on the dev and CI
+machines; an open range could resolve to a multi-GB CUDA build. Sessions use pip-backed
+virtualenvs on purpose.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+TORCH = "torch==2.13.0"
+CORE = "packages/dlopt-core"
+PROVIDERS = {
+    # distribution dir -> pip requirement with the CPU-usable SDK extra
+    "fx": "packages/dlopt-fx",
+    "onnxruntime": "packages/dlopt-onnxruntime[cpu]",
+    "torchao": "packages/dlopt-torchao",
+    "tensorrt": "packages/dlopt-tensorrt",
+}
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+
+
+def _install(session: nox.Session, *providers: str) -> None:
+    # torch first and pinned: every later requirement then finds it satisfied.
+    session.install(TORCH)
+    editable = [CORE, *(PROVIDERS[name] for name in providers)]
+    session.install(*[arg for path in editable for arg in ("-e", path)])
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Core plus all four providers with their CPU-usable SDKs."""
+    _install(session, *PROVIDERS)
+    session.install(*TEST_DEPS)
+    session.run("pytest", *(session.posargs or []))
+
+
+@nox.session(python=PYTHON, name="tests-core")
+def tests_core(session: nox.Session) -> None:
+    """Core alone: proves dlopt-core works with no provider distribution installed."""
+    _install(session)
+    session.install(*TEST_DEPS)
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session(python=PYTHON, name="tests-provider")
+@nox.parametrize("provider", list(PROVIDERS))
+def tests_provider(session: nox.Session, provider: str) -> None:
+    """One provider distribution on top of core, nothing else installed."""
+    _install(session, provider)
+    session.install(*TEST_DEPS)
+    session.run("pytest", PROVIDERS[provider].split("[")[0] + "/tests", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """dlopt's main job on the built-in demo model."""
+    _install(session, "fx", "onnxruntime", "torchao")
+    session.run("dlopt", "select", "--demo", *(session.posargs or ["--report", "artifacts/demo-report.json"]))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    _install(session)
+    session.install("mypy>=1.10", *TEST_DEPS)
+    session.run("mypy", "packages/dlopt-core/src/dlopt")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks print ratios measured side by side; pass a script name to run one."""
+    _install(session, "fx", "onnxruntime", "torchao")
+    scripts = session.posargs or ["benchmarks/measurement_kernel.py"]
+    for script in scripts:
+        session.run("python", script)

@@ -1,0 +1,155 @@
+"""The ``dlopt`` command line: ``inspect``, ``providers``, ``select``, ``report``.
+
+Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
+2 bad usage or input (argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from dlopt.errors import DloptError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table; ``None`` shows as ``-``; long cells are kept whole."""
+    cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for index, value in enumerate(row):
+            widths[index] = max(widths[index], len(value))
+    # The last column (reasons, hints) is not padded so long text does not widen the rest.
+    def line(values: Sequence[str]) -> str:
+        padded = [v.ljust(widths[i]) for i, v in enumerate(values[:-1])]
+        return "  ".join([*padded, values[-1]]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths[:-1]) + "  " + "-" * min(widths[-1], 40)
+    return "\n".join([line(list(headers)), rule, *(line(row) for row in cells)])
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from dlopt.runtime import inspect_runtime
+    from dlopt.serialization import dumps
+
+    info = inspect_runtime(args.device)
+    if args.json:
+        print(dumps(info))
+        return EXIT_OK
+    cpu = info.cpu
+    rows = [
+        ("device", f"{info.device} ({info.device_name})"),
+        ("python", info.python),
+        ("platform", info.platform),
+        ("torch", info.torch),
+        ("cuda / cudnn", f"{info.cuda or '-'} / {info.cudnn or '-'}"),
+        ("cpu", f"{cpu.model}, {cpu.logical_cores} logical cores, {cpu.torch_threads} torch threads"),
+        ("cpu isa", ", ".join(cpu.isa_flags) or "none of interest"),
+        ("torch cpu kernels", cpu.torch_cpu_capability),
+        ("amp", ", ".join(info.amp_dtypes) or "no"),
+        ("channels-last", "yes" if info.channels_last else "no"),
+        ("triton", info.triton),
+        ("torch.compile", f"{'yes' if info.torch_compile else 'no'} ({info.torch_compile_reason})"),
+    ]
+    if info.cuda_device:
+        gpu = info.cuda_device
+        rows.append(("gpu", f"{gpu.name}, sm {gpu.compute_capability}, {gpu.total_memory_mb:.0f} MiB"))
+    print(format_table(("field", "value"), rows))
+    available = [p.name for p in info.providers if p.available]
+    print(f"\nproviders available: {', '.join(available) or 'none'} (details: dlopt providers)")
+    return EXIT_OK
+
+
+def _cmd_providers(args: argparse.Namespace) -> int:
+    from dlopt.providers.contract import ProviderContext
+    from dlopt.providers.loader import load_providers
+    from dlopt.serialization import to_jsonable
+    from dlopt.target import ExecutionTarget
+
+    registry = load_providers()
+    statuses = registry.probe_all(ProviderContext(target=ExecutionTarget(args.device)))
+    if args.json:
+        print(json.dumps(
+            {
+                "device": args.device,
+                "providers": to_jsonable(statuses),
+                "plugin_failures": to_jsonable(registry.failures),
+            },
+            indent=2,
+            allow_nan=False,
+        ))
+        return EXIT_OK
+    rows = [
+        (
+            s.name,
+            s.distribution,
+            s.version,
+            s.precision,
+            "available" if s.availability.available else "unavailable",
+            s.availability.reason or "",
+            s.availability.install_hint or "",
+        )
+        for s in statuses
+    ]
+    print(format_table(("provider", "distribution", "version", "precision", "status", "reason", "install"), rows))
+    if registry.failures:
+        print("\nplugins that failed to load:")
+        print(format_table(
+            ("plugin", "distribution", "version", "stage", "error"),
+            [(f.plugin, f.distribution, f.version, f.stage, f.error) for f in registry.failures],
+        ))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dlopt import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dlopt",
+        description="Pick the fastest validated inference plan for a PyTorch model.",
+        epilog="Examples: dlopt select --demo | dlopt providers | dlopt inspect --json",
+    )
+    parser.add_argument("--version", action="version", version=f"dlopt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_inspect = sub.add_parser("inspect", help="show runtime provenance (versions, device, ISA)")
+    p_inspect.add_argument("--device", default="cpu", help="torch device to describe (default: cpu)")
+    p_inspect.add_argument("--json", action="store_true", help="print the record as JSON")
+    p_inspect.set_defaults(handler=_cmd_inspect)
+
+    p_prov = sub.add_parser("providers", help="list providers, their availability and install hints")
+    p_prov.add_argument("--device", default="cpu", help="target device to probe (default: cpu)")
+    p_prov.add_argument("--json", action="store_true", help="print as JSON")
+    p_prov.set_defaults(handler=_cmd_providers)
+
+    try:
+        from dlopt.cli_select import add_select_commands
+    except ImportError:  # pipeline not installed in this build
+        pass
+    else:
+        add_select_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except DloptError as exc:
+        print(f"dlopt: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except KeyboardInterrupt:
+        print("dlopt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
