@@ -1,0 +1,20 @@
+"""TorchAO quantization plans for dlopt (``torchao_int8_dynamic``, ``torchao_int8_weight_only``,
+``torchao_int4_weight_only``, ``torchao_fp8``).
+
+torchao itself is imported only when a plan is probed or built.
+"""
+
+from __future__ import annotations
+
+from dlopt_torchao.compat import Compatibility, check_torch_pairing, recommended_torchao
+from dlopt_torchao.provider import TorchAOProvider, all_providers
+from dlopt_torchao.schemes import Scheme
+
+__all__ = [
+    "Compatibility",
+    "Scheme",
+    "TorchAOProvider",
+    "all_providers",
+    "check_torch_pairing",
+    "recommended_torchao",
+]

@@ -1,0 +1,275 @@
+"""TorchAO quantization plans: one provider instance per scheme.
+
+Probe layers: metadata (torchao installed, >= 0.10, paired with this torch per torchao's
+published table; no import) -> import (torchao imports; which of its C++ extensions
+loaded) -> device (the scheme's kernels exist for this device and GPU generation).
+
+Build: deep-copy the model, ``torchao.quantization.quantize_(copy, <Config>)``, run the
+copy. The caller's model is never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+from typing import Any
+
+import torch
+from attrs import field, frozen
+
+from dlopt.errors import ProviderBuildError
+from dlopt.precision import Precision
+from dlopt.probing import check_distribution, try_import
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt.tree import map_tensors
+from dlopt_torchao.compat import check_torch_pairing, recommended_torchao
+from dlopt_torchao.schemes import Recipe, Scheme, Unavailable, choose_group_size, resolve_recipe
+
+MIN_TORCHAO = ">=0.10"
+DISTRIBUTION = "torchao"
+
+
+def install_hint() -> str:
+    """The pip command that installs a torchao paired with the installed torch."""
+    requirement = recommended_torchao(torch.__version__) or f"torchao{MIN_TORCHAO}"
+    return f'pip install "{requirement}" (or reinstall "dlopt-torchao", which depends on it)'
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+#: What the first import in this process said about torchao's C++ extensions. torchao
+#: only logs it while importing, so it is kept for later probes.
+_EXTENSION_REPORT: dict[str, str] = {}
+
+
+def import_torchao() -> tuple[Any | None, str | None, dict[str, str]]:
+    """Import layer: ``(torchao.quantization, None, extension report)`` or ``(None, error, {})``."""
+    # A ``None`` entry (an import blocked on purpose) counts as imported: nothing to capture.
+    first_import = "torchao" not in sys.modules
+    collector = _Collect()
+    ao_logger = logging.getLogger("torchao")
+    if first_import:
+        ao_logger.addHandler(collector)
+    try:
+        quantization, error = try_import("torchao.quantization")
+    finally:
+        ao_logger.removeHandler(collector)
+    if quantization is None:
+        return None, error, {}
+    if first_import:
+        _EXTENSION_REPORT.clear()
+        _EXTENSION_REPORT.update(_summarize_extensions(sys.modules["torchao"], collector.messages))
+    return (
+        quantization,
+        None,
+        dict(_EXTENSION_REPORT)
+        or {"cpp_extensions": "not inspected (torchao was imported before the first probe)"},
+    )
+
+
+def _summarize_extensions(torchao: Any, messages: list[str]) -> dict[str, str]:
+    skip_reason = getattr(torchao, "_skip_reason", None)
+    if getattr(torchao, "skip_loading_so_files", False) or skip_reason:
+        return {"cpp_extensions": f"skipped: {skip_reason or 'torch version mismatch'}"}
+    # "Failed to load /.../_C_mxfp8.cpython-310-x86_64-linux-gnu.so: <why>" -> "_C_mxfp8"
+    failed = [
+        m.split(":")[0].rsplit("/", 1)[-1].split(".")[0]
+        for m in messages
+        if m.startswith("Failed to load")
+    ]
+    if failed:
+        return {
+            "cpp_extensions": "some failed to load: "
+            + ", ".join(failed)
+            + " (their kernels are unavailable; the schemes offered here do not use them)"
+        }
+    return {"cpp_extensions": "loaded"}
+
+
+def _is_quantized(weight: object) -> bool:
+    # quantize_ swaps a Linear's weight for a tensor subclass (Int8Tensor, Int4OpaqueTensor...).
+    return isinstance(weight, torch.Tensor) and type(weight) not in (
+        torch.Tensor,
+        torch.nn.Parameter,
+    )
+
+
+@frozen
+class TorchAOProvider:
+    """One torchao quantization scheme as a dlopt plan (``torchao_<scheme>``)."""
+
+    scheme: Scheme = field(converter=Scheme)
+    name: str = field()
+    precision: Precision = field()
+
+    @name.default
+    def _default_name(self) -> str:
+        return f"torchao_{self.scheme.value}"
+
+    @precision.default
+    def _default_precision(self) -> Precision:
+        return self.scheme.precision
+
+    # -- probe -----------------------------------------------------------------
+    def _resolve(
+        self, context: ProviderContext
+    ) -> tuple[Recipe | None, ProviderAvailability | None, Any, dict[str, str]]:
+        """Run every probe layer: ``(recipe, None, quantization, details)`` when usable,
+        else ``(None, unavailable availability, None, details)``."""
+        versions: dict[str, str | None] = {"torch": torch.__version__, DISTRIBUTION: None}
+        details: dict[str, str] = {"scheme": self.scheme.value}
+
+        def unavailable(reason: str, hint: str | None) -> ProviderAvailability:
+            return ProviderAvailability.unavailable(
+                reason, hint, sdk_versions=versions, details=details
+            )
+
+        version, problem = check_distribution(DISTRIBUTION, MIN_TORCHAO, install_hint())
+        versions[DISTRIBUTION] = version
+        if problem is not None:
+            return None, unavailable(problem, install_hint()), None, details
+        assert version is not None
+        verdict = check_torch_pairing(version, torch.__version__)
+        details["torch_pairing"] = verdict.status.value
+        if not verdict.usable:
+            return None, unavailable(verdict.message, verdict.fix), None, details
+        if verdict.status.value != "supported":
+            details["torch_pairing_note"] = verdict.message
+
+        quantization, error, extensions = import_torchao()
+        details.update(extensions)
+        if quantization is None:
+            return (
+                None,
+                unavailable(
+                    f"torchao {version} is installed but does not import: {error}",
+                    f'pip install --force-reinstall "torchao=={version}"'
+                    + (f" or {verdict.fix}" if verdict.fix else ""),
+                ),
+                None,
+                details,
+            )
+
+        recipe = resolve_recipe(self.scheme, context.target, quantization, version)
+        if isinstance(recipe, Unavailable):
+            return None, unavailable(recipe.reason, recipe.install_hint), None, details
+        details["layout"] = recipe.layout
+        return recipe, None, quantization, details
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        """Layered availability; never raises."""
+        try:
+            _, refusal, _, details = self._resolve(context)
+        except Exception as exc:  # a probe must never take the host down
+            return ProviderAvailability.unavailable(
+                f"probing torchao failed: {type(exc).__name__}: {exc}", install_hint()
+            )
+        if refusal is not None:
+            return refusal
+        return ProviderAvailability.ok(
+            sdk_versions={"torch": torch.__version__, DISTRIBUTION: _torchao_version()},
+            details=details,
+        )
+
+    # -- build -----------------------------------------------------------------
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        """Quantize a deep copy of ``model`` with the scheme's torchao config."""
+        recipe, refusal, quantization, details = self._resolve(context)
+        if refusal is not None or recipe is None:
+            reason = refusal.reason if refusal is not None else "unknown"
+            raise ProviderBuildError(f"{self.name} cannot build here: {reason}")
+
+        device = context.target.torch_device()
+        qmodel = copy.deepcopy(model).eval()
+        qmodel = (
+            qmodel.to(device=device, dtype=recipe.model_dtype)
+            if recipe.model_dtype
+            else qmodel.to(device)
+        )
+
+        linears = {
+            name: module
+            for name, module in qmodel.named_modules()
+            if isinstance(module, torch.nn.Linear)
+        }
+        if not linears:
+            raise ProviderBuildError(
+                f"{self.name}: the model has no torch.nn.Linear layers; torchao quantizes "
+                "Linear weights only, so this plan would equal eager. Exclude it for this model."
+            )
+        group_size: int | None = None
+        if recipe.grouped:
+            group_size, covered = choose_group_size([m.in_features for m in linears.values()])
+            if group_size is None or covered == 0:
+                raise ProviderBuildError(
+                    f"{self.name}: no Linear layer has in_features divisible by 32, the "
+                    "smallest int4 group size torchao supports; nothing would be quantized"
+                )
+        config = recipe.make_config(group_size)
+        try:
+            with torch.no_grad():
+                quantization.quantize_(qmodel, config)
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{self.name}: torchao.quantization.quantize_ with {type(config).__name__} "
+                f"failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+        modules = dict(qmodel.named_modules())
+        quantized = [n for n in linears if _is_quantized(getattr(modules.get(n), "weight", None))]
+        skipped = [n for n in linears if n not in quantized]
+        if not quantized:
+            raise ProviderBuildError(
+                f"{self.name}: {type(config).__name__} left every Linear layer unquantized "
+                f"({len(linears)} layers); this plan would equal eager"
+            )
+
+        cast_dtype = recipe.model_dtype
+
+        def _cast(t: torch.Tensor) -> torch.Tensor:
+            return t.to(cast_dtype) if t.is_floating_point() else t
+
+        def runner(*args: Any, **kwargs: Any) -> Any:
+            if cast_dtype is not None:
+                args, kwargs = map_tensors(_cast, (args, kwargs))
+            return qmodel(*args, **kwargs)
+
+        metadata: dict[str, Any] = {
+            "scheme": self.scheme.value,
+            "config": type(config).__name__,
+            "layout": recipe.layout,
+            "device": str(device),
+            "torchao_version": _torchao_version(),
+            "torch_pairing": details.get("torch_pairing"),
+            "cpp_extensions": details.get("cpp_extensions"),
+            "group_size": group_size,
+            "model_dtype": str(cast_dtype).replace("torch.", "") if cast_dtype else None,
+            "quantized_linear_layers": len(quantized),
+            "skipped_linear_layers": skipped[:50],
+            "skipped_linear_layer_count": len(skipped),
+        }
+        return BuiltPlan(
+            runner=runner,
+            precision=self.precision,
+            output_dtype=cast_dtype,
+            metadata=metadata,
+        )
+
+
+def _torchao_version() -> str | None:
+    from dlopt.probing import distribution_version
+
+    return distribution_version(DISTRIBUTION)
+
+
+def all_providers() -> list[TorchAOProvider]:
+    """One provider per scheme; probes drop those this machine cannot run."""
+    return [TorchAOProvider(scheme) for scheme in Scheme]
