@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
@@ -70,6 +71,9 @@ class CandidateMeasurement:
     timed_calls: int
     untimed_calls: int
     note: str = ""
+    #: Traffic-weighted burst cost per round (index = round - 1); ``None`` for rounds this
+    #: candidate did not run. Lets any two candidates be paired after the race.
+    round_costs_ms: tuple[float | None, ...] = ()
 
 
 @frozen
@@ -235,8 +239,8 @@ class _Race:
                 history.append(per_call)
             w = p.warmup_window
             if len(history) >= 2 * w:
-                last = float(np.median(history[-w:]))
-                prev = float(np.median(history[-2 * w : -w]))
+                last = statistics.median(history[-w:])
+                prev = statistics.median(history[-2 * w : -w])
                 if last >= prev * (1.0 - p.warmup_tolerance):
                     converged = True
                     break
@@ -247,7 +251,7 @@ class _Race:
                 break
         cand.block[i] = k
         tail = history[-p.warmup_window :] if history else [per_call]
-        cand.reference[i] = float(np.median(tail))
+        cand.reference[i] = statistics.median(tail)
         cand.warmup_converged[i] = converged
 
     # -- one turn ----------------------------------------------------------------------
@@ -284,7 +288,7 @@ class _Race:
             f1 = _minflt()
             cand.page_faults[i] = (cand.page_faults[i] or 0) + (f1 or 0) - f0
         cand.timed_calls[i] += k * p.timed_calls_per_burst
-        return float(np.mean(samples)), samples
+        return math.fsum(samples) / len(samples), samples
 
     # -- the race ----------------------------------------------------------------------
     def racing(self) -> list[_Candidate]:
@@ -331,7 +335,7 @@ class _Race:
             for i, samples, mean in pending[cand.name]:
                 cand.samples[i].extend(samples)
                 cand.burst_means[i].append(mean)
-                cand.reference[i] = float(np.median(samples))
+                cand.reference[i] = statistics.median(samples)
             means = burst_means[cand.name]
             cand.cost[r] = sum(w * m for w, m in zip(self.weights, means))  # type: ignore[misc]
         self.rounds = r
@@ -377,7 +381,8 @@ class _Race:
         for cand in self.racing():
             if cand.is_baseline or cand is leader:
                 continue
-            pair = t_interval(self._log_ratios(leader, cand), alpha_k)
+            # log(cost_cand / cost_leader) per round: clearly worse when the low end is > 0.
+            pair = t_interval(self._log_ratios(cand, leader), alpha_k)
             if pair is not None and pair[1] > 0:
                 cand.status, cand.dropped_at = "dropped", self.rounds
                 cand.note = (
@@ -490,6 +495,10 @@ class _Race:
             timed_calls=sum(cand.timed_calls),
             untimed_calls=sum(cand.untimed_calls),
             note=cand.note,
+            round_costs_ms=tuple(
+                finite_or_none(cand.cost[r] * 1e3) if r in cand.cost else None
+                for r in range(1, self.rounds + 1)
+            ),
         )
 
 

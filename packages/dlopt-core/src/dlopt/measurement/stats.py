@@ -106,12 +106,13 @@ def t_interval(
 
     The quantile comes from ``scipy.stats.t.ppf`` (cached per level and degrees of freedom).
     """
-    arr = np.asarray(values, dtype=float)
-    n = arr.size
+    # Plain Python: the race calls this after every round, on a handful of values.
+    vals = [float(v) for v in values]
+    n = len(vals)
     if n < 2:
         return None
-    mean = float(arr.mean())
-    sd = float(arr.std(ddof=1))
+    mean = math.fsum(vals) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
     half = _t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
@@ -195,9 +196,27 @@ def summarize_latency(
 
     if n == 0:
         return LatencyStats(
-            case, None, None, None, None, None, None, None, 0, block_size, rounds, None, None,
-            confidence, None, False, warmup_calls, warmup_converged, timed_calls, untimed_calls,
-        )  # fmt: skip
+            case,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            0,
+            block_size,
+            rounds,
+            None,
+            None,
+            confidence,
+            None,
+            False,
+            warmup_calls,
+            warmup_converged,
+            timed_calls,
+            untimed_calls,
+        )
     p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
     mean = float(arr.mean())
     stdev = float(arr.std(ddof=1)) if n > 1 else None

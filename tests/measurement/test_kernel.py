@@ -1,0 +1,342 @@
+"""Behaviour of ``run_race`` on a fake clock: exact, fast, no wall-clock asserts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from attrs import evolve
+
+from dlopt.errors import ConfigurationError
+from dlopt.measurement import FakeClock, MeasurementPolicy, RaceResult, run_race
+from dlopt.measurement.simulation import NoiseModel, SimulatedMachine, run_simulated_race
+from dlopt.serialization import converter, dumps, loads
+
+QUIET = NoiseModel(jitter=0.0, spike_probability=0.0, drift_amplitude=0.0, switch_penalty=0.0)
+
+
+def fixed_latency(clock: FakeClock, seconds: float, log: list[str] | None = None, name: str = ""):
+    def call() -> None:
+        if log is not None:
+            log.append(name)
+        clock.advance(seconds)
+
+    return call
+
+
+def test_result_shape_gate_and_json_round_trip() -> None:
+    policy = MeasurementPolicy(seed=7, bootstrap_resamples=500)
+    result = run_simulated_race(
+        {"eager": [2e-3, 1e-3], "fast": [1e-3, 0.5e-3]},
+        baseline="eager",
+        min_speedup=1.05,
+        policy=policy,
+        seed=7,
+        weights=[3, 1],
+    )
+    assert result.seed == 7
+    assert result.weights == pytest.approx((0.75, 0.25))
+    assert result.stop_reason == "resolved"
+    fast = result.candidate("fast")
+    assert fast.verdict == "faster"
+    assert fast.speedup_vs_baseline.low >= 1.05
+    assert fast.speedup_vs_baseline.point == pytest.approx(2.0, rel=0.1)
+    assert fast.speedup_fixed_sample is not None and "bootstrap" in fast.speedup_fixed_sample.method
+    assert result.candidate("eager").verdict == "baseline"
+    stats = fast.cases[0]
+    assert stats.case == "case0" and stats.samples == stats.rounds * policy.timed_calls_per_burst
+    assert stats.min_ms <= stats.median_ms <= stats.p90_ms <= stats.p95_ms <= stats.p99_ms
+    assert stats.mean_low_ms < stats.mean_ms < stats.mean_high_ms
+    assert stats.warmup_calls >= 2 * policy.warmup_window
+    assert fast.weighted_mean_ms == pytest.approx(0.75 * 1.0 + 0.25 * 0.5, rel=0.1)
+    assert result.timed_calls == sum(c.timed_calls for c in result.candidates)
+    text = dumps(result)
+    assert "NaN" not in text and "Infinity" not in text
+    assert loads(text, RaceResult) == result
+    json.loads(text)  # strict JSON
+    assert converter.structure(converter.unstructure(result), RaceResult) == result
+
+
+def test_same_seed_same_race_and_order_is_shuffled_per_round(fast_policy) -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    cands = {
+        name: [
+            fixed_latency(clock, 1e-3, log, f"{name}/0"),
+            fixed_latency(clock, 1e-3, log, f"{name}/1"),
+        ]
+        for name in ("a", "b", "c")
+    }
+    policy = evolve(
+        fast_policy, seed=11, min_rounds=6, max_rounds=6, settle_time_s=0.0, settle_min_calls=0
+    )
+    policy = evolve(policy, settle_tolerance=None)
+    result = run_race(cands, [1, 1], "a", 1.5, policy, clock=clock)
+    assert result.rounds == 6
+    # Warm-up: 4 calls per plan and case (flat latency converges after two windows of 2);
+    # then every round runs every plan on every case as one burst of 3 timed calls.
+    assert all(c.warmup_calls == 8 for c in result.candidates)
+    rounds_log = log[24:]
+    bursts = [rounds_log[i : i + 3] for i in range(0, len(rounds_log), 3)]
+    assert all(len(set(b)) == 1 for b in bursts)
+    per_round = [[b[0] for b in bursts[6 * r : 6 * (r + 1)]] for r in range(6)]
+    assert all(sorted(r) == sorted(f"{n}/{i}" for n in "abc" for i in (0, 1)) for r in per_round)
+    assert len({tuple(r) for r in per_round}) > 1  # a fresh order each round
+
+    clock2, log2 = FakeClock(), []
+    cands2 = {
+        name: [
+            fixed_latency(clock2, 1e-3, log2, f"{name}/0"),
+            fixed_latency(clock2, 1e-3, log2, f"{name}/1"),
+        ]
+        for name in ("a", "b", "c")
+    }
+    assert run_race(cands2, [1, 1], "a", 1.5, policy, clock=clock2) == result
+    assert log2 == log
+
+
+def test_failing_challenger_is_recorded_and_the_race_goes_on(fast_policy) -> None:
+    machine = SimulatedMachine(QUIET, seed=1)
+    calls = {"n": 0}
+
+    def flaky() -> None:
+        calls["n"] += 1
+        if calls["n"] > 12:  # fails in round 2
+            raise RuntimeError("engine lost")
+        machine.clock.advance(1e-3)
+
+    cands = {
+        "base": [machine.plan("base", 1e-3)],
+        "flaky": [flaky],
+        "good": [machine.plan("good", 0.5e-3)],
+    }
+    result = run_race(cands, [1], "base", 1.02, evolve(fast_policy, seed=1), clock=machine.clock)
+    flaky_m = result.candidate("flaky")
+    assert flaky_m.verdict == "failed"
+    assert "RuntimeError: engine lost" in flaky_m.error
+    assert result.candidate("good").verdict == "faster"
+
+
+def test_failing_baseline_raises(fast_policy) -> None:
+    machine = SimulatedMachine(QUIET, seed=1)
+
+    def broken() -> None:
+        raise ValueError("baseline broke")
+
+    with pytest.raises(ValueError, match="baseline broke"):
+        run_race(
+            {"base": [broken], "x": [machine.plan("x", 1e-3)]},
+            [1],
+            "base",
+            1.02,
+            fast_policy,
+            clock=machine.clock,
+        )
+
+
+def test_bad_arguments_say_what_to_fix(fast_policy) -> None:
+    clock = FakeClock()
+    call = fixed_latency(clock, 1e-3)
+    with pytest.raises(ConfigurationError, match="baseline"):
+        run_race({"a": [call]}, [1], "b", 1.02, fast_policy, clock=clock)
+    with pytest.raises(ConfigurationError, match="one zero-argument callable per workload case"):
+        run_race({"a": [call], "b": [call, call]}, [1], "a", 1.02, fast_policy, clock=clock)
+    with pytest.raises(ConfigurationError, match="min_speedup"):
+        run_race({"a": [call], "b": [call]}, [1], "a", float("nan"), fast_policy, clock=clock)
+    with pytest.raises(ConfigurationError, match="weight"):
+        run_race({"a": [call], "b": [call]}, [0], "a", 1.02, fast_policy, clock=clock)
+
+
+def test_baseline_alone_needs_no_race(fast_policy) -> None:
+    clock = FakeClock()
+    result = run_race({"a": [fixed_latency(clock, 1e-3)]}, [1], "a", 1.02, fast_policy, clock=clock)
+    assert result.stop_reason == "no_challengers"
+    assert result.candidates[0].verdict == "baseline"
+
+
+def test_traffic_weights_decide_which_plan_is_cheaper(fast_policy) -> None:
+    # "b" is 2x faster on the rare case and 20% slower on the common one: slower overall.
+    lat = {"a": [1e-3, 4e-3], "b": [1.2e-3, 2e-3]}
+    heavy_common = run_simulated_race(
+        lat,
+        baseline="a",
+        min_speedup=1.0,
+        policy=fast_policy,
+        noise=QUIET,
+        seed=2,
+        weights=[0.95, 0.05],
+    )
+    assert heavy_common.candidate("b").verdict == "not_faster"
+    heavy_rare = run_simulated_race(
+        lat,
+        baseline="a",
+        min_speedup=1.0,
+        policy=fast_policy,
+        noise=QUIET,
+        seed=2,
+        weights=[0.2, 0.8],
+    )
+    assert heavy_rare.candidate("b").verdict == "faster"
+    expected = (0.2 * 1 + 0.8 * 4) / (0.2 * 1.2 + 0.8 * 2)
+    assert heavy_rare.candidate("b").speedup_vs_baseline.point == pytest.approx(expected, rel=1e-6)
+
+
+def test_clearly_worse_than_the_leader_is_dropped(fast_policy) -> None:
+    lat = {"base": [1e-3], "best": [0.5e-3], "meh": [0.97e-3]}
+    result = run_simulated_race(
+        lat, baseline="base", min_speedup=1.02, policy=fast_policy, noise=NoiseModel(), seed=5
+    )
+    assert result.candidate("best").verdict == "faster"
+    meh = result.candidate("meh")
+    assert meh.verdict in ("dropped", "not_faster")
+    if meh.verdict == "dropped":
+        assert meh.dropped_at_round is not None and "best" in meh.note
+
+
+def test_sub_resolution_calls_are_timed_in_blocks(fast_policy) -> None:
+    # A 1 us timer cannot time a 2 us call: one reading is 1 or 3 us (50% error).
+    machine = SimulatedMachine(QUIET, seed=0, resolution_ns=1000)
+    cands = machine.candidates({"a": [2e-6], "b": [1e-6]})
+    policy = evolve(fast_policy, max_rounds=6)
+    result = run_race(cands, [1], "a", 1.02, policy, clock=machine.clock)
+    for name, true_ms in (("a", 2e-3), ("b", 1e-3)):
+        stats = result.candidate(name).cases[0]
+        assert stats.block_size > 1
+        assert stats.block_size * true_ms * 1e-3 >= 1000 * 1e-6  # >= 1000 ticks per block
+        assert stats.timed_calls == stats.samples * stats.block_size
+        assert stats.mean_ms == pytest.approx(true_ms, rel=0.01)
+    assert result.candidate("b").speedup_vs_baseline.point == pytest.approx(2.0, rel=0.01)
+
+
+def test_calls_the_timer_resolves_are_not_blocked(fast_policy) -> None:
+    result = run_simulated_race(
+        {"a": [1e-3], "b": [1e-3]}, baseline="a", min_speedup=1.02, policy=fast_policy, seed=0
+    )
+    assert all(c.cases[0].block_size == 1 for c in result.candidates)
+
+
+def test_round_budget_exhausted_is_unresolved_never_a_switch(fast_policy) -> None:
+    # True gain sits on the threshold: no amount of rounds resolves it within 6.
+    policy = evolve(fast_policy, max_rounds=6)
+    for seed in range(40):
+        result = run_simulated_race(
+            {"a": [1e-3], "b": [1e-3 / 1.02]},
+            baseline="a",
+            min_speedup=1.02,
+            policy=policy,
+            seed=seed,
+        )
+        b = result.candidate("b")
+        assert b.verdict != "faster" or b.speedup_vs_baseline.low >= 1.02
+        if result.stop_reason == "max_rounds":
+            assert b.verdict == "unresolved"
+            assert b.speedup_vs_baseline.low < 1.02 <= b.speedup_vs_baseline.high
+            assert result.rounds == 6
+
+
+def test_time_budget_exhausted_is_unresolved(fast_policy) -> None:
+    policy = evolve(fast_policy, max_time_s=0.02)
+    result = run_simulated_race(
+        {"a": [1e-3], "b": [0.5e-3]}, baseline="a", min_speedup=1.02, policy=policy, seed=0
+    )
+    assert result.stop_reason == "time_budget"
+    assert result.rounds < policy.min_rounds
+    assert result.candidate("b").verdict == "unresolved"
+    assert result.faster == ()
+
+
+def test_on_round_snapshots_and_cancellation(fast_policy) -> None:
+    seen: list[tuple[int, bool]] = []
+    machine = SimulatedMachine(NoiseModel(), seed=3)
+    cands = machine.candidates({"a": [1e-3], "b": [1e-3]})
+    result = run_race(
+        cands,
+        [1],
+        "a",
+        1.0,
+        evolve(fast_policy, seed=3),
+        clock=machine.clock,
+        on_round=lambda r, snap: seen.append((r, snap.final)),
+        should_continue=lambda: len(seen) < 5,
+    )
+    assert seen == [(r, False) for r in range(1, 6)]
+    assert result.stop_reason == "cancelled" and result.final
+    assert result.candidate("b").verdict == "unresolved"
+
+
+def test_synchronize_brackets_timed_regions(fast_policy) -> None:
+    clock = FakeClock()
+    pending: list[float] = []
+
+    def launch(seconds: float):
+        def call() -> None:
+            clock.advance(1e-6)
+            pending.append(seconds)
+
+        return call
+
+    def synchronize() -> None:
+        while pending:
+            clock.advance(pending.pop())
+
+    cands = {"a": [launch(2e-3)], "b": [launch(1e-3)]}
+    result = run_race(cands, [1], "a", 1.02, fast_policy, clock=clock, synchronize=synchronize)
+    assert result.candidate("a").cases[0].mean_ms == pytest.approx(2.001, rel=1e-3)
+    assert result.candidate("b").speedup_vs_baseline.point == pytest.approx(2.001 / 1.001, rel=1e-3)
+
+
+def test_page_faults_are_recorded_on_posix() -> None:
+    pytest.importorskip("resource")
+    policy = MeasurementPolicy(
+        min_rounds=3, max_rounds=3, seed=0, settle_time_s=0.0, bootstrap_resamples=0
+    )
+
+    def churn() -> None:
+        bytearray(256 * 1024)
+
+    result = run_race({"a": [churn], "b": [lambda: None]}, [1], "a", 1.02, policy)
+    faults = result.candidate("a").cases[0].page_faults_per_call
+    assert faults is not None and faults >= 0 and math.isfinite(faults)
+
+
+def test_warmup_waits_for_the_trend_to_stop(fast_policy) -> None:
+    clock = FakeClock()
+    state = {"n": 0}
+
+    def jit_like() -> None:  # each call faster than the last until it settles at 1 ms
+        state["n"] += 1
+        clock.advance(1e-3 * (1.0 + 4.0 * 0.6 ** state["n"]))
+
+    result = run_race(
+        {"a": [jit_like], "b": [fixed_latency(clock, 1e-3)]},
+        [1],
+        "a",
+        1.02,
+        fast_policy,
+        clock=clock,
+    )
+    a = result.candidate("a").cases[0]
+    assert a.warmup_converged and a.warmup_calls >= 8
+    assert a.p99_ms < 1.03  # no warm-up call leaked into the timed samples
+
+
+def test_warmup_is_capped(fast_policy) -> None:
+    clock = FakeClock()
+    state = {"t": 10e-3}
+
+    def always_improving() -> None:
+        state["t"] *= 0.9
+        clock.advance(state["t"] + 1e-4)
+
+    policy = evolve(fast_policy, warmup_max_calls=12, max_rounds=4)
+    result = run_race(
+        {"a": [always_improving], "b": [fixed_latency(clock, 1e-3)]},
+        [1],
+        "a",
+        1.02,
+        policy,
+        clock=clock,
+    )
+    a = result.candidate("a").cases[0]
+    assert a.warmup_calls == 12 and not a.warmup_converged

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dlopt.measurement import MemoryProbe, PeakMemory, track_peak_memory
+from dlopt.serialization import dumps, loads
+
+
+def test_cpu_peak_sees_a_transient_allocation() -> None:
+    with track_peak_memory("cpu") as probe:
+        block = np.ones(64 * 1024 * 1024 // 8)  # 64 MiB, touched
+        del block
+    result = probe.result
+    assert isinstance(result, PeakMemory)
+    if result.mb is None:  # e.g. no /proc and the process peak was already higher
+        assert result.note
+    else:
+        assert result.mb >= 48
+        assert "resident" in result.note
+    assert loads(dumps(result), PeakMemory) == result
+
+
+def test_cpu_peak_of_an_idle_region_is_small() -> None:
+    with track_peak_memory("cpu") as probe:
+        pass
+    assert probe.result is not None
+    assert probe.result.mb is None or probe.result.mb < 16
+
+
+def test_nested_probes_do_not_report_a_wrong_outer_peak() -> None:
+    outer = MemoryProbe("cpu").start()
+    with track_peak_memory("cpu"):
+        pass
+    result = outer.stop()
+    assert result.mb is None
+    assert "another" in result.note
+
+
+def test_cuda_without_a_device_says_why() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present; covered by the GPU tests")
+    with track_peak_memory("cuda") as probe:
+        pass
+    assert probe.result.mb is None
+    assert "CUDA" in probe.result.note
+
+
+def test_result_is_set_when_the_block_raises() -> None:
+    seen: list[MemoryProbe] = []
+    with pytest.raises(RuntimeError), track_peak_memory("cpu") as probe:
+        seen.append(probe)
+        raise RuntimeError("boom")
+    assert seen[0].result is not None
