@@ -1,0 +1,195 @@
+"""The plans: ``fx``, ``fx_inductor`` and the ``inductor`` variants.
+
+Every plan works on a deep copy of the caller's model. All are fp32 plans: the fx
+rewrites fold in float64 and keep fp32 results, and Inductor computes in the model's
+dtype (results differ by reduction order and fused kernels, within fp32 tolerances).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from attrs import field, frozen
+
+from dlopt.errors import ProviderBuildError
+from dlopt.precision import Precision
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt_fx import probes
+from dlopt_fx.rewrites import REWRITES, FxTraceError, record_output_ranks, simplify, trace
+
+
+def build_fx_graph(
+    model: torch.nn.Module, context: ProviderContext, rewrites: tuple[str, ...], plan: str
+) -> tuple[torch.fx.GraphModule, dict[str, Any]]:
+    """Trace a copy of ``model`` and apply ``rewrites``; returns the graph and evidence.
+
+    The workload cases (when given) run once through the traced graph: that records the
+    activation ranks the BatchNorm1d folds need, and proves the trace runs on them.
+    """
+    try:
+        gm = trace(model)
+    except FxTraceError as exc:
+        raise ProviderBuildError(f"{plan}: {exc}") from exc
+    ranks = None
+    if context.workload is not None:
+        cases = [(case.args, case.kwargs) for case in context.workload.cases]
+        try:
+            ranks = record_output_ranks(gm, cases)
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{plan}: the fx-traced graph fails on the workload ({type(exc).__name__}: "
+                f"{exc}); the model's forward probably depends on Python state that "
+                "symbolic tracing froze, so this plan cannot serve it"
+            ) from exc
+    report = simplify(gm, ranks=ranks, rewrites=rewrites)
+    return gm, report.as_metadata()
+
+
+@frozen
+class FxProvider:
+    """``torch.fx`` trace plus fp32-preserving rewrites, run as a plain GraphModule."""
+
+    name: str = "fx"
+    rewrites: tuple[str, ...] = REWRITES
+    precision: Precision = Precision.FP32
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        try:
+            return probes.probe_fx()
+        except Exception as exc:  # a probe never raises
+            return ProviderAvailability.unavailable(f"probe failed: {type(exc).__name__}: {exc}")
+
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        gm, evidence = build_fx_graph(model, context, self.rewrites, self.name)
+        return BuiltPlan(
+            runner=gm,
+            precision=self.precision,
+            metadata={"plan": self.name, "graph": "fx", **evidence},
+        )
+
+
+@frozen
+class InductorProvider:
+    """``torch.compile`` with TorchInductor, of the model or of its ``fx`` rewrite.
+
+    ``graph``: ``"model"`` compiles a copy of the model, ``"fx"`` the rewritten fx graph.
+    ``freezing``: constant-fold the weights into the compiled graph (Inductor's
+    ``freezing``, scoped to this plan's compile through ``torch.compile(options=...)``).
+    ``max_autotune``: benchmark kernel/GEMM choices while compiling (slow compiles; on
+    CPU the C++ GEMM templates need frozen weights, so freezing is switched on with it;
+    CUDA graphs stay off because their outputs are overwritten by the next call).
+    ``dynamic``: ``"auto"`` marks only the dims that vary across the workload's cases,
+    ``"static"`` compiles each shape separately, ``"automatic"`` leaves it to Dynamo.
+    ``min_expected_calls``: when the workload says fewer calls are expected, the probe
+    declines the plan (its compile cannot be repaid).
+    ``cache_in_plan_dir``: keep Inductor's caches under the plan's artifact directory
+    (see :func:`dlopt_fx.compiled.plan_cache_dir`); off by default.
+    ``extra_options``: more ``torch._inductor.config`` options, as ``(key, value)`` pairs.
+    """
+
+    name: str
+    graph: str = "model"
+    freezing: bool = False
+    max_autotune: bool = False
+    dynamic: str = "auto"
+    min_expected_calls: int | None = None
+    cache_in_plan_dir: bool = False
+    rewrites: tuple[str, ...] = REWRITES
+    extra_options: tuple[tuple[str, Any], ...] = field(default=())
+    precision: Precision = Precision.FP32
+
+    def options_for(self, device_type: str) -> dict[str, Any]:
+        """The Inductor config options this plan compiles with on ``device_type``."""
+        options: dict[str, Any] = {}
+        if self.freezing:
+            options["freezing"] = True
+        if self.max_autotune:
+            options["max_autotune"] = True
+            if device_type == "cpu":
+                options["freezing"] = True
+            else:
+                options["coordinate_descent_tuning"] = True
+        options.update(dict(self.extra_options))
+        return options
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        try:
+            availability = probes.probe_inductor(context.target.device_type)
+        except Exception as exc:  # a probe never raises
+            return ProviderAvailability.unavailable(f"probe failed: {type(exc).__name__}: {exc}")
+        workload = context.workload
+        if (
+            availability.available
+            and self.min_expected_calls is not None
+            and workload is not None
+            and workload.expected_calls is not None
+            and workload.expected_calls < self.min_expected_calls
+        ):
+            return ProviderAvailability.unavailable(
+                f"the workload expects {workload.expected_calls} calls, fewer than the "
+                f"{self.min_expected_calls} this plan needs to repay its compile time",
+                "raise WorkloadProfile.expected_calls if the deployment serves more calls",
+                sdk_versions=availability.sdk_versions,
+                details=availability.details,
+            )
+        return availability
+
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        device_type = context.target.device_type
+        metadata: dict[str, Any] = {"plan": self.name, "graph": self.graph}
+        if self.graph == "fx":
+            module, evidence = build_fx_graph(model, context, self.rewrites, self.name)
+            metadata.update(evidence)
+        elif self.graph == "model":
+            try:
+                module = copy.deepcopy(model)
+            except Exception as exc:
+                raise ProviderBuildError(
+                    f"{self.name}: the model cannot be deep-copied ({type(exc).__name__}: "
+                    f"{exc}); dlopt compiles a copy so the caller's model stays untouched"
+                ) from exc
+        else:
+            raise ProviderBuildError(
+                f"{self.name}: graph must be 'model' or 'fx', not {self.graph!r}"
+            )
+        cache_dir = None
+        if self.cache_in_plan_dir:
+            from dlopt_fx.compiled import plan_cache_dir
+
+            cache_dir = plan_cache_dir(context, self.name)
+        from dlopt_fx.compiled import compile_lazily
+
+        try:
+            runner, compile_metadata = compile_lazily(
+                module,
+                tag=self.name,
+                options=self.options_for(device_type),
+                workload=context.workload,
+                dynamic_policy=self.dynamic,
+                cache_dir=cache_dir,
+            )
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{self.name}: torch.compile rejected the setup: {exc}"
+            ) from exc
+        metadata.update(compile_metadata)
+        return BuiltPlan(
+            runner=runner,
+            precision=self.precision,
+            metadata=metadata,
+            on_close=runner.close,
+        )
+
+
+def default_providers() -> list[FxProvider | InductorProvider]:
+    """The plans this distribution registers; probes and the race pick among them."""
+    return [
+        FxProvider(),
+        InductorProvider("fx_inductor", graph="fx"),
+        InductorProvider("inductor"),
+        InductorProvider("inductor_freezing", freezing=True),
+        # Autotuning compiles take minutes on CPU: only worth it for long deployments.
+        InductorProvider("inductor_max_autotune", max_autotune=True, min_expected_calls=100_000),
+    ]
