@@ -146,7 +146,7 @@ class FingerprintDiff:
         if self.added:
             parts.append(f"added: {listing(self.added)}")
         if self.training_changed:
-            parts.append(f"training mode flipped on: {listing(self.training_changed)}")
+            parts.append(f"training mode changed on: {listing(self.training_changed)}")
         return "; ".join(parts) if parts else "no change"
 
 
@@ -187,7 +187,12 @@ class ModelFingerprint:
         )
         added = tuple(n for n in after if n not in before)
         removed = tuple(n for n in before if n not in after)
-        flipped = tuple(sorted(set(self.training_modules) ^ set(other.training_modules)))
+        mine, theirs = set(self.training_modules), set(other.training_modules)
+        flipped = tuple(
+            n
+            for n in dict.fromkeys(self.training_modules + other.training_modules)
+            if (n in mine) != (n in theirs)
+        )
         return FingerprintDiff(changed, added, removed, flipped)
 
     def matches(self, model_or_print: torch.nn.Module | ModelFingerprint) -> bool:

@@ -143,11 +143,11 @@ def compute_leaf_metrics(
         notes.append("rel_l2 undefined: the reference is all zeros (judged by atol/rtol instead)")
 
     cosine: float | None
-    if ref_norm > 0 and cand_norm > 0:
+    if err_norm == 0:
+        cosine = 1.0  # identical (also when both are all zeros)
+    elif ref_norm > 0 and cand_norm > 0:
         cosine = float(torch.dot(cf, rf)) / (cand_norm * ref_norm)
         cosine = max(-1.0, min(1.0, cosine))
-    elif ref_norm == 0 and cand_norm == 0:
-        cosine = 1.0
     else:
         cosine = None
         which = "reference" if ref_norm == 0 else "candidate"
