@@ -59,7 +59,10 @@ def import_torchao() -> tuple[Any | None, str | None, dict[str, str]]:
     if first_import:
         ao_logger.addHandler(collector)
     try:
-        quantization, error = try_import("torchao.quantization")
+        # The top-level package first: its error is the one that names the cause.
+        quantization, error = try_import("torchao")
+        if quantization is not None:
+            quantization, error = try_import("torchao.quantization")
     finally:
         ao_logger.removeHandler(collector)
     if quantization is None:
@@ -100,6 +103,14 @@ def _is_quantized(weight: object) -> bool:
         torch.Tensor,
         torch.nn.Parameter,
     )
+
+
+def _only(eligible: set[str]) -> Any:
+    def filter_fn(module: torch.nn.Module, fqn: str) -> bool:
+        # A weight shared by two Linear modules is quantized once, through the first.
+        return fqn in eligible and not _is_quantized(getattr(module, "weight", None))
+
+    return filter_fn
 
 
 @frozen
@@ -207,16 +218,24 @@ class TorchAOProvider:
             )
         group_size: int | None = None
         if recipe.grouped:
-            group_size, covered = choose_group_size([m.in_features for m in linears.values()])
-            if group_size is None or covered == 0:
-                raise ProviderBuildError(
-                    f"{self.name}: no Linear layer has in_features divisible by 32, the "
-                    "smallest int4 group size torchao supports; nothing would be quantized"
-                )
+            group_size, _ = choose_group_size(recipe, list(linears.values()))
+        problems = {
+            n: "attention output projection (torchao leaves it)"
+            if isinstance(m, torch.nn.modules.linear.NonDynamicallyQuantizableLinear)
+            else recipe.layer_problem(m, group_size)
+            for n, m in linears.items()
+        }
+        eligible = {n for n, problem in problems.items() if problem is None}
+        if not eligible:
+            first = next(iter(problems.items()))
+            raise ProviderBuildError(
+                f"{self.name}: no Linear layer fits {recipe.layout} (e.g. {first[0]!r}: "
+                f"{first[1]}); nothing would be quantized, so this plan would equal eager"
+            )
         config = recipe.make_config(group_size)
         try:
             with torch.no_grad():
-                quantization.quantize_(qmodel, config)
+                quantization.quantize_(qmodel, config, filter_fn=_only(eligible))
         except Exception as exc:
             raise ProviderBuildError(
                 f"{self.name}: torchao.quantization.quantize_ with {type(config).__name__} "
@@ -225,12 +244,14 @@ class TorchAOProvider:
 
         modules = dict(qmodel.named_modules())
         quantized = [n for n in linears if _is_quantized(getattr(modules.get(n), "weight", None))]
-        skipped = [n for n in linears if n not in quantized]
         if not quantized:
             raise ProviderBuildError(
                 f"{self.name}: {type(config).__name__} left every Linear layer unquantized "
                 f"({len(linears)} layers); this plan would equal eager"
             )
+        skipped = {
+            n: problems[n] or "left unquantized by torchao" for n in linears if n not in quantized
+        }
 
         cast_dtype = recipe.model_dtype
 
@@ -253,7 +274,7 @@ class TorchAOProvider:
             "group_size": group_size,
             "model_dtype": str(cast_dtype).replace("torch.", "") if cast_dtype else None,
             "quantized_linear_layers": len(quantized),
-            "skipped_linear_layers": skipped[:50],
+            "skipped_linear_layers": dict(list(skipped.items())[:50]),
             "skipped_linear_layer_count": len(skipped),
         }
         return BuiltPlan(

@@ -21,6 +21,9 @@ from attrs import frozen
 from dlopt.precision import Precision
 from dlopt.target import ExecutionTarget
 
+#: torch's CPU int4 packing (_convert_weight_to_int4pack_for_cpu) needs N % 16 == 0.
+_CPU_INT4_N_TILE = 16
+
 #: Group sizes torchao's int4 kernels accept, preferred first (larger = fewer scales).
 INT4_GROUP_SIZES = (128, 64, 32)
 
@@ -64,6 +67,16 @@ class Recipe:
     layout: str
     grouped: bool = False
     model_dtype: torch.dtype | None = None
+    #: The kernel packs weights in tiles of this many output rows; other layers stay fp.
+    out_features_multiple: int = 1
+
+    def layer_problem(self, layer: torch.nn.Linear, group_size: int | None) -> str | None:
+        """Why this recipe cannot quantize ``layer`` (it then stays in full precision)."""
+        if layer.out_features % self.out_features_multiple:
+            return f"out_features {layer.out_features} is not a multiple of {self.out_features_multiple}"
+        if group_size is not None and layer.in_features % group_size:
+            return f"in_features {layer.in_features} is not a multiple of group size {group_size}"
+        return None
 
 
 @frozen
@@ -139,6 +152,7 @@ def _int4_cpu_recipe(quantization: Any, torchao_version: str) -> Recipe | Unavai
             lambda g: make_config(cls, group_size=g, int4_packing_format=opaque),
             "Int4WeightOnlyConfig(int4_packing_format=opaque)",
             grouped=True,
+            out_features_multiple=_CPU_INT4_N_TILE,
         )
     try:
         proto = importlib.import_module("torchao.prototype.quantization.int4")
@@ -150,6 +164,7 @@ def _int4_cpu_recipe(quantization: Any, torchao_version: str) -> Recipe | Unavai
             lambda g: make_config(proto_cls, group_size=g),
             "PrototypeInt4WeightOnlyConfig (Int4OpaqueTensor, CPU tinygemm)",
             grouped=True,
+            out_features_multiple=_CPU_INT4_N_TILE,
         )
     try:
         layout_cls = importlib.import_module("torchao.dtypes").Int4CPULayout
@@ -161,6 +176,7 @@ def _int4_cpu_recipe(quantization: Any, torchao_version: str) -> Recipe | Unavai
             lambda g: make_config(cls, group_size=g, layout=layout_cls(), version=1),
             "Int4WeightOnlyConfig(layout=Int4CPULayout())",
             grouped=True,
+            out_features_multiple=_CPU_INT4_N_TILE,
         )
     return Unavailable(
         f"torchao {torchao_version} offers no CPU int4 layout (looked for the 'opaque' "
@@ -255,15 +271,15 @@ def resolve_recipe(
     raise AssertionError(f"unhandled scheme {scheme}")  # pragma: no cover
 
 
-def choose_group_size(in_features: list[int]) -> tuple[int | None, int]:
-    """The int4 group size that quantizes the most Linear layers (ties: the larger).
+def choose_group_size(recipe: Recipe, layers: list[torch.nn.Linear]) -> tuple[int | None, int]:
+    """The int4 group size that lets ``recipe`` quantize the most layers (ties: the larger).
 
-    torchao leaves a layer whose ``in_features`` the group size does not divide in full
-    precision. Returns ``(group_size, layers covered)``; ``(None, 0)`` when none fits.
+    A layer whose ``in_features`` the group size does not divide stays in full precision.
+    Returns ``(group_size, layers covered)``; ``(None, 0)`` when none fits.
     """
     best: tuple[int | None, int] = (None, 0)
     for size in INT4_GROUP_SIZES:
-        covered = sum(1 for k in in_features if k % size == 0)
+        covered = sum(1 for layer in layers if recipe.layer_problem(layer, size) is None)
         if covered > best[1]:
             best = (size, covered)
     return best

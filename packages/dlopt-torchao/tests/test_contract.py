@@ -1,0 +1,56 @@
+"""dlopt's provider contract suite over the torchao plans."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from dlopt.testing import ProviderContractSuite
+from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt_torchao import Scheme, TorchAOProvider
+
+
+class _TorchAOSuite(ProviderContractSuite):
+    distribution = "dlopt-torchao"
+    entry_point = "torchao"
+    heavy_modules = ("torchao",)
+    # The first probe in a process imports torchao, which imports torch._dynamo: about
+    # 3 s on an idle 2-core machine, more while other work shares it. Later probes are ms.
+    max_probe_seconds: ClassVar[float] = 30.0
+    scheme: ClassVar[Scheme]
+
+    def make_provider(self) -> TorchAOProvider:
+        return TorchAOProvider(self.scheme)
+
+
+class TestInt8DynamicContract(_TorchAOSuite):
+    """The suite's default conv + Linear model: the Linear head is quantized."""
+
+    scheme = Scheme.INT8_DYNAMIC
+
+
+class TestInt4WeightOnlyContract(_TorchAOSuite):
+    scheme = Scheme.INT4_WEIGHT_ONLY
+
+    def make_model(self) -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)
+        ).eval()
+
+    def make_workload(self) -> WorkloadProfile:
+        gen = torch.Generator().manual_seed(1)
+        return WorkloadProfile(
+            cases=(
+                WorkloadCase("batch-1", args=(torch.randn(1, 64, generator=gen),), weight=3),
+                WorkloadCase("batch-8", args=(torch.randn(8, 64, generator=gen),), weight=1),
+            ),
+            name="mlp",
+        )
+
+
+class TestFp8Contract(_TorchAOSuite):
+    """On a CPU machine the build checks skip with the probe's reason."""
+
+    scheme = Scheme.FP8

@@ -1,0 +1,188 @@
+"""Every probe state, simulated: each gives its own reason and a fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import dlopt.probing
+from dlopt.providers.contract import ProviderContext
+from dlopt.target import ExecutionTarget
+from dlopt_torchao import Scheme, TorchAOProvider
+from dlopt_torchao import provider as provider_module
+
+
+def _context(device: str = "cpu") -> ProviderContext:
+    return ProviderContext(target=ExecutionTarget(device))
+
+
+def _fake_versions(monkeypatch: Any, **versions: str | None) -> None:
+    real = dlopt.probing.distribution_version
+
+    def fake(name: str) -> str | None:
+        return versions[name] if name in versions else real(name)
+
+    monkeypatch.setattr(dlopt.probing, "distribution_version", fake)
+
+
+def _hide_torchao(monkeypatch: Any) -> None:
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def _fake_gpu(monkeypatch: Any, capability: tuple[int, int]) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+
+
+def test_every_scheme_declares_its_precision() -> None:
+    names = {p.name: p.precision.value for p in provider_module.all_providers()}
+    assert names == {
+        "torchao_int8_dynamic": "int8",
+        "torchao_int8_weight_only": "int8",
+        "torchao_int4_weight_only": "int4",
+        "torchao_fp8": "fp8",
+    }
+
+
+def test_not_installed(monkeypatch: Any) -> None:
+    _fake_versions(monkeypatch, torchao=None)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert not availability.available
+    assert availability.reason.startswith("torchao is not installed")
+    # The hint installs the release paired with this torch.
+    assert 'pip install "torchao==' in availability.install_hint
+    assert availability.sdk_versions["torchao"] is None
+
+
+def test_too_old(monkeypatch: Any) -> None:
+    _fake_versions(monkeypatch, torchao="0.9.0")
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert not availability.available
+    assert "torchao 0.9.0 is installed but >=0.10 is required" in availability.reason
+
+
+def test_torch_too_old_for_this_torchao(monkeypatch: Any) -> None:
+    _fake_versions(monkeypatch, torchao="0.18.0")
+    monkeypatch.setattr(torch, "__version__", "2.8.0+cu128")
+    availability = TorchAOProvider(Scheme.INT8_WEIGHT_ONLY).probe(_context())
+    assert not availability.available
+    assert "needs torch >= 2.9" in availability.reason
+    assert availability.install_hint == 'pip install "torchao==0.13.*"'
+    assert availability.details["torch_pairing"] == "unsupported"
+
+
+def test_python_api_only_pairing_is_usable_and_says_so(monkeypatch: Any) -> None:
+    _fake_versions(monkeypatch, torchao="0.16.0")
+    monkeypatch.setattr(torch, "__version__", "2.9.1")
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert availability.available, availability.reason
+    assert availability.details["torch_pairing"] == "python-api-only"
+    assert "C++ extensions are skipped" in availability.details["torch_pairing_note"]
+
+
+def test_import_blocked(monkeypatch: Any) -> None:
+    _hide_torchao(monkeypatch)
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert not availability.available
+    assert "is installed but does not import: ModuleNotFoundError: import of torchao halted" in (
+        availability.reason
+    )
+    assert "--force-reinstall" in availability.install_hint
+
+
+def test_import_raising_oserror_reports_the_loader_message(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    # A torchao whose native library is missing fails inside its own __init__.
+    package = tmp_path / "torchao"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise OSError('libcudart.so.12: cannot open shared object file: No such file')\n"
+    )
+    _hide_torchao(monkeypatch)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert not availability.available
+    assert "OSError: libcudart.so.12: cannot open shared object file" in availability.reason
+
+
+def test_extension_report_from_a_real_import() -> None:
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert availability.available, availability.reason
+    assert availability.details["cpp_extensions"]
+    assert availability.sdk_versions["torchao"]
+
+
+def test_fp8_needs_a_gpu() -> None:
+    availability = TorchAOProvider(Scheme.FP8).probe(_context("cpu"))
+    assert not availability.available
+    assert "8.9+" in availability.reason
+    assert "download.pytorch.org/whl/cu" in availability.install_hint
+
+
+def test_cuda_target_without_cuda(monkeypatch: Any) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context("cuda"))
+    assert not availability.available
+    assert "sees no CUDA device" in availability.reason
+
+
+@pytest.mark.parametrize(
+    ("scheme", "capability", "available", "needle"),
+    [
+        (Scheme.FP8, (8, 6), False, "8.9+"),
+        (Scheme.FP8, (9, 0), True, None),
+        (Scheme.INT4_WEIGHT_ONLY, (7, 5), False, "8.0+"),
+        (Scheme.INT4_WEIGHT_ONLY, (8, 0), True, None),
+        (Scheme.INT8_DYNAMIC, (7, 5), True, None),
+    ],
+)
+def test_gpu_generation_gates(
+    monkeypatch: Any,
+    scheme: Scheme,
+    capability: tuple[int, int],
+    available: bool,
+    needle: str | None,
+) -> None:
+    _fake_gpu(monkeypatch, capability)
+    availability = TorchAOProvider(scheme).probe(_context("cuda"))
+    assert availability.available is available, availability.reason
+    if needle:
+        assert needle in availability.reason
+        assert f"{capability[0]}.{capability[1]}" in availability.reason
+
+
+def test_int4_on_cuda_uses_tinygemm_in_bf16(monkeypatch: Any) -> None:
+    _fake_gpu(monkeypatch, (9, 0))
+    availability = TorchAOProvider(Scheme.INT4_WEIGHT_ONLY).probe(_context("cuda"))
+    assert "tile_packed_to_4d" in availability.details["layout"]
+
+
+def test_missing_cuda_device_index(monkeypatch: Any) -> None:
+    _fake_gpu(monkeypatch, (9, 0))
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context("cuda:3"))
+    assert not availability.available
+    assert "cuda:3 does not exist" in availability.reason
+
+
+def test_unsupported_device_type() -> None:
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context("mps"))
+    assert not availability.available
+    assert "cpu and cuda" in availability.reason
+
+
+def test_probe_never_raises(monkeypatch: Any) -> None:
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("metadata store is corrupt")
+
+    monkeypatch.setattr(provider_module, "check_distribution", boom)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    assert not availability.available
+    assert "metadata store is corrupt" in availability.reason
