@@ -23,6 +23,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     for row in cells:
         for index, value in enumerate(row):
             widths[index] = max(widths[index], len(value))
+
     # The last column (reasons, hints) is not padded so long text does not widen the rest.
     def line(values: Sequence[str]) -> str:
         padded = [v.ljust(widths[i]) for i, v in enumerate(values[:-1])]
@@ -47,7 +48,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         ("platform", info.platform),
         ("torch", info.torch),
         ("cuda / cudnn", f"{info.cuda or '-'} / {info.cudnn or '-'}"),
-        ("cpu", f"{cpu.model}, {cpu.logical_cores} logical cores, {cpu.torch_threads} torch threads"),
+        (
+            "cpu",
+            f"{cpu.model}, {cpu.logical_cores} logical cores, {cpu.torch_threads} torch threads",
+        ),
         ("cpu isa", ", ".join(cpu.isa_flags) or "none of interest"),
         ("torch cpu kernels", cpu.torch_cpu_capability),
         ("amp", ", ".join(info.amp_dtypes) or "no"),
@@ -57,7 +61,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     ]
     if info.cuda_device:
         gpu = info.cuda_device
-        rows.append(("gpu", f"{gpu.name}, sm {gpu.compute_capability}, {gpu.total_memory_mb:.0f} MiB"))
+        rows.append(
+            ("gpu", f"{gpu.name}, sm {gpu.compute_capability}, {gpu.total_memory_mb:.0f} MiB")
+        )
     print(format_table(("field", "value"), rows))
     available = [p.name for p in info.providers if p.available]
     print(f"\nproviders available: {', '.join(available) or 'none'} (details: dlopt providers)")
@@ -73,15 +79,17 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     registry = load_providers()
     statuses = registry.probe_all(ProviderContext(target=ExecutionTarget(args.device)))
     if args.json:
-        print(json.dumps(
-            {
-                "device": args.device,
-                "providers": to_jsonable(statuses),
-                "plugin_failures": to_jsonable(registry.failures),
-            },
-            indent=2,
-            allow_nan=False,
-        ))
+        print(
+            json.dumps(
+                {
+                    "device": args.device,
+                    "providers": to_jsonable(statuses),
+                    "plugin_failures": to_jsonable(registry.failures),
+                },
+                indent=2,
+                allow_nan=False,
+            )
+        )
         return EXIT_OK
     rows = [
         (
@@ -95,13 +103,23 @@ def _cmd_providers(args: argparse.Namespace) -> int:
         )
         for s in statuses
     ]
-    print(format_table(("provider", "distribution", "version", "precision", "status", "reason", "install"), rows))
+    print(
+        format_table(
+            ("provider", "distribution", "version", "precision", "status", "reason", "install"),
+            rows,
+        )
+    )
     if registry.failures:
         print("\nplugins that failed to load:")
-        print(format_table(
-            ("plugin", "distribution", "version", "stage", "error"),
-            [(f.plugin, f.distribution, f.version, f.stage, f.error) for f in registry.failures],
-        ))
+        print(
+            format_table(
+                ("plugin", "distribution", "version", "stage", "error"),
+                [
+                    (f.plugin, f.distribution, f.version, f.stage, f.error)
+                    for f in registry.failures
+                ],
+            )
+        )
     return EXIT_OK
 
 
@@ -117,11 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p_inspect = sub.add_parser("inspect", help="show runtime provenance (versions, device, ISA)")
-    p_inspect.add_argument("--device", default="cpu", help="torch device to describe (default: cpu)")
+    p_inspect.add_argument(
+        "--device", default="cpu", help="torch device to describe (default: cpu)"
+    )
     p_inspect.add_argument("--json", action="store_true", help="print the record as JSON")
     p_inspect.set_defaults(handler=_cmd_inspect)
 
-    p_prov = sub.add_parser("providers", help="list providers, their availability and install hints")
+    p_prov = sub.add_parser(
+        "providers", help="list providers, their availability and install hints"
+    )
     p_prov.add_argument("--device", default="cpu", help="target device to probe (default: cpu)")
     p_prov.add_argument("--json", action="store_true", help="print as JSON")
     p_prov.set_defaults(handler=_cmd_providers)

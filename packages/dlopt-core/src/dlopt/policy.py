@@ -19,7 +19,9 @@ OBJECTIVES: tuple[str, ...] = ("steady_state_latency", "lifecycle_latency")
 
 def _positive_or_none(name: str):
     def check(instance: object, attribute: object, value: float | None) -> None:
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        if value is not None and not (
+            isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+        ):
             raise ConfigurationError(f"{name} must be a number > 0 or None, got {value!r}")
 
     return check
@@ -39,13 +41,21 @@ class DeploymentConstraints:
 
     min_speedup: float = field(default=1.02, validator=_positive_or_none("min_speedup"))
     expected_calls: int | None = None
-    max_setup_time_s: float | None = field(default=None, validator=_positive_or_none("max_setup_time_s"))
+    max_setup_time_s: float | None = field(
+        default=None, validator=_positive_or_none("max_setup_time_s")
+    )
     max_first_call_time_s: float | None = field(
         default=None, validator=_positive_or_none("max_first_call_time_s")
     )
-    max_peak_memory_mb: float | None = field(default=None, validator=_positive_or_none("max_peak_memory_mb"))
-    max_latency_ms: float | None = field(default=None, validator=_positive_or_none("max_latency_ms"))
-    max_p99_latency_ms: float | None = field(default=None, validator=_positive_or_none("max_p99_latency_ms"))
+    max_peak_memory_mb: float | None = field(
+        default=None, validator=_positive_or_none("max_peak_memory_mb")
+    )
+    max_latency_ms: float | None = field(
+        default=None, validator=_positive_or_none("max_latency_ms")
+    )
+    max_p99_latency_ms: float | None = field(
+        default=None, validator=_positive_or_none("max_p99_latency_ms")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.expected_calls is not None and self.expected_calls < 0:

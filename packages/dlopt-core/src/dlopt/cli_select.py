@@ -1,0 +1,306 @@
+"""``dlopt select`` and ``dlopt report``: race plans from a shell, read saved reports."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlopt.errors import ConfigurationError, WorkloadError
+from dlopt.events import Event, EventKind
+from dlopt.hookspecs import hookimpl
+
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "int64": "int64",
+    "long": "int64",
+    "int32": "int32",
+    "int": "int32",
+    "bool": "bool",
+}
+_SHAPE = re.compile(r"^\d+(x\d+)*$")
+
+
+def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
+    """``"8x3x224x224[:dtype]"`` -> ``((8, 3, 224, 224), "float32")``."""
+    shape_text, _, dtype_text = spec.partition(":")
+    if not _SHAPE.match(shape_text):
+        raise WorkloadError(
+            f"bad input shape {spec!r}: write dimensions joined by 'x', e.g. 8x3x224x224[:float16]"
+        )
+    dtype = _DTYPES.get((dtype_text or "float32").lower())
+    if dtype is None:
+        raise WorkloadError(
+            f"unknown dtype {dtype_text!r} in {spec!r}; use one of {', '.join(sorted(set(_DTYPES)))}"
+        )
+    return tuple(int(d) for d in shape_text.split("x")), dtype
+
+
+def parse_case_spec(spec: str) -> tuple[str, tuple[int, ...], str, float]:
+    """``"NAME=SHAPE[:dtype]@WEIGHT"`` -> ``(name, shape, dtype, weight)``."""
+    name, sep, rest = spec.partition("=")
+    if not sep or not name:
+        raise WorkloadError(
+            f"bad --case {spec!r}: write NAME=SHAPE[:dtype]@WEIGHT, e.g. batch-8=8x3x224x224@25"
+        )
+    shape_spec, _, weight_text = rest.partition("@")
+    try:
+        weight = float(weight_text) if weight_text else 1.0
+    except ValueError:
+        raise WorkloadError(
+            f"bad weight {weight_text!r} in --case {spec!r}: use a number"
+        ) from None
+    shape, dtype = parse_input_spec(shape_spec)
+    return name, shape, dtype, weight
+
+
+def _random_input(shape: tuple[int, ...], dtype: str, seed: int) -> Any:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    torch_dtype = getattr(torch, dtype)
+    if torch_dtype.is_floating_point:
+        return torch.randn(shape, generator=generator).to(torch_dtype)
+    if torch_dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    return torch.randint(0, 100, shape, generator=generator).to(torch_dtype)
+
+
+def load_factory(spec: str) -> Any:
+    """Import ``MODULE:FACTORY`` and call it; the result must be an ``nn.Module``."""
+    import torch
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"bad model {spec!r}: write MODULE:FACTORY, e.g. mypkg.models:build_resnet"
+        )
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like `python -m`, let users name local modules
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise ConfigurationError(f"{module_name!r} has no attribute {attr!r}")
+    model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigurationError(
+            f"{spec} returned {type(model).__name__}, expected a torch.nn.Module"
+        )
+    return model.eval()
+
+
+class ProgressPrinter:
+    """Prints progress events to stderr: the CLI's ``dlopt_on_event`` hook implementation."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+
+    @hookimpl
+    def dlopt_on_event(self, event: Event) -> None:
+        if event.kind is EventKind.ROUND_FINISHED:
+            resolved = event.data.get("resolved") or []
+            print(f"  round {event.data.get('round')}: resolved {len(resolved)}", file=self.stream)
+            return
+        prefix = f"[{event.candidate}] " if event.candidate else ""
+        print(f"{event.kind.value}: {prefix}{event.message}", file=self.stream)
+
+
+def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def candidates_table(report: Any) -> str:
+    from dlopt.cli import format_table
+
+    rows = []
+    for c in report.candidates:
+        speedup = c.speedup_vs_eager
+        speed_text = "-"
+        if c.name == "eager_fp32":
+            speed_text = "1 (reference)"
+        elif speedup is not None and speedup.point is not None:
+            speed_text = f"{speedup.point:.2f} [{_fmt(speedup.low, '{:.2f}')}, {_fmt(speedup.high, '{:.2f}')}]"
+        note = ""
+        if c.error is not None:
+            note = f"{c.error.stage}: {c.error.message}"
+        elif c.status == "unavailable":
+            note = c.availability_reason or ""
+        elif c.measurement_verdict:
+            note = c.measurement_verdict + (" (noisy)" if c.noisy else "")
+        rows.append(
+            (
+                c.name,
+                c.status,
+                c.precision,
+                _fmt(c.latency_ms),
+                _fmt(c.latency_p99_ms),
+                speed_text,
+                _fmt(c.setup_time_s, "{:.2f}"),
+                _fmt(c.first_call_time_s, "{:.2f}"),
+                _fmt(c.peak_memory_mb, "{:.0f}"),
+                note if len(note) < 140 else note[:137] + "...",
+            )
+        )
+    return format_table(
+        (
+            "plan",
+            "status",
+            "prec",
+            "median ms",
+            "p99 ms",
+            "speedup vs eager [CI]",
+            "setup s",
+            "1st call s",
+            "peak MB",
+            "notes",
+        ),
+        rows,
+    )
+
+
+def print_report(report: Any) -> None:
+    print(candidates_table(report))
+    m = report.measurement
+    if m is not None:
+        print(
+            f"\nmeasurement: {m.rounds} rounds, {m.timed_calls} timed calls, {m.total_time_s:.1f}s, "
+            f"stop: {m.stop_reason}, seed {m.seed}, confidence {m.confidence:g}"
+        )
+    print(f"\nselected: {report.selected_plan} (baseline {report.baseline})")
+    print(f"reason: {report.selection_reason}")
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from dlopt.demo import build_demo_model, demo_workload
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.optimizer import InferenceOptimizer
+    from dlopt.policy import DeploymentConstraints, OptimizationPolicy
+    from dlopt.providers.loader import load_providers
+    from dlopt.workload import WorkloadCase, WorkloadProfile
+
+    if args.demo == bool(args.model):
+        raise ConfigurationError("give either MODULE:FACTORY or --demo")
+    if args.demo:
+        model, workload = build_demo_model(), demo_workload()
+    else:
+        model = load_factory(args.model)
+        specs = [parse_case_spec(c) for c in args.case]
+        if args.input:
+            specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
+        if not specs:
+            raise ConfigurationError(
+                "describe the inputs: --input 8x3x224x224 and/or --case NAME=SHAPE@WEIGHT"
+            )
+        workload = WorkloadProfile(
+            name=args.model,
+            cases=tuple(
+                WorkloadCase(name, args=(_random_input(shape, dtype, i),), weight=weight)
+                for i, (name, shape, dtype, weight) in enumerate(specs)
+            ),
+        )
+    measurement = (
+        MeasurementPolicy(max_time_s=args.max_measure_time, seed=args.seed)
+        if args.seed is not None
+        else MeasurementPolicy(max_time_s=args.max_measure_time)
+    )
+    policy = OptimizationPolicy(
+        objective=args.objective,
+        constraints=DeploymentConstraints(
+            min_speedup=args.min_speedup, expected_calls=args.expected_calls
+        ),
+        measurement=measurement,
+        include=tuple(args.include) if args.include else None,
+        exclude=tuple(args.exclude),
+    )
+    registry = load_providers()
+    registry.plugin_manager.register(ProgressPrinter(), name="dlopt.cli.progress")
+    optimizer = InferenceOptimizer(
+        target=args.device, policy=policy, registry=registry, artifact_dir=args.artifacts
+    )
+    decision = optimizer.select(model, workload)
+    print()
+    print_report(decision.report)
+    if args.report:
+        path = decision.save_report(args.report)
+        print(f"report: {path}")
+    if args.bundle:
+        print(f"bundle: {decision.save_bundle(args.bundle)}")
+    decision.close()
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dlopt.report import load_report
+
+    try:
+        report = load_report(args.path)
+    except FileNotFoundError:
+        raise ConfigurationError(f"no report at {args.path}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{args.path} is not a dlopt report: {exc}") from exc
+    print(
+        f"workload: {report.workload.name}; objective: {report.objective}; target: {report.target.device}"
+    )
+    print_report(report)
+    return 0
+
+
+def add_select_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "select",
+        help="race every eligible plan and pick one",
+        description="Build, validate and race every eligible plan on the given inputs.",
+    )
+    p.add_argument("model", nargs="?", help="MODULE:FACTORY returning an nn.Module (or use --demo)")
+    p.add_argument("--demo", action="store_true", help="use the built-in demo model and workload")
+    p.add_argument("--input", help="one input signature, e.g. 8x3x224x224[:float16]")
+    p.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="NAME=SHAPE@WEIGHT",
+        help="a workload case (repeatable), e.g. batch-1=1x3x224x224@70",
+    )
+    p.add_argument("--device", default="cpu", help="target device (default: cpu)")
+    p.add_argument(
+        "--objective",
+        default="steady_state_latency",
+        choices=("steady_state_latency", "lifecycle_latency"),
+    )
+    p.add_argument(
+        "--expected-calls", type=int, default=None, help="calls the deployment will serve"
+    )
+    p.add_argument(
+        "--min-speedup", type=float, default=1.02, help="bar a challenger must clear (default 1.02)"
+    )
+    p.add_argument(
+        "--max-measure-time", type=float, default=30.0, help="measurement budget in seconds"
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed of the round shuffles (recorded)")
+    p.add_argument(
+        "--include", action="append", default=[], metavar="PLAN", help="race only these plans"
+    )
+    p.add_argument(
+        "--exclude", action="append", default=[], metavar="PLAN", help="never race these plans"
+    )
+    p.add_argument("--report", help="write the JSON report here")
+    p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
+    p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
+    p.set_defaults(handler=_cmd_select)
+
+    r = sub.add_parser("report", help="print a saved report as a table")
+    r.add_argument("path", help="report JSON written by dlopt select --report")
+    r.set_defaults(handler=_cmd_report)

@@ -1,0 +1,757 @@
+"""``InferenceOptimizer``: wires providers, validation, measurement and selection together.
+
+One data flow, stage by stage (each stage lives in its own module):
+
+    reference (eager fp32, checked) -> probe -> build (setup timed) -> first calls (timed)
+    -> validate every case -> race (measurement) -> constraints -> choose (selection)
+    -> OptimizationDecision + report
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import functools
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt import __version__
+from dlopt.decision import OptimizationDecision
+from dlopt.errors import ConfigurationError, ReferenceCheckError
+from dlopt.events import Event, EventKind
+from dlopt.measurement import (
+    Clock,
+    MemoryProbe,
+    MonotonicClock,
+    PeakMemory,
+    RaceResult,
+    RatioInterval,
+    run_race,
+    time_call,
+)
+from dlopt.measurement.compare import paired_speedup
+from dlopt.policy import OptimizationPolicy
+from dlopt.providers.contract import BuiltPlan, ExecutionProvider, ProviderContext, ProviderInfo
+from dlopt.providers.loader import ProviderRegistry, ProviderStatus, load_providers, probe_provider
+from dlopt.report import (
+    SCHEMA_VERSION,
+    CandidateEvidence,
+    CaseEvidence,
+    CaseSignature,
+    MeasurementSummary,
+    OptimizationReport,
+    StageError,
+    WorkloadSummary,
+)
+from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
+from dlopt.selection import EAGER, Costs, SelectionOutcome, choose
+from dlopt.serialization import finite_or_none, to_jsonable
+from dlopt.target import ExecutionTarget
+from dlopt.validation import (
+    CaseValidation,
+    ModelGuard,
+    ReferenceOutputs,
+    ValidationResult,
+    capture_reference,
+    validate_outputs,
+)
+from dlopt.workload import WorkloadCase, WorkloadProfile
+
+Observer = Callable[[Event], None]
+
+
+@attrs.define(eq=False)
+class _Candidate:
+    """Working state of one candidate during a selection."""
+
+    info: ProviderInfo
+    status: ProviderStatus | None = None
+    plan: BuiltPlan | None = None
+    setup_s: float | None = None
+    first_calls_s: list[float] = attrs.field(factory=list)
+    memory: PeakMemory | None = None
+    validation: ValidationResult | None = None
+    error: StageError | None = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def alive(self) -> bool:
+        return self.plan is not None and self.error is None
+
+
+class InferenceOptimizer:
+    """Selects the plan that serves a model fastest, without giving up correctness.
+
+    ``providers``: explicit provider instances; each replaces a discovered provider of the
+    same name (or adds one). ``registry``: providers already loaded (default: core's
+    built-ins plus every ``dlopt.providers`` entry point). ``clock``: the measurement
+    clock (tests inject a fake one). ``observers``: callables receiving progress events,
+    in addition to ``dlopt_on_event`` hook implementations. ``artifact_dir``: where plans
+    write engines and exported models (default: a fresh temporary directory).
+    """
+
+    def __init__(
+        self,
+        target: ExecutionTarget | str = "cpu",
+        policy: OptimizationPolicy | None = None,
+        providers: Sequence[ExecutionProvider] = (),
+        *,
+        registry: ProviderRegistry | None = None,
+        clock: Clock | None = None,
+        observers: Sequence[Observer] = (),
+        artifact_dir: str | Path | None = None,
+    ) -> None:
+        self.target = target if isinstance(target, ExecutionTarget) else ExecutionTarget(target)
+        self.policy = policy if policy is not None else OptimizationPolicy()
+        self.explicit_providers = tuple(providers)
+        self._registry = registry
+        self.clock = clock if clock is not None else MonotonicClock()
+        self.observers = tuple(observers)
+        self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
+
+    # -- public API ------------------------------------------------------------------
+    def select_signature(
+        self, model: torch.nn.Module, *args: Any, **kwargs: Any
+    ) -> OptimizationDecision:
+        """Select for one request signature: ``select_signature(model, x)``."""
+        return self.select(model, WorkloadProfile.single(*args, **kwargs))
+
+    def select(
+        self, model: torch.nn.Module, workload: WorkloadProfile | Sequence[WorkloadCase]
+    ) -> OptimizationDecision:
+        """Race every eligible plan on ``workload`` and return the decision."""
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigurationError(
+                f"model must be a torch.nn.Module, got {type(model).__name__}; wrap plain "
+                "functions in a Module"
+            )
+        if not isinstance(workload, WorkloadProfile):
+            workload = WorkloadProfile(cases=tuple(workload))
+        self._check_model_device(model)
+        constraints = self.policy.constraints
+        expected_calls = (
+            constraints.expected_calls
+            if constraints.expected_calls is not None
+            else workload.expected_calls
+        )
+        if self.policy.objective == "lifecycle_latency" and expected_calls is None:
+            raise ConfigurationError(
+                "objective 'lifecycle_latency' needs a call horizon: set "
+                "DeploymentConstraints(expected_calls=...) or WorkloadProfile(expected_calls=...)"
+            )
+        registry = self._registry if self._registry is not None else load_providers()
+        with self._threads():
+            return self._select(model, workload, registry, expected_calls)
+
+    # -- stages ----------------------------------------------------------------------
+    def _select(
+        self,
+        model: torch.nn.Module,
+        workload: WorkloadProfile,
+        registry: ProviderRegistry,
+        expected_calls: int | None,
+    ) -> OptimizationDecision:
+        emit = functools.partial(self._emit, registry)
+        artifact_dir = self.artifact_dir or Path(tempfile.mkdtemp(prefix="dlopt-"))
+        context = ProviderContext(
+            target=self.target, policy=self.policy, workload=workload, artifact_dir=artifact_dir
+        )
+        candidates = [_Candidate(info) for info in self._providers(registry)]
+        emit(
+            Event(
+                EventKind.RACE_STARTED,
+                f"{len(candidates)} providers, {len(workload.cases)} cases",
+                data={"providers": [c.name for c in candidates]},
+            )
+        )
+
+        # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
+        reference = capture_reference(model, workload, self.policy.quality, target=self.target)
+        guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
+
+        for cand in candidates:
+            self._prepare(cand, model, context, reference, guard, emit)
+        eager = next(c for c in candidates if c.name == EAGER)
+        if not eager.alive:
+            self._close_all(candidates)
+            raise ReferenceCheckError(
+                f"the eager_fp32 plan failed at {eager.error.stage if eager.error else '?'}: "
+                f"{eager.error.message if eager.error else 'unknown'}"
+            )
+
+        race = self._race(candidates, reference, workload, emit)
+        self._apply_measured_constraints(candidates, race, emit)
+        outcome = self._choose(candidates, race, expected_calls)
+        report = self._report(workload, registry, candidates, race, outcome, expected_calls)
+        selected = next(c for c in candidates if c.name == outcome.selected)
+        for cand in candidates:
+            if cand is not selected and cand.plan is not None:
+                cand.plan.close()
+        emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
+        assert selected.plan is not None
+        return OptimizationDecision(selected.plan, report)
+
+    def _providers(self, registry: ProviderRegistry) -> list[ProviderInfo]:
+        explicit = {p.name: ProviderInfo(p, plugin="explicit") for p in self.explicit_providers}
+        infos: list[ProviderInfo] = []
+        for info in registry.providers:
+            infos.append(explicit.pop(info.name, info))
+        infos.extend(explicit.values())
+        # eager_fp32 is the reference: it always races, whatever include/exclude say.
+        chosen = [i for i in infos if i.name == EAGER or self.policy.wants(i.name)]
+        chosen.sort(key=lambda i: i.name != EAGER)
+        if not chosen or chosen[0].name != EAGER:
+            raise ConfigurationError("no eager_fp32 provider: it is required as the reference plan")
+        return chosen
+
+    def _prepare(
+        self,
+        cand: _Candidate,
+        model: torch.nn.Module,
+        context: ProviderContext,
+        reference: ReferenceOutputs,
+        guard: ModelGuard,
+        emit: Callable[[Event], None],
+    ) -> None:
+        """Probe, build (timed), first-call every case (timed), check the model, validate."""
+        cand.status = probe_provider(cand.info, context)
+        if not cand.status.availability.available:
+            emit(
+                Event(
+                    EventKind.PROVIDER_UNAVAILABLE,
+                    cand.status.availability.reason or "unavailable",
+                    candidate=cand.name,
+                )
+            )
+            return
+        sync = self._synchronize()
+        outputs: list[Any] = []
+        memory_probe = MemoryProbe(self.target.device).start()
+        try:
+            stage = "build"
+            try:
+                built: list[BuiltPlan] = []
+                cand.setup_s = time_call(
+                    lambda: built.append(cand.info.provider.build(model, context)), self.clock, sync
+                )
+                cand.plan = built[0]
+                if not isinstance(cand.plan, BuiltPlan):
+                    raise TypeError(
+                        f"build() returned {type(cand.plan).__name__}, expected BuiltPlan"
+                    )
+                self._check_model(cand, model, guard, stage)
+                stage = "first_call"
+                plan = cand.plan
+                with torch.inference_mode():
+                    for case in reference.cases:
+                        cand.first_calls_s.append(
+                            time_call(
+                                lambda c=case: outputs.append(plan(*c.args, **c.kwargs)),
+                                self.clock,
+                                sync,
+                            )
+                        )
+                self._check_model(cand, model, guard, stage)
+            except Exception as exc:
+                if cand.error is None:
+                    cand.error = StageError(stage, f"{type(exc).__name__}: {exc}")
+        finally:
+            cand.memory = memory_probe.stop()
+        if cand.error is None:
+            cases = [
+                validate_outputs(
+                    out,
+                    case.outputs,
+                    precision=cand.plan.precision,  # type: ignore[union-attr]
+                    output_dtype=cand.plan.output_dtype,  # type: ignore[union-attr]
+                    policy=self.policy.quality,
+                    case_name=case.name,
+                )
+                for out, case in zip(outputs, reference.cases)
+            ]
+            cand.validation = ValidationResult.from_cases(cases)
+            if not cand.validation.passed:
+                cand.error = StageError("validation", cand.validation.reason or "failed validation")
+        if cand.error is None:
+            self._apply_build_constraints(cand)
+        if cand.error is not None:
+            self._reject(cand, emit)
+            return
+        emit(
+            Event(
+                EventKind.CANDIDATE_VALIDATED,
+                "passed validation on every case",
+                candidate=cand.name,
+                data={"setup_time_s": cand.setup_s, "first_call_time_s": sum(cand.first_calls_s)},
+            )
+        )
+
+    def _check_model(
+        self, cand: _Candidate, model: torch.nn.Module, guard: ModelGuard, stage: str
+    ) -> None:
+        problem = guard.check(model, stage=stage, plan=cand.name)
+        if problem is None:
+            return
+        # Put the user's weights back before anything else runs on them.
+        guard.restore(model)
+        cand.error = StageError(stage, problem + " (the weights were restored)")
+        raise RuntimeError(problem)
+
+    def _apply_build_constraints(self, cand: _Candidate) -> None:
+        limits = self.policy.constraints
+        if limits.max_setup_time_s is not None and (cand.setup_s or 0) > limits.max_setup_time_s:
+            cand.error = StageError(
+                "constraint",
+                f"setup took {cand.setup_s:.2f}s > max_setup_time_s {limits.max_setup_time_s:g}s",
+            )
+        elif (
+            limits.max_first_call_time_s is not None
+            and max(cand.first_calls_s, default=0) > limits.max_first_call_time_s
+        ):
+            cand.error = StageError(
+                "constraint",
+                f"first call took {max(cand.first_calls_s):.2f}s > max_first_call_time_s {limits.max_first_call_time_s:g}s",
+            )
+        elif (
+            limits.max_peak_memory_mb is not None
+            and cand.memory is not None
+            and cand.memory.mb is not None
+            and cand.memory.mb > limits.max_peak_memory_mb
+        ):
+            cand.error = StageError(
+                "constraint",
+                f"peak memory {cand.memory.mb:.1f} MB > max_peak_memory_mb {limits.max_peak_memory_mb:g} MB",
+            )
+
+    def _race(
+        self,
+        candidates: list[_Candidate],
+        reference: ReferenceOutputs,
+        workload: WorkloadProfile,
+        emit: Callable[[Event], None],
+    ) -> RaceResult:
+        alive = [c for c in candidates if c.alive]
+        callables = {
+            c.name: [
+                functools.partial(c.plan, *case.args, **case.kwargs) for case in reference.cases
+            ]  # type: ignore[arg-type]
+            for c in alive
+        }
+
+        def on_round(round_number: int, snapshot: RaceResult) -> None:
+            emit(
+                Event(
+                    EventKind.ROUND_FINISHED,
+                    f"round {round_number}",
+                    data={
+                        "round": round_number,
+                        "resolved": [
+                            m.name
+                            for m in snapshot.candidates
+                            if m.verdict in ("faster", "not_faster", "dropped")
+                        ],
+                    },
+                )
+            )
+
+        with torch.inference_mode():
+            race = run_race(
+                callables,
+                weights=workload.weights,
+                baseline=EAGER,
+                min_speedup=self.policy.constraints.min_speedup,
+                policy=self.policy.measurement,
+                clock=self.clock,
+                synchronize=self._synchronize(),
+                on_round=on_round,
+                case_names=[case.name for case in reference.cases],
+            )
+        for cand in alive:
+            measured = race.candidate(cand.name)
+            if measured.verdict == "failed":
+                cand.error = StageError("measure", measured.error or "failed during measurement")
+                self._reject(cand, emit)
+        return race
+
+    def _apply_measured_constraints(
+        self, candidates: list[_Candidate], race: RaceResult, emit: Callable[[Event], None]
+    ) -> None:
+        limits = self.policy.constraints
+        for cand in candidates:
+            if not cand.alive or cand.name == EAGER:
+                continue
+            measured = race.candidate(cand.name)
+            mean = measured.weighted_mean_ms
+            p99 = _weighted(race, measured, "p99_ms")
+            if (
+                limits.max_latency_ms is not None
+                and mean is not None
+                and mean > limits.max_latency_ms
+            ):
+                cand.error = StageError(
+                    "constraint",
+                    f"mean latency {mean:.3f} ms > max_latency_ms {limits.max_latency_ms:g}",
+                )
+            elif (
+                limits.max_p99_latency_ms is not None
+                and p99 is not None
+                and p99 > limits.max_p99_latency_ms
+            ):
+                cand.error = StageError(
+                    "constraint",
+                    f"p99 latency {p99:.3f} ms > max_p99_latency_ms {limits.max_p99_latency_ms:g}",
+                )
+            if cand.error is not None:
+                self._reject(cand, emit)
+
+    def _choose(
+        self, candidates: list[_Candidate], race: RaceResult, expected_calls: int | None
+    ) -> SelectionOutcome:
+        eligible = []
+        for cand in candidates:
+            if not cand.alive:
+                continue
+            steady = race.candidate(cand.name).weighted_mean_ms
+            if steady is None and cand.name != EAGER:
+                continue
+            eligible.append(
+                Costs(
+                    cand.name,
+                    cand.setup_s or 0.0,
+                    sum(cand.first_calls_s),
+                    steady,
+                    first_call_count=len(cand.first_calls_s),
+                )
+            )
+
+        def steady_speedup(name: str, against: str) -> RatioInterval | None:
+            if against == EAGER:
+                return race.candidate(name).speedup_vs_baseline
+            return paired_speedup(race, name, against)
+
+        return choose(
+            objective=self.policy.objective,
+            min_speedup=self.policy.constraints.min_speedup,
+            expected_calls=expected_calls,
+            eligible=eligible,
+            steady_speedup=steady_speedup,
+            confidence=race.confidence,
+        )
+
+    # -- report ----------------------------------------------------------------------
+    def _report(
+        self,
+        workload: WorkloadProfile,
+        registry: ProviderRegistry,
+        candidates: list[_Candidate],
+        race: RaceResult,
+        outcome: SelectionOutcome,
+        expected_calls: int | None,
+    ) -> OptimizationReport:
+        runtime = inspect_runtime(self.target, with_providers=False)
+        runtime = attrs.evolve(
+            runtime,
+            providers=tuple(
+                ProviderAvailabilityRecord(
+                    c.name,
+                    c.info.distribution,
+                    c.info.version,
+                    c.status.availability.available,
+                    c.status.availability.reason,
+                    c.status.availability.install_hint,
+                    dict(c.status.availability.sdk_versions),
+                )
+                for c in candidates
+                if c.status is not None
+            ),
+            plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in registry.failures),
+        )
+        comparisons = {(c.candidate, c.against): c for c in outcome.comparisons}
+        evidence = tuple(
+            self._evidence(c, race, outcome, comparisons, expected_calls) for c in candidates
+        )
+        return OptimizationReport(
+            schema_version=SCHEMA_VERSION,
+            dlopt_version=__version__,
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            objective=self.policy.objective,
+            target=self.target,
+            constraints=attrs.evolve(self.policy.constraints, expected_calls=expected_calls),
+            quality=_quality_summary(self.policy),
+            workload=WorkloadSummary(
+                workload.name,
+                workload.expected_calls,
+                tuple(
+                    CaseSignature(
+                        case.name, float(case.weight), describe_inputs(case.args, case.kwargs)
+                    )
+                    for case in workload.cases
+                ),
+            ),
+            runtime=runtime,
+            baseline=outcome.baseline,
+            selected_plan=outcome.selected,
+            selection_reason=outcome.reason,
+            candidates=evidence,
+            measurement=MeasurementSummary(
+                seed=race.seed,
+                rounds=race.rounds,
+                stop_reason=race.stop_reason,
+                total_time_s=race.total_time_s,
+                timed_calls=race.timed_calls,
+                untimed_calls=race.untimed_calls,
+                confidence=race.confidence,
+                policy=race.policy,
+            ),
+            plugin_failures=tuple(registry.failures),
+        )
+
+    def _evidence(
+        self,
+        cand: _Candidate,
+        race: RaceResult,
+        outcome: SelectionOutcome,
+        comparisons: dict,
+        expected_calls: int | None,
+    ) -> CandidateEvidence:
+        availability = cand.status.availability if cand.status else None
+        precision = (
+            cand.plan.precision.value
+            if cand.plan
+            else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
+        )
+        base = dict(
+            name=cand.name,
+            precision=precision,
+            plugin=cand.info.plugin,
+            distribution=cand.info.distribution,
+            version=cand.info.version,
+            availability_reason=availability.reason if availability else None,
+            install_hint=availability.install_hint if availability else None,
+            error=cand.error,
+            metadata=_jsonable(cand.plan.metadata) if cand.plan else {},
+            artifacts={k: str(v) for k, v in cand.plan.artifacts.items()} if cand.plan else {},
+        )
+        if availability is not None and not availability.available:
+            return CandidateEvidence(status="unavailable", **base)
+        measured = None
+        try:
+            measured = race.candidate(cand.name)
+        except KeyError:
+            pass
+        validation_by_case: dict[str, CaseValidation] = {
+            v.case: v for v in (cand.validation.cases if cand.validation else ())
+        }
+        latency_by_case = {s.case: s for s in (measured.cases if measured else ())}
+        cases = tuple(
+            CaseEvidence(
+                name=name,
+                weight=weight,
+                first_call_time_s=cand.first_calls_s[i] if i < len(cand.first_calls_s) else None,
+                latency=latency_by_case.get(name),
+                validation=validation_by_case.get(name),
+            )
+            for i, (name, weight) in enumerate(zip(race.case_names, race.weights))
+        )
+        if cand.name == outcome.selected:
+            status = "selected"
+        elif cand.error is not None:
+            status = "rejected"
+        elif cand.name == outcome.baseline:
+            status = "baseline"
+        else:
+            status = "lost"
+        versus_eager = comparisons.get((cand.name, EAGER))
+        versus_base = comparisons.get((cand.name, outcome.baseline))
+        judged = versus_base or versus_eager
+        steady_eager = measured.speedup_vs_baseline if measured and cand.name != EAGER else None
+        steady_native = None
+        if measured and cand.alive and outcome.baseline != EAGER and cand.name != outcome.baseline:
+            steady_native = paired_speedup(race, cand.name, outcome.baseline)
+        mean = measured.weighted_mean_ms if measured else None
+        total = outcome.projected_total_ms.get(cand.name)
+        lifecycle = self.policy.objective == "lifecycle_latency"
+        selection_interval = judged.speedup if (lifecycle and judged) else None
+        return CandidateEvidence(
+            status=status,
+            latency_ms=_weighted(race, measured, "median_ms"),
+            latency_mean_ms=mean,
+            latency_p90_ms=_weighted(race, measured, "p90_ms"),
+            latency_p95_ms=_weighted(race, measured, "p95_ms"),
+            latency_p99_ms=_weighted(race, measured, "p99_ms"),
+            latency_ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
+            latency_ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
+            selection_cost_ms=total if lifecycle else mean,
+            selection_cost_low_ms=(
+                _scale(total, selection_interval, "high")
+                if lifecycle
+                else (measured.weighted_mean_low_ms if measured else None)
+            ),
+            selection_cost_high_ms=(
+                _scale(total, selection_interval, "low")
+                if lifecycle
+                else (measured.weighted_mean_high_ms if measured else None)
+            ),
+            confidence_gate_passed=judged.gate_passed if judged else None,
+            gate_against=judged.against if judged else None,
+            peak_memory_mb=cand.memory.mb if cand.memory else None,
+            peak_memory_method=cand.memory.method if cand.memory else None,
+            peak_memory_note=cand.memory.note if cand.memory else None,
+            setup_time_s=cand.setup_s,
+            first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
+            projected_total_ms=finite_or_none(total),
+            break_even_calls_vs_baseline=(versus_base.break_even_calls if versus_base else None),
+            break_even_note=(versus_base.break_even_note if versus_base else None),
+            speedup_vs_eager=steady_eager,
+            speedup_vs_native=steady_native,
+            speedup_vs_baseline_lifecycle=selection_interval,
+            measurement_verdict=measured.verdict if measured else None,
+            noisy=measured.noisy if measured else None,
+            parity=cand.validation,
+            cases=cases,
+            **base,
+        )
+
+    # -- helpers ---------------------------------------------------------------------
+    def _reject(self, cand: _Candidate, emit: Callable[[Event], None]) -> None:
+        assert cand.error is not None
+        if cand.plan is not None and cand.name != EAGER:
+            cand.plan.close()
+        emit(
+            Event(
+                EventKind.CANDIDATE_REJECTED,
+                f"{cand.error.stage}: {cand.error.message}",
+                candidate=cand.name,
+                data={"stage": cand.error.stage},
+            )
+        )
+
+    def _close_all(self, candidates: list[_Candidate]) -> None:
+        for cand in candidates:
+            if cand.plan is not None:
+                cand.plan.close()
+
+    def _emit(self, registry: ProviderRegistry, event: Event) -> None:
+        registry.emit(event)
+        for observer in self.observers:
+            with contextlib.suppress(Exception):
+                observer(event)
+
+    def _synchronize(self) -> Callable[[], None] | None:
+        if self.target.is_cuda:
+            device = self.target.torch_device()
+            return functools.partial(torch.cuda.synchronize, device)
+        return None
+
+    def _check_model_device(self, model: torch.nn.Module) -> None:
+        tensor = next(iter(model.parameters()), None)
+        if tensor is None:
+            tensor = next(iter(model.buffers()), None)
+        if tensor is None:
+            return
+        if tensor.device.type != self.target.device_type:
+            raise ConfigurationError(
+                f"the model's weights are on {tensor.device} but the target is {self.target.device}: "
+                f"move the model first (model.to({self.target.device!r})) or choose "
+                f"ExecutionTarget({tensor.device.type!r})"
+            )
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        if self.target.threads is None or self.target.device_type != "cpu":
+            yield
+            return
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.target.threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+
+def _weighted(race: RaceResult, measured: Any, statistic: str) -> float | None:
+    """Traffic-weighted average of a per-case statistic (``None`` if any case lacks it)."""
+    if measured is None or not measured.cases:
+        return None
+    total = 0.0
+    for weight, stats in zip(race.weights, measured.cases):
+        value = getattr(stats, statistic)
+        if value is None:
+            return None
+        total += weight * value
+    return finite_or_none(total)
+
+
+def _scale(total: float | None, interval: RatioInterval | None, end: str) -> float | None:
+    """Bound a projected total from the baseline total and a lifecycle speedup bound."""
+    if total is None or interval is None or interval.point is None:
+        return None
+    bound = getattr(interval, end)
+    if bound is None or bound <= 0:
+        return None
+    return finite_or_none(total * interval.point / bound)
+
+
+def describe_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """``args[0]: float32[8, 3, 64, 64]; kwargs['mask']: bool[8, 64]`` for reports."""
+    parts: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, torch.Tensor):
+            dtype = str(value.dtype).replace("torch.", "")
+            parts.append(f"{path}: {dtype}{list(value.shape)}")
+        elif isinstance(value, (tuple, list)):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}[{key!r}]")
+        else:
+            text = repr(value)
+            parts.append(f"{path}: {text if len(text) <= 40 else text[:37] + '...'}")
+
+    walk(tuple(args), "args")
+    for key, value in kwargs.items():
+        walk(value, f"kwargs[{key!r}]")
+    return "; ".join(parts)
+
+
+def _quality_summary(policy: OptimizationPolicy) -> dict[str, Any]:
+    """The quality policy as JSON; user metric functions are named, not serialized."""
+    quality = policy.quality
+    summary: dict[str, Any] = {
+        "limits": to_jsonable(quality.limits),
+        "per_precision": {
+            getattr(k, "value", str(k)): to_jsonable(v) for k, v in quality.per_precision.items()
+        },
+        "per_output": {k: to_jsonable(v) for k, v in quality.per_output.items()},
+        "user_metrics": [
+            {"name": m.name, "limit": m.limit, "direction": m.direction, "path": m.path}
+            for m in quality.user_metrics
+        ],
+        "training_mode": quality.training_mode,
+        "allow_nonfinite_reference": quality.allow_nonfinite_reference,
+        "reference_rel_tolerance": quality.reference_rel_tolerance,
+    }
+    return _jsonable(summary)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types only (strict: non-finite floats become None, unknowns become str)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return finite_or_none(value)
+    return str(value)

@@ -1,0 +1,173 @@
+"""The audit trail of a selection: strict JSON, versioned, exact round trip."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from attrs import field, frozen
+
+from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
+from dlopt.policy import DeploymentConstraints
+from dlopt.providers.loader import PluginFailure
+from dlopt.runtime import RuntimeInfo
+from dlopt.serialization import atomic_write_text, dumps, loads
+from dlopt.target import ExecutionTarget
+from dlopt.validation import CaseValidation, ValidationResult
+
+#: Bumped whenever a field changes meaning or is removed (adding a field is compatible).
+SCHEMA_VERSION = 1
+
+
+@frozen
+class StageError:
+    """Where a candidate failed (probe, build, first_call, validation, measure, constraint)."""
+
+    stage: str
+    message: str
+
+
+@frozen
+class CaseEvidence:
+    """One candidate on one workload case."""
+
+    name: str
+    weight: float
+    first_call_time_s: float | None = None
+    latency: LatencyStats | None = None
+    validation: CaseValidation | None = None
+
+
+@frozen
+class CandidateEvidence:
+    """Everything known about one candidate, in the names deployment engineers expect.
+
+    Top-level ``latency_*`` figures are traffic-weighted over the cases (the mean is the
+    exact mixture mean; percentiles are weighted averages of per-case percentiles, exact
+    for a single case). ``latency_ci95_*`` bound the weighted mean at the measurement
+    policy's confidence (named for the default 95%). ``selection_cost_ms`` is the objective
+    value: the weighted mean latency (steady state) or the projected total (lifecycle).
+    """
+
+    name: str
+    status: str  # selected | baseline | lost | rejected | unavailable
+    precision: str
+    plugin: str | None = None
+    distribution: str | None = None
+    version: str | None = None
+    availability_reason: str | None = None
+    install_hint: str | None = None
+    latency_ms: float | None = None
+    latency_mean_ms: float | None = None
+    latency_p90_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_ci95_low_ms: float | None = None
+    latency_ci95_high_ms: float | None = None
+    selection_cost_ms: float | None = None
+    selection_cost_low_ms: float | None = None
+    selection_cost_high_ms: float | None = None
+    confidence_gate_passed: bool | None = None
+    gate_against: str | None = None
+    peak_memory_mb: float | None = None
+    peak_memory_method: str | None = None
+    peak_memory_note: str | None = None
+    setup_time_s: float | None = None
+    first_call_time_s: float | None = None
+    projected_total_ms: float | None = None
+    break_even_calls_vs_baseline: float | None = None
+    break_even_note: str | None = None
+    speedup_vs_eager: RatioInterval | None = None
+    speedup_vs_native: RatioInterval | None = None
+    speedup_vs_baseline_lifecycle: RatioInterval | None = None
+    measurement_verdict: str | None = None
+    noisy: bool | None = None
+    parity: ValidationResult | None = None
+    error: StageError | None = None
+    cases: tuple[CaseEvidence, ...] = ()
+    metadata: dict[str, Any] = field(factory=dict)
+    artifacts: dict[str, str] = field(factory=dict)
+
+
+@frozen
+class CaseSignature:
+    name: str
+    weight: float
+    inputs: str  # e.g. "args[0]: float32[8, 3, 64, 64]"
+
+
+@frozen
+class WorkloadSummary:
+    name: str
+    expected_calls: int | None
+    cases: tuple[CaseSignature, ...]
+
+
+@frozen
+class MeasurementSummary:
+    seed: int
+    rounds: int
+    stop_reason: str
+    total_time_s: float
+    timed_calls: int
+    untimed_calls: int
+    confidence: float
+    policy: MeasurementPolicy
+
+
+@frozen
+class OptimizationReport:
+    """The whole decision and its evidence. ``dumps``/``load_report`` round-trip exactly."""
+
+    schema_version: int
+    dlopt_version: str
+    created_at: str
+    objective: str
+    target: ExecutionTarget
+    constraints: DeploymentConstraints
+    quality: dict[str, Any]
+    workload: WorkloadSummary
+    runtime: RuntimeInfo
+    baseline: str
+    selected_plan: str
+    selection_reason: str
+    candidates: tuple[CandidateEvidence, ...]
+    measurement: MeasurementSummary | None = None
+    plugin_failures: tuple[PluginFailure, ...] = ()
+
+    def candidate(self, name: str) -> CandidateEvidence:
+        for cand in self.candidates:
+            if cand.name == name:
+                return cand
+        raise KeyError(f"no candidate {name!r} in this report")
+
+    def to_json(self) -> str:
+        return dumps(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the report as strict JSON, atomically."""
+        return atomic_write_text(path, self.to_json() + "\n")
+
+
+def load_report(path: str | os.PathLike[str]) -> OptimizationReport:
+    """Read a report written by :meth:`OptimizationReport.save` (strict JSON, no pickle)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return report_from_json(text)
+
+
+def report_from_json(text: str) -> OptimizationReport:
+    import json
+
+    data = json.loads(text, parse_constant=_reject_constant)
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"report schema_version {version!r} is not supported by this dlopt "
+            f"(reads version {SCHEMA_VERSION}); use the dlopt version that wrote it"
+        )
+    return loads(text, OptimizationReport)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"not strict JSON: found {name}")

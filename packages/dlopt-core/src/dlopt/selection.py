@@ -1,0 +1,247 @@
+"""The selection policy: which plan serves, given measured costs and intervals.
+
+Pure functions over numbers, no torch: the optimizer gathers the evidence, this module
+decides and explains. The rules:
+
+* Only candidates that passed validation and every constraint take part (``eligible``).
+* The baseline is the native path: ``eager_fp32``, replaced by a ``native`` variant only
+  when that variant itself clears the gate against eager.
+* A challenger replaces the baseline only when the lower confidence bound of its speedup
+  against the baseline, in the objective the user chose, is at least ``min_speedup``.
+  Among several that clear it, the best point estimate wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from attrs import frozen
+
+from dlopt.measurement import RatioInterval
+from dlopt.serialization import finite_or_none
+
+EAGER = "eager_fp32"
+NATIVE_PREFIX = "native"
+
+
+def is_native(name: str) -> bool:
+    return name == NATIVE_PREFIX or name.startswith(NATIVE_PREFIX + "_")
+
+
+@frozen
+class Costs:
+    """What one eligible candidate costs: build, first calls, steady state."""
+
+    name: str
+    setup_s: float
+    first_calls_s: float  # summed over workload cases (each case's first call)
+    steady_ms: float | None  # traffic-weighted mean request latency (None: not measured)
+    first_call_count: int = 1
+
+
+@frozen
+class Comparison:
+    """One candidate judged against a reference in the chosen objective."""
+
+    candidate: str
+    against: str
+    speedup: RatioInterval | None
+    gate_passed: bool
+    break_even_calls: float | None
+    break_even_note: str
+
+
+@frozen
+class SelectionOutcome:
+    selected: str
+    baseline: str
+    reason: str
+    comparisons: tuple[Comparison, ...]
+    projected_total_ms: dict[str, float]
+
+
+def projected_total_ms(costs: Costs, expected_calls: int) -> float:
+    """Setup + first calls + the remaining expected calls at steady-state latency."""
+    remaining = max(expected_calls - costs.first_call_count, 0)
+    return (costs.setup_s + costs.first_calls_s) * 1e3 + remaining * costs.steady_ms
+
+
+def break_even_calls(challenger: Costs, baseline: Costs) -> tuple[float | None, str]:
+    """Calls after which the challenger's extra one-off cost is repaid by faster calls.
+
+    Uses the same statistic as the selection (traffic-weighted mean steady latency).
+    """
+    extra_ms = (
+        challenger.setup_s + challenger.first_calls_s - baseline.setup_s - baseline.first_calls_s
+    ) * 1e3
+    saving_ms = baseline.steady_ms - challenger.steady_ms
+    if extra_ms <= 0:
+        if saving_ms >= 0:
+            return 0.0, "no extra one-off cost"
+        return None, "cheaper to set up but slower per call: never repays"
+    if saving_ms <= 0:
+        return None, "costs more to set up and is not faster per call: never repays"
+    return math.ceil(extra_ms / saving_ms), "extra setup + first-call time / per-call saving"
+
+
+def lifecycle_speedup(
+    challenger: Costs, baseline: Costs, steady: RatioInterval | None, expected_calls: int
+) -> RatioInterval | None:
+    """Speedup of the projected total cost, carrying the steady-state interval through.
+
+    The challenger's steady latency is written as ``baseline_ms / s`` where ``s`` is its
+    paired steady-state speedup; the lifecycle ratio is increasing in ``s``, so mapping the
+    interval's ends gives the lifecycle interval at the same confidence.
+    """
+    if steady is None or steady.point is None:
+        return None
+    remaining = max(expected_calls - challenger.first_call_count, 0)
+    base_total = projected_total_ms(baseline, expected_calls)
+    one_off_ms = (challenger.setup_s + challenger.first_calls_s) * 1e3
+
+    def ratio(s: float | None) -> float | None:
+        if s is None or s <= 0:
+            return None
+        return finite_or_none(base_total / (one_off_ms + remaining * baseline.steady_ms / s))
+
+    return RatioInterval(
+        point=ratio(steady.point),
+        low=ratio(steady.low),
+        high=ratio(steady.high),
+        confidence=steady.confidence,
+        method=f"lifecycle over {expected_calls} calls from steady-state interval ({steady.method})",
+        rounds=steady.rounds,
+        per_look_confidence=steady.per_look_confidence,
+    )
+
+
+def choose(
+    *,
+    objective: str,
+    min_speedup: float,
+    expected_calls: int | None,
+    eligible: Sequence[Costs],
+    steady_speedup: Callable[[str, str], RatioInterval | None],
+    confidence: float,
+) -> SelectionOutcome:
+    """Pick the serving plan among ``eligible`` (which must include ``eager_fp32``).
+
+    ``steady_speedup(candidate, reference)`` returns the paired steady-state speedup
+    interval of ``candidate`` over ``reference`` from the race.
+    """
+    by_name = {c.name: c for c in eligible}
+    if EAGER not in by_name:
+        raise ValueError("eager_fp32 must be eligible: it is the reference plan")
+    if objective == "lifecycle_latency" and expected_calls is None:
+        raise ValueError("the lifecycle objective needs expected_calls")
+    if len(eligible) == 1:
+        return SelectionOutcome(
+            EAGER,
+            EAGER,
+            "Kept eager_fp32: no other candidate passed validation and the constraints, so "
+            "there was nothing to race.",
+            (),
+            {},
+        )
+    calls = expected_calls or 0
+    totals = {c.name: projected_total_ms(c, calls) for c in eligible} if expected_calls else {}
+
+    def judge(name: str, against: str) -> Comparison:
+        steady = steady_speedup(name, against)
+        if objective == "lifecycle_latency":
+            speedup = lifecycle_speedup(by_name[name], by_name[against], steady, calls)
+        else:
+            speedup = steady
+        passed = bool(speedup and speedup.low is not None and speedup.low >= min_speedup)
+        calls_needed, note = break_even_calls(by_name[name], by_name[against])
+        return Comparison(name, against, speedup, passed, calls_needed, note)
+
+    comparisons: list[Comparison] = []
+    natives = [judge(c.name, EAGER) for c in eligible if is_native(c.name)]
+    comparisons.extend(natives)
+    native_winners = [c for c in natives if c.gate_passed]
+    baseline = max(native_winners, key=_point).candidate if native_winners else EAGER
+
+    challengers = [
+        judge(c.name, baseline) for c in eligible if c.name != EAGER and not is_native(c.name)
+    ]
+    comparisons.extend(challengers)
+    winners = [c for c in challengers if c.gate_passed]
+    selected = max(winners, key=_point).candidate if winners else baseline
+    reason = _reason(
+        objective,
+        min_speedup,
+        confidence,
+        baseline,
+        selected,
+        natives,
+        challengers,
+        by_name,
+        totals,
+    )
+    return SelectionOutcome(selected, baseline, reason, tuple(comparisons), totals)
+
+
+def _point(comparison: Comparison) -> float:
+    return comparison.speedup.point if comparison.speedup and comparison.speedup.point else 0.0
+
+
+def _fmt(s: RatioInterval | None) -> str:
+    if s is None or s.point is None:
+        return "no interval"
+    low = f"{s.low:.3f}" if s.low is not None else "?"
+    high = f"{s.high:.3f}" if s.high is not None else "?"
+    return f"{s.point:.3f}x [{low}, {high}]"
+
+
+def _reason(
+    objective: str,
+    min_speedup: float,
+    confidence: float,
+    baseline: str,
+    selected: str,
+    natives: Sequence[Comparison],
+    challengers: Sequence[Comparison],
+    costs: dict[str, Costs],
+    totals: dict[str, float],
+) -> str:
+    metric = (
+        "projected lifecycle cost" if objective == "lifecycle_latency" else "steady-state latency"
+    )
+    level = f"{confidence:.0%}"
+    bar = f"the {min_speedup:g}x bar at {level} confidence"
+    if baseline == EAGER:
+        base_text = "The baseline is eager_fp32"
+        if natives:
+            best = max(natives, key=_point)
+            base_text += (
+                f": the best native variant, {best.candidate}, measured {_fmt(best.speedup)} "
+                f"vs eager, below {bar}"
+            )
+    else:
+        won = next(c for c in natives if c.candidate == baseline)
+        base_text = (
+            f"{baseline} replaced eager_fp32 as the baseline ({_fmt(won.speedup)} {metric} "
+            f"speedup, clearing {bar})"
+        )
+    base_ms = costs[baseline].steady_ms
+    if selected != baseline:
+        won = next(c for c in challengers if c.candidate == selected)
+        extra = ""
+        if objective == "lifecycle_latency" and totals:
+            extra = f"; projected {totals[selected] / 1e3:.1f}s vs {totals[baseline] / 1e3:.1f}s"
+        return (
+            f"Selected {selected}: its {metric} speedup over {baseline} is {_fmt(won.speedup)}, "
+            f"clearing {bar} ({costs[selected].steady_ms:.3f} ms vs {base_ms:.3f} ms per request"
+            f"{extra}). {base_text}."
+        )
+    if challengers:
+        best = max(challengers, key=_point)
+        tail = (
+            f"the best challenger, {best.candidate}, measured {_fmt(best.speedup)} ({metric}), "
+            f"whose lower bound does not clear {bar}"
+        )
+    else:
+        tail = "no challenger beyond the native variants passed validation and the constraints"
+    return f"Kept {baseline} ({base_ms:.3f} ms per request): {tail}. {base_text}."
