@@ -17,7 +17,7 @@ replaced submodules cannot be undone from a state dict; the guard then says so.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -58,6 +58,10 @@ class TensorDigest:
         return f"{self.name} ({', '.join(parts)})"
 
 
+def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
 def _named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, str, torch.Tensor]]:
     # remove_duplicate=False: tied weights are listed under every name they have, so
     # re-tying or untying them shows up.
@@ -91,9 +95,7 @@ def _hash_tensor(t: torch.Tensor) -> str:
         chunk = raw[start : start + _CHUNK_BYTES]
         if chunk.device.type != "cpu":
             chunk = chunk.cpu()
-        h.update(
-            chunk.numpy().tobytes() if not chunk.is_contiguous() else memoryview(chunk.numpy())
-        )
+        h.update(chunk.numpy().data)  # a contiguous slice: hashed without a copy
     return h.hexdigest()
 
 
@@ -154,8 +156,8 @@ class FingerprintDiff:
 class ModelFingerprint:
     """A content hash of a model's parameters and buffers, and its training flags."""
 
-    tensors: tuple[TensorDigest, ...] = field(converter=tuple)
-    training_modules: tuple[str, ...] = field(default=(), converter=tuple)
+    tensors: tuple[TensorDigest, ...] = field(converter=_to_tuple)
+    training_modules: tuple[str, ...] = field(default=(), converter=_to_tuple)
     digest: str = ""
 
     @classmethod

@@ -89,8 +89,9 @@ def move_to_device(
                 return tuple(items) if isinstance(node, tuple) else items
         if isinstance(node, Mapping):
             moved = {k: walk(v, key_path(here, k)) for k, v in node.items()}
+            mapping_type: Any = type(node)
             try:
-                return type(node)(moved)
+                return mapping_type(moved)
             except TypeError:
                 return moved
         if is_dataclass_instance(node):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,10 @@ _NONDETERMINISM_HELP = (
 )
 
 
+def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
 @define(eq=False)
 class ReferenceCase:
     """The reference for one case: its prepared inputs and the fp32 outputs (on CPU)."""
@@ -48,7 +52,7 @@ class ReferenceOutputs:
     candidate with those. Outputs are detached CPU copies.
     """
 
-    cases: tuple[ReferenceCase, ...] = field(converter=tuple)
+    cases: tuple[ReferenceCase, ...] = field(converter=_to_tuple)
     fingerprint: ModelFingerprint
     device: str
 
@@ -70,10 +74,10 @@ class ReferenceOutputs:
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
-    for tensor in model.parameters():
-        return tensor.device
-    for tensor in model.buffers():
-        return tensor.device
+    for param in model.parameters():
+        return param.device
+    for buffer in model.buffers():
+        return buffer.device
     return torch.device("cpu")
 
 

@@ -217,11 +217,11 @@ def validate_outputs(
     reference = getattr(reference, "outputs", reference)
     pairs, mismatches = match_structure(candidate, reference, output_dtype=output_dtype)
     if mismatches:
-        failures = [("structure mismatch", m, "") for m in mismatches]
+        structural = [("structure mismatch", m, "") for m in mismatches]
         return CaseValidation(
             case=case_name,
             passed=False,
-            reason=_reason(case_name, failures),
+            reason=_reason(case_name, structural),
             precision=precision,
             structure=tuple(mismatches),
         )
