@@ -75,10 +75,11 @@ def test_same_seed_same_race_and_order_is_shuffled_per_round(fast_policy) -> Non
     result = run_race(cands, [1, 1], "a", 1.5, policy, clock=clock)
     assert result.rounds == 6
     # Warm-up: 4 calls per plan and case (flat latency converges after two windows of 2);
-    # then every round runs every plan on every case as one burst of 3 timed calls.
+    # then every round runs every plan on every case as one burst of timed calls.
     assert all(c.warmup_calls == 8 for c in result.candidates)
     rounds_log = log[24:]
-    bursts = [rounds_log[i : i + 3] for i in range(0, len(rounds_log), 3)]
+    t = policy.timed_calls_per_burst
+    bursts = [rounds_log[i : i + t] for i in range(0, len(rounds_log), t)]
     assert all(len(set(b)) == 1 for b in bursts)
     per_round = [[b[0] for b in bursts[6 * r : 6 * (r + 1)]] for r in range(6)]
     assert all(sorted(r) == sorted(f"{n}/{i}" for n in "abc" for i in (0, 1)) for r in per_round)

@@ -34,9 +34,11 @@ def verdicts(latencies, min_speedup, policy, noise=None, races=RACES, seeds=None
 
 def test_a_vs_a_declares_a_difference_no_more_often_than_alpha(fast_policy) -> None:
     # min_speedup = 1.0 is the strictest setting: any interval that excludes 1 at any of
-    # the up to 17 looks counts as an error, in either direction.
+    # the up to 17 looks counts as an error, in either direction. Futility stopping is off
+    # so that every race runs to its last look: the worst case for repeated looks.
     alpha = 1 - fast_policy.confidence
-    v, results = verdicts({"base": [L], "ch": [L]}, 1.0, evolve(fast_policy, max_rounds=20))
+    policy = evolve(fast_policy, max_rounds=20, futility_confidence=None)
+    v, results = verdicts({"base": [L], "ch": [L]}, 1.0, policy)
     declared = sum(x in ("faster", "not_faster") for x in v) / len(v)
     print(f"\nA vs A, min_speedup=1.0: {len(v)} races, difference declared in {declared:.1%}")
     assert declared <= alpha
@@ -52,6 +54,11 @@ def test_a_vs_a_never_switches_more_than_alpha_at_the_usual_threshold(fast_polic
         f"rounds median {statistics.median(rounds)}, p90 {statistics.quantiles(rounds, n=10)[-1]}"
     )
     assert switched <= (1 - fast_policy.confidence) / 2
+    # Futility: most races stop at the first look, "unresolved", saying why.
+    futile = [r for r in results if r.stop_reason == "futility"]
+    assert len(futile) > len(results) / 2
+    assert all(r.candidate("ch").verdict == "unresolved" for r in futile)
+    assert all("futility" in r.candidate("ch").note for r in futile)
 
 
 def test_a_ten_percent_gain_is_found(fast_policy) -> None:

@@ -34,7 +34,9 @@ except ImportError:  # pragma: no cover - Windows
     _resource = None  # type: ignore[assignment]
 
 Verdict = Literal["baseline", "faster", "not_faster", "unresolved", "dropped", "failed"]
-StopReason = Literal["resolved", "max_rounds", "time_budget", "cancelled", "no_challengers"]
+StopReason = Literal[
+    "resolved", "futility", "max_rounds", "time_budget", "cancelled", "no_challengers"
+]
 
 
 @frozen
@@ -122,7 +124,7 @@ class _Candidate:
         self.name = name
         self.fns = list(fns)
         self.is_baseline = is_baseline
-        self.status: str = "racing"  # racing | faster | not_faster | dropped | failed
+        self.status: str = "racing"  # racing | faster | not_faster | futile | dropped | failed
         self.block = [1] * n
         self.reference = [0.0] * n  # seconds per call, from the last burst: the settle target
         self.warmup_calls = [0] * n
@@ -368,6 +370,17 @@ class _Race:
                 cand.status, cand.resolved_at = "faster", self.rounds
             elif high < self.log_threshold:
                 cand.status, cand.resolved_at = "not_faster", self.rounds
+            elif p.futility_confidence is not None:
+                # Non-binding futility stop: even the optimistic end of a loose interval
+                # misses the threshold. Stopping can only remove "faster" verdicts, so the
+                # switch error stays controlled; the verdict stays "unresolved".
+                loose = t_interval(self._log_ratios(self.base, cand), 1.0 - p.futility_confidence)
+                if loose is not None and loose[2] < self.log_threshold:
+                    cand.status, cand.resolved_at = "futile", self.rounds
+                    cand.note = (
+                        f"stopped at round {self.rounds} for futility: the upper end of its "
+                        f"{p.futility_confidence:.0%} interval is below min_speedup"
+                    )
         if not p.drop_worse_than_leader:
             return
         contenders = [
@@ -446,6 +459,7 @@ class _Race:
         else:
             verdict = {
                 "racing": "unresolved",
+                "futile": "unresolved",
                 "faster": "faster",
                 "not_faster": "not_faster",
                 "dropped": "dropped",
@@ -590,8 +604,13 @@ def run_race(
     last_round_s = 0.0
     while True:
         if not any(not c.is_baseline for c in race.racing()):
-            resolved = any(c.status in ("faster", "not_faster", "dropped") for c in race.cands)
-            race.stop_reason = "resolved" if resolved else "no_challengers"
+            statuses = {c.status for c in race.cands if not c.is_baseline}
+            if "futile" in statuses:
+                race.stop_reason = "futility"
+            elif statuses & {"faster", "not_faster", "dropped"}:
+                race.stop_reason = "resolved"
+            else:
+                race.stop_reason = "no_challengers"
             break
         if race.rounds >= policy.max_rounds:
             race.stop_reason = "max_rounds"

@@ -54,7 +54,10 @@ class MeasurementPolicy:
         ``min_rounds`` rounds run before any candidate is dropped or resolved (a t-interval
         needs a few degrees of freedom); the race stops after ``max_rounds`` rounds or once
         ``max_time_s`` of measurement time is spent, whichever comes first; comparisons not
-        resolved by then are reported ``"unresolved"``.
+        resolved by then are reported ``"unresolved"``. A challenger stops early, also
+        ``"unresolved"``, once even the upper end of a loose ``futility_confidence``
+        interval (50% by default) is below ``min_speedup``: it will almost surely never be
+        shown faster, and stopping it cannot cause a wrong switch (``None`` turns this off).
 
     Bursts
         Each turn settles the plan with untimed calls, then takes ``timed_calls_per_burst``
@@ -86,7 +89,7 @@ class MeasurementPolicy:
     settle_min_calls: int = field(default=1, validator=_at_least("settle_min_calls", 0))
     settle_max_calls: int = field(default=1000, validator=_at_least("settle_max_calls", 1))
     settle_tolerance: float | None = field(default=0.10)
-    timed_calls_per_burst: int = field(default=3, validator=_at_least("timed_calls_per_burst", 1))
+    timed_calls_per_burst: int = field(default=2, validator=_at_least("timed_calls_per_burst", 1))
     warmup_window: int = field(default=2, validator=_at_least("warmup_window", 1))
     warmup_tolerance: float = field(default=0.02, validator=_non_negative("warmup_tolerance"))
     warmup_max_calls: int = field(default=40, validator=_at_least("warmup_max_calls", 1))
@@ -98,6 +101,7 @@ class MeasurementPolicy:
     noise_threshold: float = field(default=0.05, validator=_positive("noise_threshold"))
     family_wise: bool = field(default=True, validator=validators.instance_of(bool))
     drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
+    futility_confidence: float | None = field(default=0.5)
     seed: int | None = None
     record_page_faults: bool = field(default=True, validator=validators.instance_of(bool))
     bootstrap_resamples: int = field(default=2000, validator=_at_least("bootstrap_resamples", 0))
@@ -115,6 +119,13 @@ class MeasurementPolicy:
             raise ConfigurationError(
                 f"MeasurementPolicy.max_rounds must be an integer >= min_rounds ({self.min_rounds}), "
                 f"got {value!r}"
+            )
+
+    @futility_confidence.validator
+    def _check_futility(self, _attribute: object, value: float | None) -> None:
+        if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1):
+            raise ConfigurationError(
+                f"MeasurementPolicy.futility_confidence must be None or in (0, 1), got {value!r}"
             )
 
     @settle_tolerance.validator
