@@ -61,8 +61,12 @@ def _broken_entry_points():
             "register_raises",
             lambda: _plugin_module("r", FakeProvider("half_plan"), raises=RuntimeError("boom")),
         ),
-        _FakeEntryPoint("too_new", lambda: _plugin_module("n", FakeProvider("new_plan"), api="2.0")),
-        _FakeEntryPoint("undeclared", lambda: _plugin_module("u", FakeProvider("u_plan"), api=None)),
+        _FakeEntryPoint(
+            "too_new", lambda: _plugin_module("n", FakeProvider("new_plan"), api="2.0")
+        ),
+        _FakeEntryPoint(
+            "undeclared", lambda: _plugin_module("u", FakeProvider("u_plan"), api=None)
+        ),
         importlib_metadata.EntryPoint(
             name="ghost", value="dlopt_no_such_module_anywhere", group="dlopt.providers"
         ),
@@ -92,7 +96,7 @@ def test_broken_plugins_are_reported_and_the_rest_keep_working():
 
 
 def test_strict_mode_reraises_the_first_failure():
-    with pytest.raises(PluginLoadError, match="import_fails.*npu_sdk"):
+    with pytest.raises(PluginLoadError, match=r"import_fails.*npu_sdk"):
         load_providers(PluginSettings(strict=True), entry_points=_broken_entry_points())
 
 
@@ -159,8 +163,15 @@ def test_event_observers_that_raise_do_not_break_emission():
 
 @pytest.mark.parametrize(
     ("declared", "ok"),
-    [(PLUGIN_API_VERSION, True), ("1.0", True), ("1.99", False), ("2.0", False), ("0.9", False),
-     ("one", False), (None, False)],
+    [
+        (PLUGIN_API_VERSION, True),
+        ("1.0", True),
+        ("1.99", False),
+        ("2.0", False),
+        ("0.9", False),
+        ("one", False),
+        (None, False),
+    ],
 )
 def test_api_version_compatibility(declared, ok):
     assert (api_version_problem(declared) is None) is ok

@@ -543,10 +543,8 @@ class InferenceOptimizer:
         if availability is not None and not availability.available:
             return CandidateEvidence(status="unavailable", **base)
         measured = None
-        try:
+        with contextlib.suppress(KeyError):  # not raced: rejected before the race
             measured = race.candidate(cand.name)
-        except KeyError:
-            pass
         validation_by_case: dict[str, CaseValidation] = {
             v.case: v for v in (cand.validation.cases if cand.validation else ())
         }

@@ -1,0 +1,73 @@
+"""``dlopt select`` and ``dlopt report`` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlopt.cli import main
+from dlopt.cli_select import parse_case_spec, parse_input_spec
+from dlopt.errors import WorkloadError
+
+
+def test_select_races_writes_a_strict_report_and_report_reprints_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    report = tmp_path / "report.json"
+    code = main([
+        "select", "dlopt.testing.models:StructuredMLP", "--case", "b1=1x16@70", "--case", "b4=4x16@30",
+        "--include", "native_channels_last", "--max-measure-time", "1", "--seed", "3",
+        "--report", str(report), "--bundle", str(tmp_path / "bundle"),
+    ])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "selected: eager_fp32" in captured.out
+    assert "reason:" in captured.out
+    # channels-last needs image inputs: rejected at build with the reason, race went on.
+    assert "native_channels_last" in captured.out and "build: ValueError: channels-last needs" in captured.out
+    assert "race_started" in captured.err  # progress through the event hook
+    data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert data["measurement"]["seed"] == 3
+    assert [c["name"] for c in data["workload"]["cases"]] == ["b1", "b4"]
+    assert (tmp_path / "bundle" / "manifest.json").exists()
+
+    assert main(["report", str(report)]) == 0
+    again = capsys.readouterr().out
+    assert "selected: eager_fp32" in again and "native_channels_last" in again
+
+
+def test_select_usage_errors_exit_2(capsys):
+    assert main(["select"]) == 2
+    assert "MODULE:FACTORY or --demo" in capsys.readouterr().err
+    assert main(["select", "no_such_module_xyz:build", "--input", "1x3"]) == 2
+    assert "cannot import 'no_such_module_xyz'" in capsys.readouterr().err
+    assert main(["report", "/nonexistent/report.json"]) == 2
+
+
+def test_report_refuses_a_file_that_is_not_a_report(tmp_path, capsys):
+    path = tmp_path / "x.json"
+    path.write_text('{"schema_version": 99}')
+    assert main(["report", str(path)]) == 2
+    assert "schema_version 99" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "dtype"),
+    [("8x3x224x224", (8, 3, 224, 224), "float32"), ("1x16:fp16", (1, 16), "float16"), ("4:int64", (4,), "int64")],
+)
+def test_input_specs(spec, shape, dtype):
+    assert parse_input_spec(spec) == (shape, dtype)
+
+
+@pytest.mark.parametrize("spec", ["8x", "x3", "8*3", "8x3:complex"])
+def test_bad_input_specs_say_how_to_write_them(spec):
+    with pytest.raises(WorkloadError, match="8x3x224x224|dtype"):
+        parse_input_spec(spec)
+
+
+def test_case_specs():
+    assert parse_case_spec("b8=8x3@25") == ("b8", (8, 3), "float32", 25.0)
+    with pytest.raises(WorkloadError, match="NAME=SHAPE"):
+        parse_case_spec("8x3@25")
+    with pytest.raises(WorkloadError, match="bad weight"):
+        parse_case_spec("b=8x3@lots")
