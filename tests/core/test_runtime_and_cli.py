@@ -76,7 +76,10 @@ def test_providers_command_lists_a_broken_installed_plugin(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     out = subprocess.run(
-        [sys.executable, "-m", "dlopt", "providers"], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "dlopt", "providers"],
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
@@ -85,8 +88,11 @@ def test_providers_command_lists_a_broken_installed_plugin(tmp_path):
     assert "npu_sdk_that_is_missing" in out.stdout
     assert "eager_fp32" in out.stdout
     strict = subprocess.run(
-        [sys.executable, "-m", "dlopt", "providers"], env={**env, "DLOPT_STRICT_PLUGINS": "1"},
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "dlopt", "providers"],
+        env={**env, "DLOPT_STRICT_PLUGINS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert strict.returncode == 1
     assert "brokenplugin" in strict.stderr

@@ -66,7 +66,11 @@ def demo_workload(seed: int = 1) -> WorkloadProfile:
         name="demo-image-serving",
         expected_calls=100_000,
         cases=(
-            WorkloadCase("batch-1", args=(torch.randn(1, 3, 64, 64, generator=generator),), weight=70),
-            WorkloadCase("batch-8", args=(torch.randn(8, 3, 64, 64, generator=generator),), weight=30),
+            WorkloadCase(
+                "batch-1", args=(torch.randn(1, 3, 64, 64, generator=generator),), weight=70
+            ),
+            WorkloadCase(
+                "batch-8", args=(torch.randn(8, 3, 64, 64, generator=generator),), weight=30
+            ),
         ),
     )
