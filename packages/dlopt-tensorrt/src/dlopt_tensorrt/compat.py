@@ -1,0 +1,143 @@
+"""Torch-TensorRT compatibility, decided from installed metadata and version tables.
+
+Nothing here imports torch_tensorrt or tensorrt.
+
+* torch pairing: each torch-tensorrt release is built against one torch minor
+  (torch-tensorrt 2.Y pairs with torch 2.Y) and says so in its wheel metadata as
+  ``Requires-Dist: torch<2.(Y+1),>=2.Y...``. We read that requirement with
+  ``importlib.metadata.requires`` and fall back to the X.Y rule when it is absent.
+* GPU generation: each TensorRT major supports GPUs from some compute capability up.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from dlopt import probing
+
+DISTRIBUTION = "torch-tensorrt"
+
+#: Oldest compute capability each TensorRT major runs on, newest major first. TensorRT 10
+#: needs Turing (7.5) or newer: Pascal and Volta are not supported by the 10.x releases
+#: Torch-TensorRT 2.x pairs with. TensorRT 8.x ran on Maxwell (5.0) and newer.
+MIN_COMPUTE_CAPABILITY: tuple[tuple[int, tuple[int, int]], ...] = (
+    (10, (7, 5)),
+    (8, (5, 0)),
+)
+
+
+def distribution_requires(name: str) -> list[str] | None:
+    """``Requires-Dist`` lines of an installed distribution (no import); ``None`` if absent."""
+    try:
+        return probing.importlib_metadata.requires(name)
+    except probing.importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def torch_requirement(requires: list[str] | None) -> str | None:
+    """The specifier torch-tensorrt's metadata puts on ``torch`` (e.g. ``"<2.11,>=2.10"``)."""
+    for line in requires or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) != "torch":
+            continue
+        # Skip requirements that only apply to an extra (``; extra == "..."``).
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        return str(req.specifier) or None
+    return None
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        return None
+    return (release[0], release[1]) if len(release) >= 2 else None
+
+
+def cuda_index_url(torch_cuda: str | None) -> str:
+    """The PyTorch wheel index for the CUDA that torch was built with (``cuXXX`` if none)."""
+    if torch_cuda:
+        parts = torch_cuda.split(".")
+        tag = "cu" + parts[0] + (parts[1] if len(parts) > 1 else "0")
+    else:
+        tag = "cuXXX"
+    return f"https://download.pytorch.org/whl/{tag}"
+
+
+def install_command(torch_version: str, torch_cuda: str | None) -> str:
+    """The exact pip command that installs the torch-tensorrt paired with this torch.
+
+    The ``[sdk]`` extra pulls torch-tensorrt; the pin keeps pip from picking a release
+    built for another torch; the extra index serves wheels for torch's CUDA version.
+    """
+    minor = _minor(torch_version)
+    pin = f' "torch-tensorrt=={minor[0]}.{minor[1]}.*"' if minor else ""
+    command = (
+        f'pip install "dlopt-tensorrt[sdk]"{pin} --extra-index-url {cuda_index_url(torch_cuda)}'
+    )
+    if torch_cuda is None:
+        command = (
+            f"torch {torch_version} is a CPU-only build: install a CUDA build of torch "
+            f"first, then {command} with cuXXX set to its CUDA version (e.g. cu126)"
+        )
+    return command
+
+
+@frozen
+class TorchPairing:
+    """Whether the installed torch-tensorrt fits the installed torch."""
+
+    ok: bool
+    requirement: str
+    source: str  # "metadata" or "version rule"
+    message: str | None = None
+
+
+def check_torch_pairing(
+    trt_version: str, torch_version: str, requires: list[str] | None
+) -> TorchPairing:
+    """Compare torch against torch-tensorrt's own ``Requires-Dist: torch`` (or the X.Y rule)."""
+    spec = torch_requirement(requires)
+    torch_base = probing.base_version(torch_version)
+    if spec is not None:
+        if probing.version_satisfies(torch_base, spec):
+            return TorchPairing(True, spec, "metadata")
+        return TorchPairing(
+            False,
+            spec,
+            "metadata",
+            f"torch-tensorrt {trt_version} requires torch{spec} (from its metadata), "
+            f"but torch {torch_version} is installed",
+        )
+    trt_minor, torch_minor = _minor(trt_version), _minor(torch_version)
+    rule = f"=={trt_minor[0]}.{trt_minor[1]}.*" if trt_minor else "(unknown)"
+    if trt_minor is not None and trt_minor == torch_minor:
+        return TorchPairing(True, rule, "version rule")
+    return TorchPairing(
+        False,
+        rule,
+        "version rule",
+        f"torch-tensorrt {trt_version} pairs with torch{rule} (torch-tensorrt X.Y is built "
+        f"for torch X.Y), but torch {torch_version} is installed",
+    )
+
+
+def min_compute_capability(tensorrt_version: str | None) -> tuple[int, int] | None:
+    """Oldest GPU generation the installed TensorRT supports (``None``: unknown version)."""
+    if not tensorrt_version:
+        return None
+    try:
+        major = Version(tensorrt_version).release[0]
+    except (InvalidVersion, IndexError):
+        return None
+    for table_major, capability in MIN_COMPUTE_CAPABILITY:
+        if major >= table_major:
+            return capability
+    return None

@@ -1,0 +1,19 @@
+"""dlopt plugin module for Torch-TensorRT: one plan per precision.
+
+Imports nothing heavy: torch_tensorrt / tensorrt are imported inside ``probe``/``build``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlopt import hookimpl
+from dlopt_tensorrt.provider import all_providers
+
+DLOPT_PLUGIN_API_VERSION = "1.0"
+
+
+@hookimpl
+def dlopt_register_providers(register: Any) -> None:
+    for provider in all_providers():
+        register(provider)

@@ -1,0 +1,432 @@
+"""Torch-TensorRT plans: one provider instance per precision.
+
+Probe layers, each with its own reason and fix:
+
+1. metadata (no import): torch-tensorrt installed; its ``Requires-Dist: torch`` admits the
+   installed torch.
+2. import: ``torch_tensorrt`` imports (a missing ``libnvinfer`` surfaces here with the
+   loader's own message); the build has the Dynamo frontend; TensorRT's version.
+3. device: the target is CUDA, torch sees it, and its compute capability is one the
+   installed TensorRT supports (and that has the precision: bf16/tf32 need 8.0+).
+
+Build: ``torch_tensorrt.compile(copy, ir="dynamo", inputs=[Input(min, opt, max)...])`` with
+the shape ranges of the workload and the precision requested the way the installed
+release expects it (``enable_autocast`` in newer, strongly typed releases;
+``enabled_precisions`` in older ones).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from attrs import field, frozen
+
+from dlopt.errors import ProviderBuildError, WorkloadError
+from dlopt.precision import Precision
+from dlopt.probing import check_distribution, try_import
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt_tensorrt.compat import (
+    DISTRIBUTION,
+    check_torch_pairing,
+    distribution_requires,
+    install_command,
+    min_compute_capability,
+)
+from dlopt_tensorrt.inputs import derive_inputs, example_tensor, to_trt_input
+
+#: Reduced precisions and their torch dtypes.
+_LOW_DTYPE = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
+#: Precisions that need Ampere (8.0) or newer.
+_NEEDS_AMPERE = {Precision.BF16: "bf16", Precision.TF32: "TF32"}
+_LIBRARY_ERROR = re.compile(
+    r"libnvinfer|libnvonnxparser|libtensorrt|nvinfer|No module named 'tensorrt"
+)
+
+
+def install_hint() -> str:
+    """Exact install command for the torch-tensorrt that pairs with the installed torch."""
+    return install_command(torch.__version__, torch.version.cuda)
+
+
+def precision_kwargs(precision: Precision, parameters: set[str]) -> tuple[dict[str, Any], str]:
+    """Compile options that request ``precision`` from the installed Torch-TensorRT.
+
+    ``parameters`` are the keyword names ``torch_tensorrt.dynamo.compile`` accepts. Returns
+    ``(kwargs, api)`` where ``api`` names the mechanism used (for the report).
+    """
+    kwargs: dict[str, Any] = {}
+    if precision in (Precision.FP32, Precision.TF32):
+        # TensorRT rounds fp32 matmul inputs to TF32 unless told not to.
+        if "disable_tf32" in parameters:
+            kwargs["disable_tf32"] = precision is Precision.FP32
+        elif precision is Precision.FP32:
+            raise ProviderBuildError(
+                "this torch-tensorrt has no disable_tf32 option, so a strict fp32 engine "
+                "cannot be requested; use tensorrt_tf32 instead"
+            )
+        if "enabled_precisions" in parameters and "enable_autocast" not in parameters:
+            kwargs["enabled_precisions"] = {torch.float32}
+        return kwargs, "fp32"
+    low = _LOW_DTYPE[precision]
+    if "enable_autocast" in parameters:
+        # Strongly typed releases: Torch-TensorRT inserts the casts itself.
+        kwargs.update(enable_autocast=True, autocast_low_precision_type=low)
+        if "use_explicit_typing" in parameters:
+            kwargs["use_explicit_typing"] = True
+        return kwargs, "enable_autocast"
+    if "enabled_precisions" in parameters:
+        # Weakly typed releases: TensorRT may pick low-precision kernels per layer.
+        kwargs["enabled_precisions"] = {torch.float32, low}
+        if "use_explicit_typing" in parameters:
+            kwargs["use_explicit_typing"] = False
+        return kwargs, "enabled_precisions"
+    raise ProviderBuildError(
+        "this torch-tensorrt accepts neither enable_autocast nor enabled_precisions; "
+        f"cannot request {precision.value}"
+    )
+
+
+def compile_parameters(torch_tensorrt: Any) -> set[str]:
+    """Keyword names the installed ``torch_tensorrt.dynamo.compile`` accepts."""
+    target = getattr(getattr(torch_tensorrt, "dynamo", None), "compile", None)
+    target = target or torch_tensorrt.compile
+    try:
+        return set(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    return module.to(device)
+
+
+def _forward_arg_names(model: torch.nn.Module) -> list[str]:
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in params if p.kind in kinds]
+
+
+@frozen
+class SdkInfo:
+    """What the import layer found."""
+
+    module: Any
+    torch_tensorrt_version: str
+    tensorrt_version: str | None
+    cuda_version: str | None
+    dynamo_frontend: bool | None
+
+
+@frozen
+class TensorRTProvider:
+    """Torch-TensorRT at one precision, as a dlopt plan (``tensorrt_<precision>``).
+
+    ``save_engine``: also write the compiled program to the plan directory with
+    ``torch_tensorrt.save`` (an ExportedProgram file that embeds the engines; load it
+    with :func:`dlopt_tensorrt.load_engine`). ``min_block_size`` is passed through: the
+    fewest consecutive convertible ops worth a TensorRT engine (smaller: more in TensorRT).
+    """
+
+    precision: Precision = field(converter=Precision.parse)
+    name: str = field()
+    save_engine: bool = False
+    min_block_size: int = 1
+    #: Extra keyword options for ``torch_tensorrt.compile`` (e.g. ``optimization_level``).
+    options: tuple[tuple[str, Any], ...] = field(
+        factory=tuple, converter=lambda v: tuple(sorted(dict(v).items()))
+    )
+
+    @name.default
+    def _default_name(self) -> str:
+        return f"tensorrt_{self.precision.value}"
+
+    def __attrs_post_init__(self) -> None:
+        if self.precision not in (Precision.FP32, Precision.TF32, *_LOW_DTYPE):
+            raise ValueError(
+                f"TensorRTProvider offers fp32, tf32, fp16 and bf16, not {self.precision.value}"
+            )
+
+    # -- probe -----------------------------------------------------------------
+    def _check(
+        self, context: ProviderContext
+    ) -> tuple[SdkInfo | None, ProviderAvailability | None, dict[str, str]]:
+        versions: dict[str, str | None] = {"torch": torch.__version__, DISTRIBUTION: None}
+        details: dict[str, str] = {}
+
+        def refuse(reason: str, hint: str | None = None) -> ProviderAvailability:
+            return ProviderAvailability.unavailable(
+                reason, hint, sdk_versions=versions, details=details
+            )
+
+        # 1. metadata
+        version, problem = check_distribution(
+            DISTRIBUTION, None, "the dlopt-tensorrt[sdk] extra installs it"
+        )
+        versions[DISTRIBUTION] = version
+        if problem is not None:
+            return None, refuse(problem, install_hint()), details
+        assert version is not None
+        pairing = check_torch_pairing(
+            version, torch.__version__, distribution_requires(DISTRIBUTION)
+        )
+        details["torch_requirement"] = f"torch{pairing.requirement} ({pairing.source})"
+        if not pairing.ok:
+            return None, refuse(pairing.message or "torch mismatch", install_hint()), details
+
+        # 2. import
+        module, error = try_import("torch_tensorrt")
+        if module is None:
+            if error and _LIBRARY_ERROR.search(error):
+                return (
+                    None,
+                    refuse(
+                        f"TensorRT libraries are missing: importing torch_tensorrt {version} "
+                        f"failed with {error}",
+                        f'pip install --force-reinstall "torch-tensorrt=={version}" '
+                        "(reinstalls its tensorrt wheels), or add the lib/ directory of a "
+                        "TensorRT tarball install to LD_LIBRARY_PATH",
+                    ),
+                    details,
+                )
+            return (
+                None,
+                refuse(
+                    f"torch-tensorrt {version} is installed but does not import: {error}",
+                    install_hint(),
+                ),
+                details,
+            )
+        sdk = _sdk_info(module, version)
+        versions["tensorrt"] = sdk.tensorrt_version
+        details["torch_tensorrt_cuda"] = sdk.cuda_version or "unknown"
+        if sdk.dynamo_frontend is False:
+            return (
+                None,
+                refuse(
+                    f"this torch-tensorrt {version} build has no Dynamo frontend, which "
+                    "dlopt compiles through",
+                    install_hint(),
+                ),
+                details,
+            )
+
+        # 3. device
+        target = context.target
+        if target.device_type != "cuda":
+            return (
+                None,
+                refuse(
+                    f"TensorRT builds engines for NVIDIA GPUs; the target is {target.device} "
+                    "(select a cuda target)"
+                ),
+                details,
+            )
+        if not torch.cuda.is_available():
+            build = torch.version.cuda
+            return (
+                None,
+                refuse(
+                    f"torch {torch.__version__} sees no CUDA device"
+                    + ("" if build else " (it is a CPU-only build)"),
+                    None
+                    if build
+                    else "install a CUDA build of torch: pip install torch "
+                    "--index-url https://download.pytorch.org/whl/cu126",
+                ),
+                details,
+            )
+        index = target.torch_device().index or 0
+        count = torch.cuda.device_count()
+        if index >= count:
+            return (
+                None,
+                refuse(f"target {target.device} does not exist: {count} CUDA device(s)"),
+                details,
+            )
+        major, minor = (int(v) for v in torch.cuda.get_device_capability(index))
+        capability = (major, minor)
+        details["compute_capability"] = f"{major}.{minor}"
+        needed = min_compute_capability(sdk.tensorrt_version)
+        if needed is not None and capability < needed:
+            return (
+                None,
+                refuse(
+                    f"GPU compute capability {major}.{minor} is below what TensorRT "
+                    f"{sdk.tensorrt_version} supports ({needed[0]}.{needed[1]}+)",
+                    "run on a Turing (7.5) or newer GPU, or pair an older TensorRT with a "
+                    "matching torch / torch-tensorrt",
+                ),
+                details,
+            )
+        if self.precision in _NEEDS_AMPERE and capability < (8, 0):
+            return (
+                None,
+                refuse(
+                    f"{_NEEDS_AMPERE[self.precision]} needs compute capability 8.0+ "
+                    f"(Ampere or newer); this GPU is {major}.{minor}"
+                ),
+                details,
+            )
+        return sdk, None, details
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        """Layered availability; never raises."""
+        try:
+            sdk, refusal, details = self._check(context)
+        except Exception as exc:  # a probe must never take the host down
+            return ProviderAvailability.unavailable(
+                f"probing torch-tensorrt failed: {type(exc).__name__}: {exc}", install_hint()
+            )
+        if refusal is not None:
+            return refusal
+        assert sdk is not None
+        return ProviderAvailability.ok(
+            sdk_versions={
+                "torch": torch.__version__,
+                DISTRIBUTION: sdk.torch_tensorrt_version,
+                "tensorrt": sdk.tensorrt_version,
+            },
+            details=details,
+        )
+
+    # -- build -----------------------------------------------------------------
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        """Compile a copy of ``model`` into TensorRT engines for the workload's shapes."""
+        sdk, refusal, details = self._check(context)
+        if refusal is not None or sdk is None:
+            reason = refusal.reason if refusal is not None else "unknown"
+            raise ProviderBuildError(f"{self.name} cannot build here: {reason}")
+        if context.workload is None:
+            raise ProviderBuildError(
+                f"{self.name}: TensorRT engines are built for input shapes; pass a workload"
+            )
+        trt = sdk.module
+        device = context.target.torch_device()
+        try:
+            spec = derive_inputs(context.workload, _forward_arg_names(model))
+        except WorkloadError as exc:
+            raise ProviderBuildError(f"{self.name}: {exc}") from exc
+
+        options, api = precision_kwargs(self.precision, compile_parameters(trt))
+        compile_kwargs: dict[str, Any] = {
+            "device": device,
+            "min_block_size": self.min_block_size,
+            **options,
+            **dict(self.options),
+        }
+        inputs = [to_trt_input(s, trt, device) for s in spec.args]
+        kwarg_inputs = {k: to_trt_input(s, trt, device) for k, s in spec.kwargs.items()}
+        if kwarg_inputs:
+            compile_kwargs["kwarg_inputs"] = kwarg_inputs
+
+        plan_model = _place(copy.deepcopy(model).eval(), device)
+        try:
+            compiled = trt.compile(plan_model, ir="dynamo", inputs=inputs, **compile_kwargs)
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{self.name}: torch_tensorrt.compile failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+        artifacts: dict[str, Path] = {}
+        if self.save_engine:
+            path = context.plan_dir(self.name) / "trt_program.ep"
+            example_args = [example_tensor(s, device) for s in spec.args]
+            try:
+                example_kwargs = {k: example_tensor(s, device) for k, s in spec.kwargs.items()}
+                trt.save(
+                    compiled,
+                    str(path),
+                    output_format="exported_program",
+                    arg_inputs=example_args,
+                    **({"kwarg_inputs": example_kwargs} if example_kwargs else {}),
+                )
+            except Exception as exc:
+                raise ProviderBuildError(
+                    f"{self.name}: torch_tensorrt.save to {path} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            artifacts["engine"] = path
+
+        holder = {"module": compiled}
+
+        def runner(*args: Any, **kwargs: Any) -> Any:
+            return holder["module"](*args, **kwargs)
+
+        def release() -> None:
+            holder.clear()
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+
+        metadata: dict[str, Any] = {
+            "precision_api": api,
+            "compile_options": {
+                k: _jsonable(v) for k, v in compile_kwargs.items() if k != "kwarg_inputs"
+            },
+            "inputs": spec.describe(),
+            "dynamic_shapes": spec.is_dynamic,
+            "opt_case": spec.opt_case,
+            "torch_tensorrt_version": sdk.torch_tensorrt_version,
+            "tensorrt_version": sdk.tensorrt_version,
+            "compute_capability": details.get("compute_capability"),
+        }
+        return BuiltPlan(
+            runner=runner,
+            precision=self.precision,
+            artifacts=artifacts,
+            metadata=metadata,
+            output_dtype=_LOW_DTYPE.get(self.precision),
+            on_close=release,
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return sorted(str(v).replace("torch.", "") for v in value)
+    return str(value).replace("torch.", "")
+
+
+def _sdk_info(module: Any, version: str) -> SdkInfo:
+    import sys
+
+    trt_version = getattr(module, "__tensorrt_version__", None)
+    if not trt_version:
+        trt_version = getattr(sys.modules.get("tensorrt"), "__version__", None)
+    features = getattr(module, "ENABLED_FEATURES", None)
+    dynamo = getattr(features, "dynamo_frontend", None)
+    return SdkInfo(
+        module=module,
+        torch_tensorrt_version=str(getattr(module, "__version__", version)),
+        tensorrt_version=str(trt_version) if trt_version else None,
+        cuda_version=getattr(module, "__cuda_version__", None),
+        dynamo_frontend=None if dynamo is None else bool(dynamo),
+    )
+
+
+def load_engine(path: str | Path) -> Any:
+    """Load a program written with ``save_engine=True``; returns a callable module.
+
+    The file embeds serialized TensorRT engines and is deserialized by
+    ``torch_tensorrt.load``: load only files you produced.
+    """
+    torch_tensorrt = importlib.import_module("torch_tensorrt")
+    loaded = torch_tensorrt.load(str(path))
+    return loaded.module() if hasattr(loaded, "module") else loaded
+
+
+def all_providers() -> list[TensorRTProvider]:
+    """One plan per precision; probes drop those the GPU lacks."""
+    return [
+        TensorRTProvider(p)
+        for p in (Precision.FP32, Precision.TF32, Precision.FP16, Precision.BF16)
+    ]
