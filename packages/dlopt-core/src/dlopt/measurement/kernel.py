@@ -338,8 +338,8 @@ class _Race:
                 cand.samples[i].extend(samples)
                 cand.burst_means[i].append(mean)
                 cand.reference[i] = statistics.median(samples)
-            means = burst_means[cand.name]
-            cand.cost[r] = sum(w * m for w, m in zip(self.weights, means))  # type: ignore[misc]
+            means = [m for m in burst_means[cand.name] if m is not None]
+            cand.cost[r] = math.fsum(w * m for w, m in zip(self.weights, means))
         self.rounds = r
 
     def _log_ratios(self, num: _Candidate, den: _Candidate) -> list[float]:

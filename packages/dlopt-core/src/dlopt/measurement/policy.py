@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from attrs import field, frozen, validators
 
 from dlopt.errors import ConfigurationError
 
 
-def _positive(name: str):  # type: ignore[no-untyped-def]
+def _positive(name: str) -> Callable[[object, object, float], None]:
     def check(_instance: object, _attribute: object, value: float) -> None:
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ConfigurationError(
@@ -19,7 +20,7 @@ def _positive(name: str):  # type: ignore[no-untyped-def]
     return check
 
 
-def _non_negative(name: str):  # type: ignore[no-untyped-def]
+def _non_negative(name: str) -> Callable[[object, object, float], None]:
     def check(_instance: object, _attribute: object, value: float) -> None:
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
             raise ConfigurationError(
@@ -29,7 +30,7 @@ def _non_negative(name: str):  # type: ignore[no-untyped-def]
     return check
 
 
-def _at_least(name: str, low: int):  # type: ignore[no-untyped-def]
+def _at_least(name: str, low: int) -> Callable[[object, object, int], None]:
     def check(_instance: object, _attribute: object, value: int) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ConfigurationError(

@@ -123,7 +123,9 @@ def run_simulated_fixed(
     noise: NoiseModel | None = None,
     seed: int = 0,
     weights: Sequence[float] | None = None,
-    **protocol: int,
+    warmup: int = 5,
+    iterations: int = 20,
+    repeats: int = 3,
 ) -> FixedProtocolResult:
     """The fixed back-to-back protocol on a fresh simulated machine."""
     machine = SimulatedMachine(noise, seed=seed)
@@ -133,6 +135,8 @@ def run_simulated_fixed(
         weights if weights is not None else [1.0] * n_cases,
         baseline,
         min_speedup,
+        warmup=warmup,
+        iterations=iterations,
+        repeats=repeats,
         clock=machine.clock,
-        **protocol,
     )
