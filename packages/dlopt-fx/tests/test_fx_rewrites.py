@@ -235,6 +235,33 @@ def test_untraceable_model_is_rejected_with_tracer_message_and_line(tmp_path: An
     assert "inductor" in message  # what to try instead
 
 
+class Optional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, relu: bool = True
+    ) -> torch.Tensor:
+        y = self.fc(x)
+        if mask is not None:
+            y = y * mask
+        return torch.relu(y) if relu else y
+
+
+def test_workload_constants_are_traced_as_guarded_constants(tmp_path: Any) -> None:
+    model = Optional().eval()
+    workload = _workload((1, 4), (3, 4), relu=False)
+    plan = _build(model, workload, tmp_path)
+    _check_equal(model, plan, workload)
+    assert plan.metadata["traced_as_constants"] == ["mask", "relu"]
+    x = workload.cases[0].args[0]
+    with pytest.raises(AssertionError, match="specialized"):
+        plan(x, mask=torch.ones(1, 4), relu=False)  # a value the trace did not see
+    with pytest.raises(AssertionError, match="specialized"):
+        plan(x, relu=True)
+
+
 def test_unknown_rewrite_name_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown rewrites"):
         simplify(trace(SeqBn()), rewrites=("conv_bn", "fuse_everything"))

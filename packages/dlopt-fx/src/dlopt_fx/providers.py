@@ -17,7 +17,14 @@ from dlopt.errors import ProviderBuildError
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
 from dlopt_fx import probes
-from dlopt_fx.rewrites import REWRITES, FxTraceError, record_output_ranks, simplify, trace
+from dlopt_fx.rewrites import (
+    REWRITES,
+    FxTraceError,
+    constant_arguments,
+    record_output_ranks,
+    simplify,
+    trace,
+)
 
 
 def build_fx_graph(
@@ -28,13 +35,14 @@ def build_fx_graph(
     The workload cases (when given) run once through the traced graph: that records the
     activation ranks the BatchNorm1d folds need, and proves the trace runs on them.
     """
+    cases = [(c.args, c.kwargs) for c in context.workload.cases] if context.workload else []
+    specialized = constant_arguments(model, cases) if cases else {}
     try:
-        gm = trace(model)
+        gm = trace(model, specialized)
     except FxTraceError as exc:
         raise ProviderBuildError(f"{plan}: {exc}") from exc
     ranks = None
-    if context.workload is not None:
-        cases = [(case.args, case.kwargs) for case in context.workload.cases]
+    if cases:
         try:
             ranks = record_output_ranks(gm, cases)
         except Exception as exc:
@@ -44,7 +52,7 @@ def build_fx_graph(
                 "symbolic tracing froze, so this plan cannot serve it"
             ) from exc
     report = simplify(gm, ranks=ranks, rewrites=rewrites)
-    return gm, report.as_metadata()
+    return gm, {**report.as_metadata(), "traced_as_constants": sorted(specialized)}
 
 
 @frozen

@@ -27,6 +27,7 @@ output). Modules with hooks are never folded (the hooks expect the original modu
 from __future__ import annotations
 
 import copy
+import inspect
 import linecache
 import os
 import traceback
@@ -117,7 +118,52 @@ def _user_frame(exc: BaseException) -> str | None:
     return None
 
 
-def trace(model: nn.Module) -> fx.GraphModule:
+#: Non-tensor values that are traced as constants when every workload case agrees on them.
+#: fx guards each one (a different value at run time raises); floats stay symbolic.
+_CONSTANT_TYPES = (type(None), bool, int, str)
+
+
+def constant_arguments(
+    model: nn.Module, cases: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]
+) -> dict[str, Any]:
+    """Forward parameters with the same ``None``/bool/int/str value in every case.
+
+    Symbolic tracing cannot see ``if mask is None`` (a proxy is never ``None``, so the
+    graph would always take the "given" branch) nor branch on a flag. Tracing these as
+    the workload's constants follows the workload, and fx guards the specialisation: a
+    later different value raises instead of computing the wrong thing.
+    """
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return {}
+    plain = {
+        name
+        for name, p in signature.parameters.items()
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    common: dict[str, Any] | None = None
+    for args, kwargs in cases:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return {}
+        bound.apply_defaults()
+        values = {
+            n: v for n, v in bound.arguments.items() if n in plain and type(v) in _CONSTANT_TYPES
+        }
+        if common is None:
+            common = values
+        else:
+            common = {
+                n: v
+                for n, v in common.items()
+                if n in values and type(values[n]) is type(v) and values[n] == v
+            }
+    return dict(sorted((common or {}).items()))
+
+
+def trace(model: nn.Module, concrete_args: dict[str, Any] | None = None) -> fx.GraphModule:
     """Symbolically trace a deep copy of ``model``; the caller's module is never touched.
 
     Raises :class:`FxTraceError` with the tracer's message and the user's source line.
@@ -129,9 +175,17 @@ def trace(model: nn.Module) -> fx.GraphModule:
             f"the model cannot be deep-copied ({type(exc).__name__}: {exc})", None
         ) from exc
     try:
-        return fx.symbolic_trace(clone)
+        gm = fx.symbolic_trace(clone, concrete_args=concrete_args or None)
     except Exception as exc:
         raise FxTraceError(f"{type(exc).__name__}: {exc}", _user_frame(exc)) from exc
+    if concrete_args:
+        # fx names a specialised parameter "<name>_1"; keep the model's keyword names.
+        renamed = {f"{name}_1": name for name in concrete_args}
+        for node in gm.graph.nodes:
+            if node.op == "placeholder" and node.target in renamed:
+                node.target = renamed[node.target]
+        gm.recompile()
+    return gm
 
 
 def record_output_ranks(
