@@ -130,18 +130,19 @@ def derive_inputs(workload: WorkloadProfile, arg_names: Sequence[str] = ()) -> W
     return WorkloadInputs(args, kwargs, opt.name)
 
 
-def example_tensor(spec: InputSpec, device: torch.device | str = "cpu") -> torch.Tensor:
+def example_tensor(spec: InputSpec) -> torch.Tensor:
     """A tensor at ``max_shape`` for tracing a dynamic input.
 
     torch.export specializes a dimension traced at size 0 or 1, so tracing at an ``opt``
     of batch 1 would freeze the batch; every varying dimension is > 1 at its maximum.
+    Made on the CPU: Torch-TensorRT moves trace inputs to the compile device itself.
     """
     if spec.dtype.is_floating_point or spec.dtype.is_complex:
-        return torch.randn(spec.max_shape, dtype=spec.dtype, device=device)
-    return torch.ones(spec.max_shape, dtype=spec.dtype, device=device)
+        return torch.randn(spec.max_shape, dtype=spec.dtype)
+    return torch.ones(spec.max_shape, dtype=spec.dtype)
 
 
-def to_trt_input(spec: InputSpec, torch_tensorrt: Any, device: torch.device | str = "cpu") -> Any:
+def to_trt_input(spec: InputSpec, torch_tensorrt: Any) -> Any:
     """A ``torch_tensorrt.Input``: static when no dimension varies, else min/opt/max."""
     if not spec.is_dynamic:
         return torch_tensorrt.Input(shape=spec.opt_shape, dtype=spec.dtype, name=spec.name)
@@ -151,5 +152,5 @@ def to_trt_input(spec: InputSpec, torch_tensorrt: Any, device: torch.device | st
         max_shape=spec.max_shape,
         dtype=spec.dtype,
         name=spec.name,
-        torch_tensor=example_tensor(spec, device),
+        torch_tensor=example_tensor(spec),
     )

@@ -102,8 +102,9 @@ def compile_parameters(torch_tensorrt: Any) -> set[str]:
         return set()
 
 
-def _place(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    return module.to(device)
+def _place(obj: Any, device: torch.device) -> Any:
+    """Move a module or tensor to the target device (a seam: tests run without CUDA)."""
+    return obj.to(device)
 
 
 def _forward_arg_names(model: torch.nn.Module) -> list[str]:
@@ -323,8 +324,8 @@ class TensorRTProvider:
             **options,
             **dict(self.options),
         }
-        inputs = [to_trt_input(s, trt, device) for s in spec.args]
-        kwarg_inputs = {k: to_trt_input(s, trt, device) for k, s in spec.kwargs.items()}
+        inputs = [to_trt_input(s, trt) for s in spec.args]
+        kwarg_inputs = {k: to_trt_input(s, trt) for k, s in spec.kwargs.items()}
         if kwarg_inputs:
             compile_kwargs["kwarg_inputs"] = kwarg_inputs
 
@@ -339,9 +340,12 @@ class TensorRTProvider:
         artifacts: dict[str, Path] = {}
         if self.save_engine:
             path = context.plan_dir(self.name) / "trt_program.ep"
-            example_args = [example_tensor(s, device) for s in spec.args]
+            # Saving retraces the compiled module, so the examples must be on the device.
+            example_args = [_place(example_tensor(s), device) for s in spec.args]
             try:
-                example_kwargs = {k: example_tensor(s, device) for k, s in spec.kwargs.items()}
+                example_kwargs = {
+                    k: _place(example_tensor(s), device) for k, s in spec.kwargs.items()
+                }
                 trt.save(
                     compiled,
                     str(path),

@@ -1,0 +1,145 @@
+"""Simulated Torch-TensorRT installs: torch-tensorrt cannot be installed on CI machines, so
+every probe state and the option translation are checked against fakes."""
+
+from __future__ import annotations
+
+import types
+from collections import namedtuple
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import dlopt.probing
+from dlopt_tensorrt import provider as provider_module
+
+Features = namedtuple("Features", ["dynamo_frontend", "torch_tensorrt_runtime"])
+
+
+def _new_api(
+    exported_program: Any,
+    inputs: Any = None,
+    *,
+    arg_inputs: Any = None,
+    kwarg_inputs: Any = None,
+    device: Any = None,
+    disable_tf32: bool = False,
+    min_block_size: int = 5,
+    enable_autocast: bool = False,
+    autocast_low_precision_type: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """Signature of a strongly typed release (no enabled_precisions)."""
+
+
+def _legacy_api(
+    exported_program: Any,
+    inputs: Any = None,
+    *,
+    arg_inputs: Any = None,
+    kwarg_inputs: Any = None,
+    device: Any = None,
+    disable_tf32: bool = False,
+    enabled_precisions: Any = None,
+    use_explicit_typing: bool = False,
+    min_block_size: int = 5,
+    **kwargs: Any,
+) -> Any:
+    """Signature of a weakly typed release (precision through enabled_precisions)."""
+
+
+class FakeInput:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        assert not args, "dlopt passes Input options by keyword"
+        self.kwargs = kwargs
+
+
+class FakeTorchTensorRT(types.ModuleType):
+    """Records compile/save calls; "compiles" by returning the module it was given."""
+
+    def __init__(self, api: str, tensorrt_version: str, dynamo: bool) -> None:
+        super().__init__("torch_tensorrt")
+        self.__version__ = "2.13.0"
+        self.__tensorrt_version__ = tensorrt_version
+        self.__cuda_version__ = "12.6"
+        self.ENABLED_FEATURES = Features(dynamo, True)
+        self.Input = FakeInput
+        self.dynamo = types.SimpleNamespace(compile=_new_api if api == "new" else _legacy_api)
+        self.compile_calls: list[dict[str, Any]] = []
+        self.save_calls: list[dict[str, Any]] = []
+        self.fail_with: Exception | None = None
+
+    def compile(self, module: Any, **kwargs: Any) -> Any:
+        self.compile_calls.append({"module": module, **kwargs})
+        if self.fail_with is not None:
+            raise self.fail_with
+        return module
+
+    def save(self, module: Any, path: str, **kwargs: Any) -> None:
+        self.save_calls.append({"module": module, "path": path, **kwargs})
+        Path(path).write_bytes(b"fake program")
+
+
+def fake_metadata(
+    monkeypatch: Any,
+    version: str | None = "2.13.0",
+    requires: list[str] | None = None,
+) -> None:
+    """Make torch-tensorrt look installed (or not) to the metadata layer."""
+    real_version = dlopt.probing.distribution_version
+    monkeypatch.setattr(
+        dlopt.probing,
+        "distribution_version",
+        lambda name: version if name == "torch-tensorrt" else real_version(name),
+    )
+    real_requires = dlopt.probing.importlib_metadata.requires
+
+    def fake_requires(name: str) -> list[str] | None:
+        if name != "torch-tensorrt":
+            return real_requires(name)
+        if version is None:
+            raise dlopt.probing.importlib_metadata.PackageNotFoundError(name)
+        return requires if requires is not None else ["torch<2.14.0,>=2.13.0", "packaging"]
+
+    monkeypatch.setattr(dlopt.probing.importlib_metadata, "requires", fake_requires)
+
+
+def fake_gpu(monkeypatch: Any, capability: tuple[int, int] | None) -> None:
+    """A CUDA device of ``capability`` (``None``: no CUDA device at all)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: capability is not None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0 if capability is None else 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+
+
+@pytest.fixture
+def fake_trt(monkeypatch: Any) -> Callable[..., FakeTorchTensorRT]:
+    """Install a fake torch_tensorrt, metadata and a GPU; returns the module."""
+
+    def install(
+        api: str = "new",
+        tensorrt_version: str = "10.14.1",
+        capability: tuple[int, int] | None = (9, 0),
+        dynamo: bool = True,
+    ) -> FakeTorchTensorRT:
+        module = FakeTorchTensorRT(api, tensorrt_version, dynamo)
+        monkeypatch.setitem(__import__("sys").modules, "torch_tensorrt", module)
+        fake_metadata(monkeypatch)
+        fake_gpu(monkeypatch, capability)
+        # CPU-only torch cannot move modules to "cuda"; the fake engine runs on CPU.
+        monkeypatch.setattr(provider_module, "_place", lambda module, device: module)
+        return module
+
+    return install
+
+
+@pytest.fixture
+def sim(monkeypatch: Any) -> types.SimpleNamespace:
+    """Helpers that simulate one layer at a time: ``sim.metadata(...)``, ``sim.gpu(...)``."""
+    return types.SimpleNamespace(
+        metadata=lambda version="2.13.0", requires=None: fake_metadata(
+            monkeypatch, version, requires
+        ),
+        gpu=lambda capability: fake_gpu(monkeypatch, capability),
+    )

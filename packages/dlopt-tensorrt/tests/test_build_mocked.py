@@ -1,0 +1,169 @@
+"""Option translation with the SDK faked: what dlopt asks torch_tensorrt.compile for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from dlopt.errors import ProviderBuildError
+from dlopt.precision import Precision
+from dlopt.providers.contract import ProviderContext
+from dlopt.target import ExecutionTarget
+from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt_tensorrt import TensorRTProvider, precision_kwargs
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(features).relu()
+
+
+def _workload() -> WorkloadProfile:
+    return WorkloadProfile(
+        (
+            WorkloadCase("b1", args=(torch.randn(1, 16),), weight=1),
+            WorkloadCase("b4", args=(torch.randn(4, 16),), weight=6),
+            WorkloadCase("b32", args=(torch.randn(32, 16),), weight=1),
+        ),
+        name="serving",
+    )
+
+
+def _context(tmp_path: Path, workload: WorkloadProfile | None = None) -> ProviderContext:
+    return ProviderContext(
+        target=ExecutionTarget("cuda"), workload=workload or _workload(), artifact_dir=tmp_path
+    )
+
+
+def test_compile_gets_dynamo_ir_and_a_shape_range(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt(api="new")
+    model = Net().eval()
+    plan = TensorRTProvider(Precision.FP16).build(model, _context(tmp_path))
+    (call,) = trt.compile_calls
+    assert call["ir"] == "dynamo"
+    assert call["device"] == torch.device("cuda")
+    assert call["min_block_size"] == 1
+    (spec,) = call["inputs"]
+    assert spec.kwargs["name"] == "features"  # the forward parameter
+    assert spec.kwargs["min_shape"] == (1, 16)
+    assert spec.kwargs["opt_shape"] == (4, 16)  # the heaviest traffic
+    assert spec.kwargs["max_shape"] == (32, 16)
+    assert spec.kwargs["dtype"] == torch.float32
+    # Strongly typed release: fp16 through autocast, no enabled_precisions.
+    assert call["enable_autocast"] is True
+    assert call["autocast_low_precision_type"] == torch.float16
+    assert "enabled_precisions" not in call
+    assert plan.precision is Precision.FP16
+    assert plan.output_dtype == torch.float16
+    # The compiled module is a copy; the caller's model is untouched.
+    assert call["module"] is not model
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(plan(x), model(x))
+    meta = plan.metadata
+    json.dumps(meta, allow_nan=False)
+    assert meta["precision_api"] == "enable_autocast"
+    assert meta["dynamic_shapes"] is True and meta["opt_case"] == "b4"
+    assert meta["compile_options"]["autocast_low_precision_type"] == "float16"
+    plan.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        plan(x)
+
+
+def test_legacy_release_gets_enabled_precisions(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt(api="legacy")
+    TensorRTProvider(Precision.BF16).build(Net().eval(), _context(tmp_path))
+    (call,) = trt.compile_calls
+    assert call["enabled_precisions"] == {torch.float32, torch.bfloat16}
+    assert call["use_explicit_typing"] is False
+    assert "enable_autocast" not in call
+
+
+@pytest.mark.parametrize(
+    ("precision", "disable_tf32"), [(Precision.FP32, True), (Precision.TF32, False)]
+)
+def test_fp32_and_tf32_toggle_tf32(
+    fake_trt: Any, tmp_path: Path, precision: Precision, disable_tf32: bool
+) -> None:
+    trt = fake_trt(api="new")
+    plan = TensorRTProvider(precision).build(Net().eval(), _context(tmp_path))
+    assert trt.compile_calls[0]["disable_tf32"] is disable_tf32
+    assert plan.output_dtype is None
+    assert plan.metadata["precision_api"] == "fp32"
+
+
+def test_static_workload_gives_a_static_input(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    workload = WorkloadProfile.single(torch.randn(2, 16))
+    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, workload))
+    (spec,) = trt.compile_calls[0]["inputs"]
+    assert spec.kwargs == {"shape": (2, 16), "dtype": torch.float32, "name": "features"}
+
+
+def test_extra_options_pass_through(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    provider = TensorRTProvider(Precision.FP16, options={"optimization_level": 5}, min_block_size=3)
+    provider.build(Net().eval(), _context(tmp_path))
+    call = trt.compile_calls[0]
+    assert call["optimization_level"] == 5 and call["min_block_size"] == 3
+
+
+def test_save_engine_writes_into_the_plan_dir(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    plan = TensorRTProvider(Precision.FP16, save_engine=True).build(
+        Net().eval(), _context(tmp_path)
+    )
+    (save,) = trt.save_calls
+    path = plan.artifacts["engine"]
+    assert path == tmp_path / "tensorrt_fp16" / "trt_program.ep" and path.exists()
+    assert save["output_format"] == "exported_program"
+    (example,) = save["arg_inputs"]
+    assert example.shape == (32, 16)
+
+
+def test_compile_failure_is_a_build_error(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    trt.fail_with = RuntimeError("Unsupported operator aten.foo")
+    with pytest.raises(
+        ProviderBuildError,
+        match=r"torch_tensorrt\.compile failed: RuntimeError: Unsupported operator",
+    ):
+        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+
+
+def test_workload_is_required(fake_trt: Any, tmp_path: Path) -> None:
+    fake_trt()
+    context = ProviderContext(target=ExecutionTarget("cuda"), artifact_dir=tmp_path)
+    with pytest.raises(ProviderBuildError, match="pass a workload"):
+        TensorRTProvider(Precision.FP16).build(Net().eval(), context)
+
+
+def test_unservable_workload_is_a_build_error(fake_trt: Any, tmp_path: Path) -> None:
+    fake_trt()
+    workload = WorkloadProfile.single(torch.randn(2, 16), 3)
+    with pytest.raises(ProviderBuildError, match="tensor arguments only"):
+        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, workload))
+
+
+def test_build_refuses_with_the_probe_reason(fake_trt: Any, tmp_path: Path) -> None:
+    fake_trt(capability=(6, 1))
+    with pytest.raises(ProviderBuildError, match=r"compute capability 6\.1 is below"):
+        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+
+
+def test_precision_kwargs_without_any_precision_api() -> None:
+    with pytest.raises(ProviderBuildError, match="neither enable_autocast nor enabled_precisions"):
+        precision_kwargs(Precision.FP16, {"device", "disable_tf32"})
+    with pytest.raises(ProviderBuildError, match="no disable_tf32"):
+        precision_kwargs(Precision.FP32, {"device"})
+    assert precision_kwargs(Precision.FP32, {"disable_tf32", "enabled_precisions"}) == (
+        {"disable_tf32": True, "enabled_precisions": {torch.float32}},
+        "fp32",
+    )
