@@ -1,0 +1,71 @@
+"""Real Torch-TensorRT builds; they need the SDK and a CUDA GPU and skip with the probe's
+reason elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlopt.precision import Precision
+from dlopt.providers.contract import ProviderContext
+from dlopt.target import ExecutionTarget
+from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt_tensorrt import TensorRTProvider, load_engine
+
+pytestmark = pytest.mark.gpu
+
+
+def _require(provider: TensorRTProvider) -> None:
+    availability = provider.probe(ProviderContext(target=ExecutionTarget("cuda")))
+    if not availability.available:
+        pytest.skip(f"{provider.name} unavailable here: {availability.reason}")
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(images)).mean(dim=(2, 3)))
+
+
+def _setup(tmp_path: Path) -> tuple[torch.nn.Module, WorkloadProfile, ProviderContext]:
+    torch.manual_seed(0)
+    model = ConvNet().eval().cuda()
+    workload = WorkloadProfile(
+        (
+            WorkloadCase("b1", args=(torch.randn(1, 3, 32, 32, device="cuda"),), weight=3),
+            WorkloadCase("b8", args=(torch.randn(8, 3, 32, 32, device="cuda"),), weight=1),
+        )
+    )
+    context = ProviderContext(
+        target=ExecutionTarget("cuda"), workload=workload, artifact_dir=tmp_path
+    )
+    return model, workload, context
+
+
+@pytest.mark.parametrize(
+    ("precision", "tol"), [(Precision.FP32, 1e-4), (Precision.FP16, 2e-2), (Precision.BF16, 5e-2)]
+)
+def test_engine_serves_every_case(tmp_path: Path, precision: Precision, tol: float) -> None:
+    provider = TensorRTProvider(precision)
+    _require(provider)
+    model, workload, context = _setup(tmp_path)
+    with provider.build(model, context) as plan, torch.inference_mode():
+        # Shapes between the cases run on the same dynamic-batch engine.
+        for x in [*(c.args[0] for c in workload.cases), torch.randn(5, 3, 32, 32, device="cuda")]:
+            torch.testing.assert_close(plan(x).float(), model(x), rtol=tol, atol=tol)
+
+
+def test_saved_engine_loads_and_matches(tmp_path: Path) -> None:
+    provider = TensorRTProvider(Precision.FP16, save_engine=True)
+    _require(provider)
+    model, workload, context = _setup(tmp_path)
+    with provider.build(model, context) as plan, torch.inference_mode():
+        loaded = load_engine(plan.artifacts["engine"])
+        x = workload.cases[1].args[0]
+        torch.testing.assert_close(loaded(x), plan(x))
