@@ -58,6 +58,13 @@ _PRECISIONS: Mapping[str, frozenset[Precision]] = {
     "OpenVINOExecutionProvider": frozenset({Precision.FP32}),
 }
 
+#: Modules that compute differently in training mode (exporting them would not match).
+_TRAINING_SENSITIVE = (
+    torch.nn.modules.dropout._DropoutNd,
+    torch.nn.modules.batchnorm._BatchNorm,
+    torch.nn.modules.instancenorm._InstanceNorm,
+)
+
 # Exported fp32 models of this process, by export signature: plans of one race share one
 # export (copied/hard-linked into each plan's directory) instead of exporting again.
 _SHARED_EXPORTS: dict[str, tuple[Path, ExportRecord]] = {}
@@ -92,7 +99,9 @@ class OnnxRuntimeProvider:
     #: ConvInteger ran the demo conv net 6x slower than fp32 Conv on x86 here.
     int8_op_types: tuple[str, ...] = ("MatMul", "Attention", "LSTM")
     int8_per_channel: bool = False
-    int8_reduce_range: bool = False
+    #: 7-bit weights. ``None`` = automatic: on with x86 CPUs without VNNI, where the
+    #: u8 x s8 multiply saturates (measured relative L2 error 7.5% -> 1.6% on an MLP).
+    int8_reduce_range: bool | None = None
     #: Device type the plan's inputs live on; derived from the EP when ``None``.
     device_type: str | None = None
 
@@ -220,10 +229,16 @@ class OnnxRuntimeProvider:
             raise ProviderBuildError(
                 f"{self.name} exports the model for the workload's inputs; pass a workload"
             )
-        if any(module.training for module in model.modules()):
+        training = [
+            name
+            for name, module in model.named_modules()
+            if module.training and isinstance(module, _TRAINING_SENSITIVE)
+        ]
+        if training:
             raise ProviderBuildError(
-                "the model is in training mode; an exported inference model would differ "
-                "from it (dropout, batch statistics). Call model.eval() first"
+                f"{', '.join(training[:3]) or 'the model'} is in training mode (dropout or "
+                "batch statistics); an exported inference model would differ from it. "
+                "Call model.eval() first"
             )
         import onnxruntime as ort
 
@@ -387,7 +402,7 @@ class OnnxRuntimeProvider:
                 kind="quantize_dynamic",
                 op_types=list(self.int8_op_types),
                 per_channel=self.int8_per_channel,
-                reduce_range=self.int8_reduce_range,
+                reduce_range=self._reduce_range(),
                 weight_type="QInt8",
             )
         elif (
@@ -397,6 +412,14 @@ class OnnxRuntimeProvider:
         else:
             record["kind"] = "none"
         return record
+
+    def _reduce_range(self) -> bool:
+        if self.int8_reduce_range is not None:
+            return self.int8_reduce_range
+        from dlopt.runtime import cpu_info
+
+        flags = set(cpu_info().isa_flags)
+        return "avx2" in flags and not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
 
     def _transform(self, fp32_path: Path, plan_dir: Path) -> Path:
         kind = self._transform_record()["kind"]
@@ -421,7 +444,7 @@ class OnnxRuntimeProvider:
                 target,
                 op_types_to_quantize=list(self.int8_op_types),
                 per_channel=self.int8_per_channel,
-                reduce_range=self.int8_reduce_range,
+                reduce_range=self._reduce_range(),
                 weight_type=QuantType.QInt8,
                 use_external_data_format=True,
             )
