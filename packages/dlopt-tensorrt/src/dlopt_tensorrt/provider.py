@@ -116,6 +116,15 @@ def _forward_arg_names(model: torch.nn.Module) -> list[str]:
     return [p.name for p in params if p.kind in kinds]
 
 
+def _parse_precision(value: str | Precision) -> Precision:
+    return Precision.parse(value)
+
+
+def _sorted_items(value: Any) -> tuple[tuple[str, Any], ...]:
+    # A tuple keeps the frozen provider hashable; sorting makes equal options compare equal.
+    return tuple(sorted(dict(value).items()))
+
+
 @frozen
 class SdkInfo:
     """What the import layer found."""
@@ -137,14 +146,12 @@ class TensorRTProvider:
     fewest consecutive convertible ops worth a TensorRT engine (smaller: more in TensorRT).
     """
 
-    precision: Precision = field(converter=Precision.parse)
+    precision: Precision = field(converter=_parse_precision)
     name: str = field()
     save_engine: bool = False
     min_block_size: int = 1
     #: Extra keyword options for ``torch_tensorrt.compile`` (e.g. ``optimization_level``).
-    options: tuple[tuple[str, Any], ...] = field(
-        factory=tuple, converter=lambda v: tuple(sorted(dict(v).items()))
-    )
+    options: tuple[tuple[str, Any], ...] = field(factory=tuple, converter=_sorted_items)
 
     @name.default
     def _default_name(self) -> str:

@@ -128,6 +128,15 @@ def _config_class(quantization: Any, name: str, torchao_version: str) -> type | 
     return cls
 
 
+def _plain_recipe(quantization: Any, name: str, torchao_version: str) -> Recipe | Unavailable:
+    """A scheme whose config takes no model-dependent argument."""
+    found = _config_class(quantization, name, torchao_version)
+    if isinstance(found, Unavailable):
+        return found
+    cls: type = found
+    return Recipe(lambda g: make_config(cls), name)
+
+
 def _int4_packing_format(name: str) -> Any | None:
     """The member ``name`` of torchao's Int4PackingFormat enum, if this release has it."""
     try:
@@ -193,9 +202,10 @@ def _int4_cuda_recipe(
             f"int4 weight-only uses the tinygemm kernel, which needs CUDA compute capability "
             f"8.0+ (Ampere or newer); this GPU is {capability[0]}.{capability[1]}"
         )
-    cls = _config_class(quantization, "Int4WeightOnlyConfig", torchao_version)
-    if isinstance(cls, Unavailable):
-        return cls
+    found = _config_class(quantization, "Int4WeightOnlyConfig", torchao_version)
+    if isinstance(found, Unavailable):
+        return found
+    cls: type = found
     field_names = (
         {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     )
@@ -237,15 +247,9 @@ def resolve_recipe(
         assert capability is not None
 
     if scheme is Scheme.INT8_DYNAMIC:
-        cls = _config_class(quantization, "Int8DynamicActivationInt8WeightConfig", torchao_version)
-        if isinstance(cls, Unavailable):
-            return cls
-        return Recipe(lambda g: make_config(cls), "Int8DynamicActivationInt8WeightConfig")
+        return _plain_recipe(quantization, "Int8DynamicActivationInt8WeightConfig", torchao_version)
     if scheme is Scheme.INT8_WEIGHT_ONLY:
-        cls = _config_class(quantization, "Int8WeightOnlyConfig", torchao_version)
-        if isinstance(cls, Unavailable):
-            return cls
-        return Recipe(lambda g: make_config(cls), "Int8WeightOnlyConfig")
+        return _plain_recipe(quantization, "Int8WeightOnlyConfig", torchao_version)
     if scheme is Scheme.INT4_WEIGHT_ONLY:
         if capability is None:
             return _int4_cpu_recipe(quantization, torchao_version)
@@ -262,12 +266,9 @@ def resolve_recipe(
                 "fp8 dynamic quantization needs CUDA compute capability 8.9+ (Ada, Hopper or "
                 f"newer); this GPU is {capability[0]}.{capability[1]}"
             )
-        cls = _config_class(
+        return _plain_recipe(
             quantization, "Float8DynamicActivationFloat8WeightConfig", torchao_version
         )
-        if isinstance(cls, Unavailable):
-            return cls
-        return Recipe(lambda g: make_config(cls), "Float8DynamicActivationFloat8WeightConfig")
     raise AssertionError(f"unhandled scheme {scheme}")  # pragma: no cover
 
 
