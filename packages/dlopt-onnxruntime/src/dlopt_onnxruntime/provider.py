@@ -70,6 +70,10 @@ _TRAINING_SENSITIVE = (
 _SHARED_EXPORTS: dict[str, tuple[Path, ExportRecord]] = {}
 
 
+def _precision(value: str | Precision) -> Precision:
+    return Precision.parse(value)
+
+
 def _options(value: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
 
@@ -89,7 +93,7 @@ class OnnxRuntimeProvider:
 
     name: str
     execution_provider: str = "CPUExecutionProvider"
-    precision: Precision = field(default=Precision.FP32, converter=Precision.parse)
+    precision: Precision = field(default=Precision.FP32, converter=_precision)
     provider_options: dict[str, str] = field(factory=dict, converter=_options)
     session_config: dict[str, str] = field(factory=dict, converter=_options)
     graph_optimization: str = "all"
@@ -326,7 +330,7 @@ class OnnxRuntimeProvider:
                 raise
             except DloptError as exc:
                 raise ProviderBuildError(str(exc)) from exc
-        assert record is not None
+        assert record is not None and built is not None
         _SHARED_EXPORTS[export_key] = (plan_dir / MODEL_NAME, record)
 
         manifest_path = write_manifest(
