@@ -147,6 +147,7 @@ class InductorProvider:
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         device_type = context.target.device_type
         metadata: dict[str, Any] = {"plan": self.name, "graph": self.graph}
+        module: torch.nn.Module
         if self.graph == "fx":
             module, evidence = build_fx_graph(model, context, self.rewrites, self.name)
             metadata.update(evidence)

@@ -59,7 +59,11 @@ _DROPOUT_FUNCTIONS = {
     F.alpha_dropout,
     F.feature_alpha_dropout,
 }
-_CONV_BN = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
+_CONV_BN: dict[type[nn.Module], type[nn.Module]] = {
+    nn.Conv1d: nn.BatchNorm1d,
+    nn.Conv2d: nn.BatchNorm2d,
+    nn.Conv3d: nn.BatchNorm3d,
+}
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _THIS_DIR = os.path.dirname(__file__)
 
@@ -228,7 +232,7 @@ def _bn_scale_shift(bn: nn.modules.batchnorm._BatchNorm) -> tuple[torch.Tensor, 
     return scale, beta - mean * scale
 
 
-def _fused(module: nn.Module, bn: nn.modules.batchnorm._BatchNorm) -> nn.Module:
+def _fused(module: Any, bn: Any) -> nn.Module:
     """A copy of ``module`` (Conv/Linear) with ``bn`` folded in; ``module`` is unchanged.
 
     New Parameter objects are assigned (never in-place writes), so weights tied to other
@@ -327,7 +331,9 @@ class _Rewriter:
                 continue
             base = self.module(producer)
             if kind == "conv_bn":
-                if type(base) not in _CONV_BN or type(bn) is not _CONV_BN[type(base)]:
+                if not isinstance(base, nn.modules.conv._ConvNd):
+                    continue
+                if _CONV_BN.get(type(base)) is not type(bn):
                     continue
             elif not (type(base) is nn.Linear and type(bn) is nn.BatchNorm1d):
                 continue
