@@ -78,9 +78,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    _install(session)
+    """mypy over core and every provider's sources (each checked on its own)."""
+    _install(session, *PROVIDERS)
     session.install("mypy>=1.10", *TEST_DEPS)
     session.run("mypy", "packages/dlopt-core/src/dlopt")
+    for name in PROVIDERS:
+        session.run("mypy", f"packages/dlopt-{name}/src")
 
 
 @nox.session(python=PYTHON)

@@ -206,7 +206,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
             )
         workload = WorkloadProfile(
             name=args.model,
-            cases=tuple(
+            cases=list(
                 WorkloadCase(name, args=(_random_input(shape, dtype, i),), weight=weight)
                 for i, (name, shape, dtype, weight) in enumerate(specs)
             ),

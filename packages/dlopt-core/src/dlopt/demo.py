@@ -54,6 +54,7 @@ def build_demo_model(seed: int = 0) -> DemoNet:
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d):
+                assert module.running_mean is not None and module.running_var is not None
                 module.running_mean.normal_(0.0, 0.1, generator=generator)
                 module.running_var.uniform_(0.5, 1.5, generator=generator)
     return model.eval()

@@ -252,13 +252,8 @@ class InferenceOptimizer:
                 plan = cand.plan
                 with torch.inference_mode():
                     for case in reference.cases:
-                        cand.first_calls_s.append(
-                            time_call(
-                                lambda c=case: outputs.append(plan(*c.args, **c.kwargs)),
-                                self.clock,
-                                sync,
-                            )
-                        )
+                        call = functools.partial(_call_into, outputs, plan, case.args, case.kwargs)
+                        cand.first_calls_s.append(time_call(call, self.clock, sync))
                 self._check_model(cand, model, guard, stage)
             except Exception as exc:
                 if cand.error is None:
@@ -339,12 +334,12 @@ class InferenceOptimizer:
         emit: Callable[[Event], None],
     ) -> RaceResult:
         alive = [c for c in candidates if c.alive]
-        callables = {
-            c.name: [
-                functools.partial(c.plan, *case.args, **case.kwargs) for case in reference.cases
-            ]  # type: ignore[arg-type]
-            for c in alive
-        }
+        callables: dict[str, list[Callable[[], object]]] = {}
+        for cand in alive:
+            assert cand.plan is not None
+            callables[cand.name] = [
+                functools.partial(cand.plan, *case.args, **case.kwargs) for case in reference.cases
+            ]
 
         def on_round(round_number: int, snapshot: RaceResult) -> None:
             emit(
@@ -650,7 +645,7 @@ class InferenceOptimizer:
         return None
 
     def _check_model_device(self, model: torch.nn.Module) -> None:
-        tensor = next(iter(model.parameters()), None)
+        tensor: torch.Tensor | None = next(iter(model.parameters()), None)
         if tensor is None:
             tensor = next(iter(model.buffers()), None)
         if tensor is None:
@@ -673,6 +668,12 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+def _call_into(
+    outputs: list[Any], plan: BuiltPlan, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    outputs.append(plan(*args, **kwargs))
 
 
 def _weighted(race: RaceResult, measured: Any, statistic: str) -> float | None:

@@ -16,6 +16,7 @@ CPU_FLAGS_OF_INTEREST = (
     "avx2",
     "avx512f",
     "avx512_vnni",
+    "avx_vnni",
     "avx512_bf16",
     "avx512_fp16",
     "amx_tile",
@@ -84,7 +85,8 @@ class RuntimeInfo:
 
 @lru_cache(maxsize=1)
 def _cpu_info() -> tuple[str, tuple[str, ...]]:
-    model, flags = platform.processor() or platform.machine(), set()
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:

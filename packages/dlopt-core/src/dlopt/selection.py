@@ -61,10 +61,16 @@ class SelectionOutcome:
     projected_total_ms: dict[str, float]
 
 
+def _steady(costs: Costs) -> float:
+    if costs.steady_ms is None:
+        raise ValueError(f"{costs.name} has no measured steady-state latency to compare")
+    return costs.steady_ms
+
+
 def projected_total_ms(costs: Costs, expected_calls: int) -> float:
     """Setup + first calls + the remaining expected calls at steady-state latency."""
     remaining = max(expected_calls - costs.first_call_count, 0)
-    return (costs.setup_s + costs.first_calls_s) * 1e3 + remaining * costs.steady_ms
+    return (costs.setup_s + costs.first_calls_s) * 1e3 + remaining * _steady(costs)
 
 
 def break_even_calls(challenger: Costs, baseline: Costs) -> tuple[float | None, str]:
@@ -75,7 +81,7 @@ def break_even_calls(challenger: Costs, baseline: Costs) -> tuple[float | None, 
     extra_ms = (
         challenger.setup_s + challenger.first_calls_s - baseline.setup_s - baseline.first_calls_s
     ) * 1e3
-    saving_ms = baseline.steady_ms - challenger.steady_ms
+    saving_ms = _steady(baseline) - _steady(challenger)
     if extra_ms <= 0:
         if saving_ms >= 0:
             return 0.0, "no extra one-off cost"
@@ -103,7 +109,7 @@ def lifecycle_speedup(
     def ratio(s: float | None) -> float | None:
         if s is None or s <= 0:
             return None
-        return finite_or_none(base_total / (one_off_ms + remaining * baseline.steady_ms / s))
+        return finite_or_none(base_total / (one_off_ms + remaining * _steady(baseline) / s))
 
     return RatioInterval(
         point=ratio(steady.point),
@@ -225,7 +231,7 @@ def _reason(
             f"{baseline} replaced eager_fp32 as the baseline ({_fmt(won.speedup)} {metric} "
             f"speedup, clearing {bar})"
         )
-    base_ms = costs[baseline].steady_ms
+    base_ms = _steady(costs[baseline])
     if selected != baseline:
         won = next(c for c in challengers if c.candidate == selected)
         extra = ""
@@ -233,7 +239,7 @@ def _reason(
             extra = f"; projected {totals[selected] / 1e3:.1f}s vs {totals[baseline] / 1e3:.1f}s"
         return (
             f"Selected {selected}: its {metric} speedup over {baseline} is {_fmt(won.speedup)}, "
-            f"clearing {bar} ({costs[selected].steady_ms:.3f} ms vs {base_ms:.3f} ms per request"
+            f"clearing {bar} ({_steady(costs[selected]):.3f} ms vs {base_ms:.3f} ms per request"
             f"{extra}). {base_text}."
         )
     if challengers:

@@ -30,5 +30,10 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
 def iter_tensors(obj: Any) -> list[torch.Tensor]:
     """Every tensor leaf of ``obj``, in traversal order."""
     found: list[torch.Tensor] = []
-    map_tensors(lambda t: found.append(t) or t, obj)
+
+    def collect(tensor: torch.Tensor) -> torch.Tensor:
+        found.append(tensor)
+        return tensor
+
+    map_tensors(collect, obj)
     return found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from attrs import field, frozen
@@ -22,6 +22,10 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 def _as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(value or {})
+
+
+def _as_cases(value: Iterable[WorkloadCase]) -> tuple[WorkloadCase, ...]:
+    return tuple(value)
 
 
 @frozen(eq=False)
@@ -54,7 +58,7 @@ class WorkloadCase:
 class WorkloadProfile:
     """A weighted mix of request signatures, plus how many calls the deployment expects."""
 
-    cases: tuple[WorkloadCase, ...] = field(converter=tuple)
+    cases: tuple[WorkloadCase, ...] = field(converter=_as_cases)
     name: str = "workload"
     expected_calls: int | None = None
 

@@ -119,7 +119,7 @@ class NativeProvider:
             # to(memory_format=...) rewrites the module in place: work on a copy.
             plan_model = copy.deepcopy(model)
             rank = max((t.dim() for t in eligible), default=4)
-            plan_model = plan_model.to(memory_format=_FORMAT_BY_RANK[rank])
+            plan_model = plan_model.to(memory_format=_FORMAT_BY_RANK[rank])  # type: ignore[call-overload]
 
         autocast_dtype = self.autocast_dtype
         channels_last = self.channels_last

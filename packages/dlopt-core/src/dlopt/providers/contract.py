@@ -51,6 +51,10 @@ def api_version_problem(declared: object) -> str | None:
     return None
 
 
+def _precision(value: str | Precision) -> Precision:
+    return Precision.parse(value)
+
+
 @frozen
 class ProviderAvailability:
     """Whether a provider can build on the target, and if not, why and how to fix it.
@@ -108,7 +112,7 @@ class BuiltPlan:
     """
 
     runner: Callable[..., Any]
-    precision: Precision = field(default=Precision.FP32, converter=Precision.parse)
+    precision: Precision = field(default=Precision.FP32, converter=_precision)
     artifacts: dict[str, Path] = field(factory=dict)
     metadata: dict[str, Any] = field(factory=dict)
     output_dtype: torch.dtype | None = None
@@ -151,12 +155,15 @@ class ExecutionProvider(Protocol):
     dlopt hashes the weights before and after to check.
     """
 
-    #: Unique plan name, e.g. ``"onnxruntime_cpu"``. Shown in reports and used by
-    #: include/exclude lists.
-    name: str
-    #: The precision this plan will declare when built (used before building, e.g. to
-    #: show in ``dlopt providers``).
-    precision: Precision
+    @property
+    def name(self) -> str:
+        """Unique plan name, e.g. ``"onnxruntime_cpu"``; used in reports and include/exclude."""
+        ...
+
+    @property
+    def precision(self) -> Precision:
+        """The precision the plan will declare when built (shown before building)."""
+        ...
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         """Say whether this plan can be built on ``context.target``; never raise."""

@@ -67,15 +67,22 @@ class ProviderContractSuite:
         raise NotImplementedError("return one provider instance to check")
 
     def make_model(self) -> torch.nn.Module:
+        """A small conv net (Conv-BN-ReLU, pooling, Linear) on the suite's target device."""
         torch.manual_seed(0)
-        return _ContractModel().eval()
+        return _ContractModel().eval().to(self.target.device)
 
     def make_workload(self) -> WorkloadProfile:
+        """Batch 1 and batch 4 images on the suite's target device."""
         gen = torch.Generator().manual_seed(1)
+        device = self.target.device
         return WorkloadProfile(
             cases=(
-                WorkloadCase("batch-1", args=(torch.randn(1, 3, 16, 16, generator=gen),), weight=3),
-                WorkloadCase("batch-4", args=(torch.randn(4, 3, 16, 16, generator=gen),), weight=1),
+                WorkloadCase(
+                    "batch-1", args=(torch.randn(1, 3, 16, 16, generator=gen).to(device),), weight=3
+                ),
+                WorkloadCase(
+                    "batch-4", args=(torch.randn(4, 3, 16, 16, generator=gen).to(device),), weight=1
+                ),
             ),
             name="contract",
         )
