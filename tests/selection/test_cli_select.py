@@ -14,17 +14,35 @@ from dlopt.errors import WorkloadError
 def test_select_races_writes_a_strict_report_and_report_reprints_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
     report = tmp_path / "report.json"
-    code = main([
-        "select", "dlopt.testing.models:StructuredMLP", "--case", "b1=1x16@70", "--case", "b4=4x16@30",
-        "--include", "native_channels_last", "--max-measure-time", "1", "--seed", "3",
-        "--report", str(report), "--bundle", str(tmp_path / "bundle"),
-    ])
+    code = main(
+        [
+            "select",
+            "dlopt.testing.models:StructuredMLP",
+            "--case",
+            "b1=1x16@70",
+            "--case",
+            "b4=4x16@30",
+            "--include",
+            "native_channels_last",
+            "--max-measure-time",
+            "1",
+            "--seed",
+            "3",
+            "--report",
+            str(report),
+            "--bundle",
+            str(tmp_path / "bundle"),
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "selected: eager_fp32" in captured.out
     assert "reason:" in captured.out
     # channels-last needs image inputs: rejected at build with the reason, race went on.
-    assert "native_channels_last" in captured.out and "build: ValueError: channels-last needs" in captured.out
+    assert (
+        "native_channels_last" in captured.out
+        and "build: ValueError: channels-last needs" in captured.out
+    )
     assert "race_started" in captured.err  # progress through the event hook
     data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(c))
     assert data["measurement"]["seed"] == 3
@@ -53,7 +71,11 @@ def test_report_refuses_a_file_that_is_not_a_report(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("spec", "shape", "dtype"),
-    [("8x3x224x224", (8, 3, 224, 224), "float32"), ("1x16:fp16", (1, 16), "float16"), ("4:int64", (4,), "int64")],
+    [
+        ("8x3x224x224", (8, 3, 224, 224), "float32"),
+        ("1x16:fp16", (1, 16), "float16"),
+        ("4:int64", (4,), "int64"),
+    ],
 )
 def test_input_specs(spec, shape, dtype):
     assert parse_input_spec(spec) == (shape, dtype)
@@ -61,7 +83,7 @@ def test_input_specs(spec, shape, dtype):
 
 @pytest.mark.parametrize("spec", ["8x", "x3", "8*3", "8x3:complex"])
 def test_bad_input_specs_say_how_to_write_them(spec):
-    with pytest.raises(WorkloadError, match="8x3x224x224|dtype"):
+    with pytest.raises(WorkloadError, match=r"8x3x224x224|dtype"):
         parse_input_spec(spec)
 
 
