@@ -11,6 +11,8 @@ virtualenvs on purpose.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -88,8 +90,35 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks print ratios measured side by side; pass a script name to run one."""
+    """Benchmarks print ratios measured side by side; name scripts to run, each with args.
+
+    nox -s bench                                         # measurement_kernel.py
+    nox -s bench -- fx_inductor_plans onnxruntime_plans  # by name (benchmarks/<name>.py)
+    nox -s bench -- onnxruntime_plans --models mlp       # arguments follow their script
+    """
     _install(session, "fx", "onnxruntime", "torchao")
-    scripts = session.posargs or ["benchmarks/measurement_kernel.py"]
-    for script in scripts:
-        session.run("python", script)
+    runs: list[list[str]] = []
+    for arg in session.posargs or ["measurement_kernel"]:
+        script = _bench_script(arg)
+        if script is not None:
+            runs.append([script])
+        elif runs:
+            runs[-1].append(arg)
+        else:
+            session.error(f"{arg!r} is not a benchmark: name one of {_bench_names()}")
+    for command in runs:
+        session.run("python", *command)
+
+
+def _bench_names() -> list[str]:
+    return sorted(p.stem for p in Path("benchmarks").glob("[!_]*.py"))
+
+
+def _bench_script(arg: str) -> str | None:
+    """``onnxruntime_plans``, ``onnxruntime_plans.py`` or a path -> the script's path."""
+    if arg.startswith("-"):
+        return None
+    for candidate in (Path(arg), Path("benchmarks") / arg, Path("benchmarks") / f"{arg}.py"):
+        if candidate.suffix == ".py" and candidate.is_file():
+            return str(candidate)
+    return None
