@@ -1,0 +1,306 @@
+"""Evidence assembly: turn the pipeline's working state into the strict-JSON report."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt import __version__
+from dlopt.measurement import PeakMemory, RaceResult, RatioInterval
+from dlopt.measurement.compare import paired_speedup
+from dlopt.policy import OptimizationPolicy
+from dlopt.providers.contract import BuiltPlan, ProviderInfo
+from dlopt.providers.loader import ProviderRegistry, ProviderStatus
+from dlopt.report import (
+    SCHEMA_VERSION,
+    CandidateEvidence,
+    CaseEvidence,
+    CaseSignature,
+    MeasurementSummary,
+    OptimizationReport,
+    StageError,
+    WorkloadSummary,
+)
+from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
+from dlopt.selection import EAGER, SelectionOutcome
+from dlopt.serialization import finite_or_none, to_jsonable
+from dlopt.target import ExecutionTarget
+from dlopt.validation import CaseValidation, ValidationResult
+from dlopt.workload import WorkloadProfile
+
+
+@attrs.define(eq=False)
+class CandidateState:
+    """Working state of one candidate during a selection: what was built and measured."""
+
+    info: ProviderInfo
+    status: ProviderStatus | None = None
+    plan: BuiltPlan | None = None
+    setup_s: float | None = None
+    first_calls_s: list[float] = attrs.field(factory=list)
+    memory: PeakMemory | None = None
+    validation: ValidationResult | None = None
+    error: StageError | None = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def alive(self) -> bool:
+        return self.plan is not None and self.error is None
+
+
+def build_report(
+    target: ExecutionTarget,
+    policy: OptimizationPolicy,
+    workload: WorkloadProfile,
+    registry: ProviderRegistry,
+    candidates: list[CandidateState],
+    race: RaceResult,
+    outcome: SelectionOutcome,
+    expected_calls: int | None,
+) -> OptimizationReport:
+    runtime = inspect_runtime(target, with_providers=False)
+    runtime = attrs.evolve(
+        runtime,
+        providers=tuple(
+            ProviderAvailabilityRecord(
+                c.name,
+                c.info.distribution,
+                c.info.version,
+                c.status.availability.available,
+                c.status.availability.reason,
+                c.status.availability.install_hint,
+                dict(c.status.availability.sdk_versions),
+            )
+            for c in candidates
+            if c.status is not None
+        ),
+        plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in registry.failures),
+    )
+    comparisons = {(c.candidate, c.against): c for c in outcome.comparisons}
+    evidence = tuple(candidate_evidence(policy, c, race, outcome, comparisons) for c in candidates)
+    return OptimizationReport(
+        schema_version=SCHEMA_VERSION,
+        dlopt_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        objective=policy.objective,
+        target=target,
+        constraints=attrs.evolve(policy.constraints, expected_calls=expected_calls),
+        quality=_quality_summary(policy),
+        workload=WorkloadSummary(
+            workload.name,
+            workload.expected_calls,
+            tuple(
+                CaseSignature(
+                    case.name, float(case.weight), describe_inputs(case.args, case.kwargs)
+                )
+                for case in workload.cases
+            ),
+        ),
+        runtime=runtime,
+        baseline=outcome.baseline,
+        selected_plan=outcome.selected,
+        selection_reason=outcome.reason,
+        candidates=evidence,
+        measurement=MeasurementSummary(
+            seed=race.seed,
+            rounds=race.rounds,
+            stop_reason=race.stop_reason,
+            total_time_s=race.total_time_s,
+            timed_calls=race.timed_calls,
+            untimed_calls=race.untimed_calls,
+            confidence=race.confidence,
+            policy=race.policy,
+        ),
+        plugin_failures=tuple(registry.failures),
+    )
+
+
+def candidate_evidence(
+    policy: OptimizationPolicy,
+    cand: CandidateState,
+    race: RaceResult,
+    outcome: SelectionOutcome,
+    comparisons: dict,
+) -> CandidateEvidence:
+    availability = cand.status.availability if cand.status else None
+    precision = (
+        cand.plan.precision.value
+        if cand.plan
+        else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
+    )
+    base = dict(
+        name=cand.name,
+        precision=precision,
+        plugin=cand.info.plugin,
+        distribution=cand.info.distribution,
+        version=cand.info.version,
+        availability_reason=availability.reason if availability else None,
+        install_hint=availability.install_hint if availability else None,
+        error=cand.error,
+        metadata=_jsonable(cand.plan.metadata) if cand.plan else {},
+        artifacts={k: str(v) for k, v in cand.plan.artifacts.items()} if cand.plan else {},
+    )
+    if availability is not None and not availability.available:
+        return CandidateEvidence(status="unavailable", **base)
+    measured = None
+    with contextlib.suppress(KeyError):  # not raced: rejected before the race
+        measured = race.candidate(cand.name)
+    validation_by_case: dict[str, CaseValidation] = {
+        v.case: v for v in (cand.validation.cases if cand.validation else ())
+    }
+    latency_by_case = {s.case: s for s in (measured.cases if measured else ())}
+    cases = tuple(
+        CaseEvidence(
+            name=name,
+            weight=weight,
+            first_call_time_s=cand.first_calls_s[i] if i < len(cand.first_calls_s) else None,
+            latency=latency_by_case.get(name),
+            validation=validation_by_case.get(name),
+        )
+        for i, (name, weight) in enumerate(zip(race.case_names, race.weights))
+    )
+    if cand.name == outcome.selected:
+        status = "selected"
+    elif cand.error is not None:
+        status = "rejected"
+    elif cand.name == outcome.baseline:
+        status = "baseline"
+    else:
+        status = "lost"
+    versus_eager = comparisons.get((cand.name, EAGER))
+    versus_base = comparisons.get((cand.name, outcome.baseline))
+    judged = versus_base or versus_eager
+    steady_eager = measured.speedup_vs_baseline if measured and cand.name != EAGER else None
+    steady_native = None
+    if measured and cand.alive and outcome.baseline != EAGER and cand.name != outcome.baseline:
+        steady_native = paired_speedup(race, cand.name, outcome.baseline)
+    mean = measured.weighted_mean_ms if measured else None
+    total = outcome.projected_total_ms.get(cand.name)
+    lifecycle = policy.objective == "lifecycle_latency"
+    selection_interval = judged.speedup if (lifecycle and judged) else None
+    return CandidateEvidence(
+        status=status,
+        latency_ms=weighted_statistic(race, measured, "median_ms"),
+        latency_mean_ms=mean,
+        latency_p90_ms=weighted_statistic(race, measured, "p90_ms"),
+        latency_p95_ms=weighted_statistic(race, measured, "p95_ms"),
+        latency_p99_ms=weighted_statistic(race, measured, "p99_ms"),
+        latency_ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
+        latency_ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
+        selection_cost_ms=total if lifecycle else mean,
+        selection_cost_low_ms=(
+            _scale(total, selection_interval, "high")
+            if lifecycle
+            else (measured.weighted_mean_low_ms if measured else None)
+        ),
+        selection_cost_high_ms=(
+            _scale(total, selection_interval, "low")
+            if lifecycle
+            else (measured.weighted_mean_high_ms if measured else None)
+        ),
+        confidence_gate_passed=judged.gate_passed if judged else None,
+        gate_against=judged.against if judged else None,
+        peak_memory_mb=cand.memory.mb if cand.memory else None,
+        peak_memory_method=cand.memory.method if cand.memory else None,
+        peak_memory_note=cand.memory.note if cand.memory else None,
+        setup_time_s=cand.setup_s,
+        first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
+        projected_total_ms=finite_or_none(total),
+        break_even_calls_vs_baseline=(versus_base.break_even_calls if versus_base else None),
+        break_even_note=(versus_base.break_even_note if versus_base else None),
+        speedup_vs_eager=steady_eager,
+        speedup_vs_native=steady_native,
+        speedup_vs_baseline_lifecycle=selection_interval,
+        measurement_verdict=measured.verdict if measured else None,
+        noisy=measured.noisy if measured else None,
+        parity=cand.validation,
+        cases=cases,
+        **base,
+    )
+
+
+def weighted_statistic(race: RaceResult, measured: Any, statistic: str) -> float | None:
+    """Traffic-weighted average of a per-case statistic (``None`` if any case lacks it)."""
+    if measured is None or not measured.cases:
+        return None
+    total = 0.0
+    for weight, stats in zip(race.weights, measured.cases):
+        value = getattr(stats, statistic)
+        if value is None:
+            return None
+        total += weight * value
+    return finite_or_none(total)
+
+
+def _scale(total: float | None, interval: RatioInterval | None, end: str) -> float | None:
+    """Bound a projected total from the baseline total and a lifecycle speedup bound."""
+    if total is None or interval is None or interval.point is None:
+        return None
+    bound = getattr(interval, end)
+    if bound is None or bound <= 0:
+        return None
+    return finite_or_none(total * interval.point / bound)
+
+
+def describe_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """``args[0]: float32[8, 3, 64, 64]; kwargs['mask']: bool[8, 64]`` for reports."""
+    parts: list[str] = []
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, torch.Tensor):
+            dtype = str(value.dtype).replace("torch.", "")
+            parts.append(f"{path}: {dtype}{list(value.shape)}")
+        elif isinstance(value, (tuple, list)):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{path}[{key!r}]")
+        else:
+            text = repr(value)
+            parts.append(f"{path}: {text if len(text) <= 40 else text[:37] + '...'}")
+
+    walk(tuple(args), "args")
+    for key, value in kwargs.items():
+        walk(value, f"kwargs[{key!r}]")
+    return "; ".join(parts)
+
+
+def _quality_summary(policy: OptimizationPolicy) -> dict[str, Any]:
+    """The quality policy as JSON; user metric functions are named, not serialized."""
+    quality = policy.quality
+    summary: dict[str, Any] = {
+        "limits": to_jsonable(quality.limits),
+        "per_precision": {
+            getattr(k, "value", str(k)): to_jsonable(v) for k, v in quality.per_precision.items()
+        },
+        "per_output": {k: to_jsonable(v) for k, v in quality.per_output.items()},
+        "user_metrics": [
+            {"name": m.name, "limit": m.limit, "direction": m.direction, "path": m.path}
+            for m in quality.user_metrics
+        ],
+        "training_mode": quality.training_mode,
+        "allow_nonfinite_reference": quality.allow_nonfinite_reference,
+        "reference_rel_tolerance": quality.reference_rel_tolerance,
+    }
+    return _jsonable(summary)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types only (strict: non-finite floats become None, unknowns become str)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return finite_or_none(value)
+    return str(value)
