@@ -29,6 +29,8 @@ _DTYPES = {
     "bool": "bool",
 }
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
+#: Minor page faults per call above which the table suggests allocator tuning.
+PAGE_FAULT_HINT_THRESHOLD = 100
 
 
 def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
@@ -140,6 +142,12 @@ def candidates_table(report: Any) -> str:
             note = c.availability_reason or ""
         elif c.measurement_verdict:
             note = c.measurement_verdict + (" (noisy)" if c.noisy else "")
+            faults = max(
+                (cs.latency.page_faults_per_call or 0 for cs in c.cases if cs.latency), default=0
+            )
+            if faults >= PAGE_FAULT_HINT_THRESHOLD:
+                # glibc handing large buffers back to the OS every call: a real, fixable cost.
+                note += f"; {faults:.0f} page faults/call (allocator churn: see MALLOC_MMAP_THRESHOLD_ or jemalloc)"
         rows.append(
             (
                 c.name,
