@@ -68,7 +68,12 @@ def tests_provider(session: nox.Session, provider: str) -> None:
 def demo(session: nox.Session) -> None:
     """dlopt's main job on the built-in demo model."""
     _install(session, "fx", "onnxruntime", "torchao")
-    session.run("dlopt", "select", "--demo", *(session.posargs or ["--report", "artifacts/demo-report.json"]))
+    session.run(
+        "dlopt",
+        "select",
+        "--demo",
+        *(session.posargs or ["--report", "artifacts/demo-report.json"]),
+    )
 
 
 @nox.session(python=PYTHON)
