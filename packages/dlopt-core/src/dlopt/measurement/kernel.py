@@ -25,6 +25,7 @@ from dlopt.measurement.stats import (
     ratio_from_log,
     summarize_latency,
     t_interval,
+    t_quantile,
 )
 from dlopt.serialization import finite_or_none
 
@@ -76,6 +77,11 @@ class CandidateMeasurement:
     #: Traffic-weighted burst cost per round (index = round - 1); ``None`` for rounds this
     #: candidate did not run. Lets any two candidates be paired after the race.
     round_costs_ms: tuple[float | None, ...] = ()
+    #: Bursts whose settling hit its cap (``settle_time_s``/``settle_max_calls``) before a
+    #: call ran within ``settle_tolerance`` of the plan's recent latency: the plan was
+    #: timed while still slower than usual (machine noise, or state left by the previous
+    #: plan, such as spinning worker threads).
+    unsettled_bursts: int = 0
 
 
 @frozen
@@ -126,7 +132,8 @@ class _Candidate:
         self.is_baseline = is_baseline
         self.status: str = "racing"  # racing | faster | not_faster | futile | dropped | failed
         self.block = [1] * n
-        self.reference = [0.0] * n  # seconds per call, from the last burst: the settle target
+        self.reference = [0.0] * n  # seconds per call, recent median: the settle target
+        self.unsettled = [0] * n
         self.warmup_calls = [0] * n
         self.warmup_converged = [False] * n
         self.samples: list[list[float]] = [[] for _ in range(n)]
@@ -195,6 +202,7 @@ class _Race:
             for c in self.cands:
                 c.page_faults = [None] * self.n_cases
         self.rounds = 0
+        self.round_times_s: list[float] = []
         self.stop_reason: StopReason = "max_rounds"
         self.start_ns = clock.now_ns()
 
@@ -267,6 +275,7 @@ class _Race:
         calls = 0
         tol = p.settle_tolerance
         need = max(p.settle_min_calls, 1) if tol is not None else p.settle_min_calls
+        settled = tol is None
         while calls < p.settle_max_calls:
             elapsed = (self.clock.now_ns() - start) / 1e9
             if calls >= need and elapsed >= p.settle_time_s:
@@ -281,8 +290,11 @@ class _Race:
             per_call = self._timed_block(fn, k)
             calls += k
             if calls >= need and per_call <= cand.reference[i] * (1.0 + tol):
+                settled = True
                 break
         cand.untimed_calls[i] += calls
+        if not settled:
+            cand.unsettled[i] += 1
         # Timed samples.
         f0 = _minflt() if self.record_faults else None
         samples = [self._timed_block(fn, k) for _ in range(p.timed_calls_per_burst)]
@@ -333,11 +345,16 @@ class _Race:
                 continue
             burst_means[cand.name][i] = mean
             pending[cand.name].append((i, samples, mean))
+        p = self.policy
         for cand in self.racing():
             for i, samples, mean in pending[cand.name]:
                 cand.samples[i].extend(samples)
                 cand.burst_means[i].append(mean)
-                cand.reference[i] = statistics.median(samples)
+                # The settle target is the median of recent samples, not the last burst
+                # alone: one burst's 2 samples swing by tens of percent on a busy CPU,
+                # and a target that is low by chance keeps settling to its cap.
+                recent = cand.samples[i][-p.settle_reference_samples :]
+                cand.reference[i] = statistics.median(recent)
             means = [m for m in burst_means[cand.name] if m is not None]
             cand.cost[r] = math.fsum(w * m for w, m in zip(self.weights, means))
         self.rounds = r
@@ -350,6 +367,34 @@ class _Race:
             for r in common
             if num.cost[r] > 0 and den.cost[r] > 0
         ]
+
+    def _final_rounds(self) -> int:
+        """The last round the budget allows: ``max_rounds``, or fewer if time runs out."""
+        p = self.policy
+        final = p.max_rounds
+        if self.round_times_s:
+            per_round = statistics.median(self.round_times_s)
+            left = p.max_time_s - self._elapsed_s()
+            if per_round > 0:
+                final = min(final, self.rounds + max(0, math.floor(left / per_round)))
+        return max(final, self.rounds)
+
+    def _final_half_width(self, diffs: list[float]) -> float:
+        """Projected half-width of the decision interval at the last affordable look.
+
+        Uses the spread of the paired log-ratios seen so far; only futility uses it, which
+        can never turn a verdict into "faster", so a wrong projection costs power, not
+        validity.
+        """
+        n = len(diffs)
+        if n < 2:
+            return 0.0
+        p = self.policy
+        final = max(self._final_rounds(), n)
+        look = max(final - p.min_rounds + 1, 1)
+        alpha = alpha_for_look(self.alpha_per_challenger, min(look, p.max_looks), p.max_looks)
+        sd = statistics.stdev(diffs)
+        return t_quantile(1.0 - alpha / 2.0, final - 1) * sd / math.sqrt(final)
 
     def look(self) -> None:
         """Resolve, drop and update the decision intervals after a round."""
@@ -372,15 +417,26 @@ class _Race:
                 cand.status, cand.resolved_at = "not_faster", self.rounds
             elif p.futility_confidence is not None:
                 # Non-binding futility stop: even the optimistic end of a loose interval
-                # misses the threshold. Stopping can only remove "faster" verdicts, so the
-                # switch error stays controlled; the verdict stays "unresolved".
-                loose = t_interval(self._log_ratios(self.base, cand), 1.0 - p.futility_confidence)
-                if loose is not None and loose[2] < self.log_threshold:
+                # misses the threshold (after the half-width the decision interval will
+                # still have when the budget ends). Stopping can only remove "faster"
+                # verdicts, so the switch error stays controlled; the verdict stays
+                # "unresolved".
+                diffs = self._log_ratios(self.base, cand)
+                loose = t_interval(diffs, 1.0 - p.futility_confidence)
+                reach = self._final_half_width(diffs) if p.futility_uses_budget else 0.0
+                if loose is not None and loose[2] - reach < self.log_threshold:
                     cand.status, cand.resolved_at = "futile", self.rounds
-                    cand.note = (
-                        f"stopped at round {self.rounds} for futility: the upper end of its "
-                        f"{p.futility_confidence:.0%} interval is below min_speedup"
+                    why = (
+                        f"the upper end of its {p.futility_confidence:.0%} interval is below "
+                        "min_speedup"
                     )
+                    if reach > 0:
+                        why = (
+                            f"even the upper end of its {p.futility_confidence:.0%} interval "
+                            f"could not clear min_speedup within the budget (about "
+                            f"{self._final_rounds()} rounds) at the spread seen so far"
+                        )
+                    cand.note = f"stopped at round {self.rounds} for futility: {why}"
         if not p.drop_worse_than_leader:
             return
         contenders = [
@@ -508,12 +564,24 @@ class _Race:
             warmup_calls=sum(cand.warmup_calls),
             timed_calls=sum(cand.timed_calls),
             untimed_calls=sum(cand.untimed_calls),
-            note=cand.note,
+            note=_with_settle_note(cand.note, sum(cand.unsettled), len(cand.cost) * self.n_cases),
+            unsettled_bursts=sum(cand.unsettled),
             round_costs_ms=tuple(
                 finite_or_none(cand.cost[r] * 1e3) if r in cand.cost else None
                 for r in range(1, self.rounds + 1)
             ),
         )
+
+
+def _with_settle_note(note: str, unsettled: int, bursts: int) -> str:
+    if bursts == 0 or unsettled * 4 < bursts:
+        return note
+    extra = (
+        f"{unsettled} of {bursts} bursts were timed before the plan settled (settling hit "
+        "its cap): the machine was noisy or the previous plan left work behind, such as "
+        "spinning threads"
+    )
+    return f"{note}; {extra}" if note else extra
 
 
 def _method_text(policy: MeasurementPolicy, n_challengers: int) -> str:
@@ -624,6 +692,7 @@ def run_race(
         t0 = clock.now_ns()
         race.run_round()
         last_round_s = (clock.now_ns() - t0) / 1e9
+        race.round_times_s.append(last_round_s)
         race.look()
         if on_round is not None:
             on_round(race.rounds, race.result(final=False))

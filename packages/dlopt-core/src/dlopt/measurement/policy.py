@@ -59,12 +59,17 @@ class MeasurementPolicy:
         ``"unresolved"``, once even the upper end of a loose ``futility_confidence``
         interval (50% by default) is below ``min_speedup``: it will almost surely never be
         shown faster, and stopping it cannot cause a wrong switch (``None`` turns this off).
+        With ``futility_uses_budget`` (default) that upper end is first reduced by the
+        half-width the decision interval is projected to still have at the last round the
+        budget allows (from the spread seen so far): a challenger that could not be shown
+        faster even if its optimistic mean held until the end stops now.
 
     Bursts
         Each turn settles the plan with untimed calls, then takes ``timed_calls_per_burst``
         timed samples. Settling ends once an untimed call runs within ``settle_tolerance``
-        of the plan's own latency in the previous round (after at least ``settle_min_calls``
-        calls), and never lasts more than ``settle_time_s`` or ``settle_max_calls`` calls.
+        of the plan's own recent latency (the median of its last ``settle_reference_samples``
+        timed samples; after at least ``settle_min_calls`` calls), and never lasts more than
+        ``settle_time_s`` or ``settle_max_calls`` calls.
         ``settle_tolerance=None`` settles for the full ``settle_time_s`` every turn.
 
     Warm-up
@@ -103,6 +108,10 @@ class MeasurementPolicy:
     family_wise: bool = field(default=True, validator=validators.instance_of(bool))
     drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
     futility_confidence: float | None = field(default=0.5)
+    futility_uses_budget: bool = field(default=True, validator=validators.instance_of(bool))
+    settle_reference_samples: int = field(
+        default=8, validator=_at_least("settle_reference_samples", 1)
+    )
     seed: int | None = None
     record_page_faults: bool = field(default=True, validator=validators.instance_of(bool))
     bootstrap_resamples: int = field(default=2000, validator=_at_least("bootstrap_resamples", 0))

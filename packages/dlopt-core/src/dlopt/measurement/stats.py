@@ -83,6 +83,11 @@ def _t_quantile(q: float, df: int) -> float:
     return float(t.ppf(q, df))
 
 
+def t_quantile(q: float, df: int) -> float:
+    """``scipy.stats.t.ppf(q, df)``, cached."""
+    return _t_quantile(float(q), int(df))
+
+
 def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
     """Two-sided error share of look ``look`` (1-based) out of at most ``max_looks``.
 
