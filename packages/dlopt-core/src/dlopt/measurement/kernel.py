@@ -203,6 +203,9 @@ class _Race:
                 c.page_faults = [None] * self.n_cases
         self.rounds = 0
         self.round_times_s: list[float] = []
+        # (plan, case) of the last burst run: the next burst of the same plan and case
+        # has nothing to flush and needs no settling.
+        self.last_turn: tuple[str, int] | None = None
         self.stop_reason: StopReason = "max_rounds"
         self.start_ns = clock.now_ns()
 
@@ -270,13 +273,18 @@ class _Race:
         fn = cand.fns[i]
         k = cand.block[i]
         sync = self.sync
-        # Settle: untimed calls of this plan until it runs at its own latency again.
+        # Settle: untimed calls of this plan until it runs at its own latency again --
+        # unless this plan and case ran the burst just before: nothing else ran since.
         start = self.clock.now_ns()
         calls = 0
         tol = p.settle_tolerance
         need = max(p.settle_min_calls, 1) if tol is not None else p.settle_min_calls
         settled = tol is None
-        while calls < p.settle_max_calls:
+        continuing = p.continue_same_plan and self.last_turn == (cand.name, i)
+        self.last_turn = (cand.name, i)
+        if continuing:
+            settled = True
+        while not continuing and calls < p.settle_max_calls:
             elapsed = (self.clock.now_ns() - start) / 1e9
             if calls >= need and elapsed >= p.settle_time_s:
                 break
@@ -320,6 +328,7 @@ class _Race:
         for cand, i in turns:
             if cand.status != "racing":
                 continue
+            self.last_turn = (cand.name, i)
             try:
                 self._warmup(cand, i)
             except Exception as exc:
@@ -329,6 +338,14 @@ class _Race:
         r = self.rounds + 1
         turns = [(c, i) for c in self.racing() for i in range(self.n_cases)]
         self.rng.shuffle(turns)
+        if self.policy.continue_same_plan:
+            # Start with the plan and case that ran last: its burst needs no settling.
+            # With two plans the order then alternates, so each pays the switch into the
+            # round equally often.
+            for j, (c, i) in enumerate(turns):
+                if (c.name, i) == self.last_turn:
+                    turns.insert(0, turns.pop(j))
+                    break
         burst_means: dict[str, list[float | None]] = {
             c.name: [None] * self.n_cases for c in self.racing()
         }

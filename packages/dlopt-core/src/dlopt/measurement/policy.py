@@ -57,7 +57,7 @@ class MeasurementPolicy:
         ``max_time_s`` of measurement time is spent, whichever comes first; comparisons not
         resolved by then are reported ``"unresolved"``. A challenger stops early, also
         ``"unresolved"``, once even the upper end of a loose ``futility_confidence``
-        interval (50% by default) is below ``min_speedup``: it will almost surely never be
+        interval (80% by default) is below ``min_speedup``: it will almost surely never be
         shown faster, and stopping it cannot cause a wrong switch (``None`` turns this off).
         With ``futility_uses_budget`` (default) that upper end is first reduced by the
         half-width the decision interval is projected to still have at the last round the
@@ -69,7 +69,9 @@ class MeasurementPolicy:
         timed samples. Settling ends once an untimed call runs within ``settle_tolerance``
         of the plan's own recent latency (the median of its last ``settle_reference_samples``
         timed samples; after at least ``settle_min_calls`` calls), and never lasts more than
-        ``settle_time_s`` or ``settle_max_calls`` calls.
+        ``settle_time_s`` or ``settle_max_calls`` calls. With ``continue_same_plan``
+        (default) each round starts with the plan and case that ended the previous round (the
+        rest of the order is shuffled); that burst follows its own calls and is not settled.
         ``settle_tolerance=None`` settles for the full ``settle_time_s`` every turn.
 
     Warm-up
@@ -107,7 +109,8 @@ class MeasurementPolicy:
     noise_threshold: float = field(default=0.05, validator=_positive("noise_threshold"))
     family_wise: bool = field(default=True, validator=validators.instance_of(bool))
     drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
-    futility_confidence: float | None = field(default=0.5)
+    futility_confidence: float | None = field(default=0.8)
+    continue_same_plan: bool = field(default=True, validator=validators.instance_of(bool))
     futility_uses_budget: bool = field(default=True, validator=validators.instance_of(bool))
     settle_reference_samples: int = field(
         default=8, validator=_at_least("settle_reference_samples", 1)
