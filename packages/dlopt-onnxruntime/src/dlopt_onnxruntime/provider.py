@@ -78,6 +78,10 @@ def _options(value: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
 
 
+#: ORT session config entry for busy-waiting of idle intra-op threads (off by default here).
+SPINNING_KEY = "session.intra_op.allow_spinning"
+
+
 @frozen
 class OnnxRuntimeProvider:
     """Export the model to ONNX and run it with one ONNX Runtime execution provider.
@@ -87,7 +91,9 @@ class OnnxRuntimeProvider:
     ``"OpenVINOExecutionProvider"``...). ``precision`` selects the variant: ``INT8``
     quantizes dynamically (CPU), ``FP16`` converts the model (CUDA) or enables fp16
     engines (TensorRT). ``provider_options`` are passed to the EP on top of the ones
-    set here; ``session_config`` are session config entries. ``exporter`` is ``"auto"``
+    set here; ``session_config`` are session config entries (CPU sessions default to
+    ``session.intra_op.allow_spinning = "0"``; see docs/providers/onnxruntime.md).
+    ``exporter`` is ``"auto"``
     (dynamo, then TorchScript), ``"dynamo"`` or ``"torchscript"``.
     """
 
@@ -365,6 +371,7 @@ class OnnxRuntimeProvider:
             "session_providers": built["session_providers"],
             "provider_options": built["provider_options"],
             "session_options": built["session_options"],
+            "intra_op_allow_spinning": self._config().get(SPINNING_KEY),
             "onnxruntime": ort.__version__,
             "flavour": _probe.detect_installation().flavour,
             "exporter": record.exporter,
@@ -396,6 +403,18 @@ class OnnxRuntimeProvider:
         )
 
     # ------------------------------------------------------------------ internals
+    def _config(self) -> dict[str, str]:
+        """Session config entries: the plugin's defaults, overridden by ``session_config``."""
+        defaults: dict[str, str] = {}
+        if self.plan_device_type == "cpu":
+            # Idle intra-op threads otherwise spin ~50-100 ms after every run and slow
+            # whatever runs next on the same cores: eager right after an ORT burst ran
+            # 2.2x slower here, so an interleaved race overstated ORT's speedup (and so
+            # would any process doing other work between requests). Costs ORT itself
+            # 1.2-1.6x on tiny batch-1 models; opt back in with "1".
+            defaults[SPINNING_KEY] = "0"
+        return {**defaults, **self.session_config}
+
     def _transform_record(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "execution_provider": self.execution_provider,
@@ -548,7 +567,7 @@ class OnnxRuntimeProvider:
 
         threads = context.target.threads or torch.get_num_threads()
         options, options_record = session_options(
-            ort, threads=threads, optimization=self.graph_optimization, extra=self.session_config
+            ort, threads=threads, optimization=self.graph_optimization, extra=self._config()
         )
         stream = None
         if self.plan_device_type == "cuda":
