@@ -2,7 +2,8 @@
 
     python benchmarks/measurement_kernel.py                 # simulated machine only (fast)
     python benchmarks/measurement_kernel.py --real          # also small real CPU models
-    python benchmarks/measurement_kernel.py --races 300 --real-repeats 5
+    python benchmarks/measurement_kernel.py --races 300 --real --real-repeats 5
+    flock /tmp/dlopt-timing.lock ...   # on a shared machine: nothing else timing meanwhile
 
 Fixed protocol: per candidate, back to back, 5 warm-up + 20 iterations x 3 repeats per
 case, each candidate's mean with a marginal 95% t-interval; "faster" when baseline low /
@@ -169,10 +170,14 @@ def _models():  # type: ignore[no-untyped-def]
 
 
 def real(repeats: int, threads: int) -> None:
+    import os
+
+    import scipy.stats  # noqa: F401  # a one-off import (~1 s), not a cost of either protocol
     import torch
 
     torch.set_num_threads(threads)
     policy = MeasurementPolicy()
+    print(f"\nload average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(
         f"\nReal CPU models (torch {torch.__version__}, {threads} thread(s); measured on a shared"
     )
@@ -246,7 +251,10 @@ def main() -> None:
     args = parser.parse_args()
     simulated(args.races)
     if args.real:
+        import os
+
         real(args.real_repeats, args.threads)
+        print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":
