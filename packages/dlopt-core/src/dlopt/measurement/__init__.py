@@ -7,7 +7,15 @@ intervals that stay valid at every look. See docs/measurement.md.
 
 from __future__ import annotations
 
-from dlopt.measurement.clock import Clock, FakeClock, MonotonicClock, time_call
+from dlopt.measurement.clock import (
+    Clock,
+    CpuTimeSource,
+    FakeClock,
+    FakeCpuTime,
+    MonotonicClock,
+    ProcessCpuTime,
+    time_call,
+)
 from dlopt.measurement.fixed import FixedProtocolResult, fixed_protocol
 from dlopt.measurement.kernel import CandidateMeasurement, RaceResult, run_race
 from dlopt.measurement.memory import MemoryProbe, PeakMemory, track_peak_memory
@@ -17,13 +25,16 @@ from dlopt.measurement.stats import LatencyStats, RatioInterval, alpha_for_look
 __all__ = [
     "CandidateMeasurement",
     "Clock",
+    "CpuTimeSource",
     "FakeClock",
+    "FakeCpuTime",
     "FixedProtocolResult",
     "LatencyStats",
     "MeasurementPolicy",
     "MemoryProbe",
     "MonotonicClock",
     "PeakMemory",
+    "ProcessCpuTime",
     "RaceResult",
     "RatioInterval",
     "alpha_for_look",

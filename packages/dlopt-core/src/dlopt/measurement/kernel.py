@@ -15,7 +15,7 @@ import numpy as np
 from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
-from dlopt.measurement.clock import Clock, MonotonicClock
+from dlopt.measurement.clock import Clock, CpuTimeSource, MonotonicClock, ProcessCpuTime
 from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.measurement.stats import (
     LatencyStats,
@@ -82,6 +82,16 @@ class CandidateMeasurement:
     #: timed while still slower than usual (machine noise, or state left by the previous
     #: plan, such as spinning worker threads).
     unsettled_bursts: int = 0
+    #: Seconds the race waited for the process to go quiet before this plan's warm-ups and
+    #: settled bursts (``MeasurementPolicy.quiesce_max_s``); at least one window each when
+    #: the guard is on. Counted in the race's total time.
+    quiet_wait_s: float = 0.0
+    #: Of those waits, how many hit ``quiesce_max_s``: the plan ran while other threads of
+    #: the process were still busy.
+    quiet_waits_capped: int = 0
+    #: Seconds waited right after this plan's turns (before the next plan's): how long the
+    #: process stayed busy after it, e.g. its own spinning worker threads.
+    quiet_wait_after_s: float = 0.0
 
 
 @frozen
@@ -102,6 +112,9 @@ class RaceResult:
     candidates: tuple[CandidateMeasurement, ...]
     policy: MeasurementPolicy = field(factory=MeasurementPolicy)
     final: bool = True
+    #: Seconds spent waiting for the process to go quiet (all candidates), part of
+    #: ``total_time_s``.
+    quiet_wait_s: float = 0.0
 
     def candidate(self, name: str) -> CandidateMeasurement:
         """The measurement of candidate ``name``."""
@@ -149,6 +162,10 @@ class _Candidate:
         self.dropped_at: int | None = None
         self.error: str | None = None
         self.note = ""
+        self.quiet_wait_s = 0.0
+        self.quiet_waits = 0
+        self.quiet_capped = 0
+        self.quiet_after_s = 0.0
 
 
 def _minflt() -> int | None:
@@ -168,6 +185,7 @@ class _Race:
         clock: Clock,
         synchronize: Callable[[], None] | None,
         case_names: Sequence[str] | None,
+        cpu: CpuTimeSource | None = None,
     ) -> None:
         _validate(candidates, weights, baseline, min_speedup, case_names)
         total = float(sum(weights))
@@ -184,11 +202,13 @@ class _Race:
         self.policy = policy
         self.clock = clock
         self.sync = synchronize
+        self.cpu = cpu if policy.quiesce_max_s > 0 else None
         self.seed = (
             policy.seed if policy.seed is not None else random.SystemRandom().randrange(2**32)
         )
         self.rng = random.Random(self.seed)
         self.cands = [_Candidate(name, fns, name == baseline) for name, fns in candidates.items()]
+        self.by_name = {c.name: c for c in self.cands}
         self.base = next(c for c in self.cands if c.is_baseline)
         n_challengers = len(self.cands) - 1
         self.alpha_per_challenger = policy.alpha / (
@@ -224,6 +244,41 @@ class _Race:
         if sync is not None:
             sync()
         return (self.clock.now_ns() - t0) / 1e9 / k
+
+    def _quiesce(self, cand: _Candidate) -> None:
+        """Wait until the process's threads are (nearly) idle, at most ``quiesce_max_s``.
+
+        Sleeps in windows of ``quiesce_window_s``; the process is quiet once its threads
+        used less than ``quiesce_cpu_fraction`` of one core during a window. Runs before
+        ``cand``'s turn; the wait is also booked to the plan that ran just before.
+        """
+        src = self.cpu
+        if src is None:
+            return
+        p = self.policy
+        limit_ns = p.quiesce_max_s * 1e9
+        # A clock that does not move while sleeping must not spin here forever.
+        max_windows = math.ceil(p.quiesce_max_s / p.quiesce_window_s) + 1
+        start = t0 = self.clock.now_ns()
+        c0 = src.cpu_ns()
+        capped = False
+        for _ in range(max_windows):
+            src.sleep(p.quiesce_window_s)
+            c1, t1 = src.cpu_ns(), self.clock.now_ns()
+            if c1 - c0 < p.quiesce_cpu_fraction * (t1 - t0) or (c1 == c0 and t1 == t0):
+                break
+            if t1 - start >= limit_ns:
+                capped = True
+                break
+            c0, t0 = c1, t1
+        else:
+            capped = True
+        waited = (self.clock.now_ns() - start) / 1e9
+        cand.quiet_wait_s += waited
+        cand.quiet_waits += 1
+        cand.quiet_capped += capped
+        if self.last_turn is not None:
+            self.by_name[self.last_turn[0]].quiet_after_s += waited
 
     # -- warm-up -----------------------------------------------------------------------
     def _warmup(self, cand: _Candidate, i: int) -> None:
@@ -281,6 +336,10 @@ class _Race:
         need = max(p.settle_min_calls, 1) if tol is not None else p.settle_min_calls
         settled = tol is None
         continuing = p.continue_same_plan and self.last_turn == (cand.name, i)
+        if not continuing:
+            # Threads still busy from the previous turn would slow this one's calls.
+            self._quiesce(cand)
+            start = self.clock.now_ns()
         self.last_turn = (cand.name, i)
         if continuing:
             settled = True
@@ -328,6 +387,7 @@ class _Race:
         for cand, i in turns:
             if cand.status != "racing":
                 continue
+            self._quiesce(cand)
             self.last_turn = (cand.name, i)
             try:
                 self._warmup(cand, i)
@@ -498,6 +558,7 @@ class _Race:
             candidates=tuple(out),
             policy=p,
             final=final,
+            quiet_wait_s=finite_or_none(math.fsum(c.quiet_wait_s for c in self.cands)) or 0.0,
         )
 
     def _measurement(self, cand: _Candidate, final: bool) -> CandidateMeasurement:
@@ -581,8 +642,16 @@ class _Race:
             warmup_calls=sum(cand.warmup_calls),
             timed_calls=sum(cand.timed_calls),
             untimed_calls=sum(cand.untimed_calls),
-            note=_with_settle_note(cand.note, sum(cand.unsettled), len(cand.cost) * self.n_cases),
+            note=_with_quiet_note(
+                _with_settle_note(cand.note, sum(cand.unsettled), len(cand.cost) * self.n_cases),
+                cand.quiet_capped,
+                cand.quiet_waits,
+                p.quiesce_max_s,
+            ),
             unsettled_bursts=sum(cand.unsettled),
+            quiet_wait_s=finite_or_none(cand.quiet_wait_s) or 0.0,
+            quiet_waits_capped=cand.quiet_capped,
+            quiet_wait_after_s=finite_or_none(cand.quiet_after_s) or 0.0,
             round_costs_ms=tuple(
                 finite_or_none(cand.cost[r] * 1e3) if r in cand.cost else None
                 for r in range(1, self.rounds + 1)
@@ -597,6 +666,17 @@ def _with_settle_note(note: str, unsettled: int, bursts: int) -> str:
         f"{unsettled} of {bursts} bursts were timed before the plan settled (settling hit "
         "its cap): the machine was noisy or the previous plan left work behind, such as "
         "spinning threads"
+    )
+    return f"{note}; {extra}" if note else extra
+
+
+def _with_quiet_note(note: str, capped: int, waits: int, cap_s: float) -> str:
+    if waits == 0 or capped * 4 < waits:
+        return note
+    extra = (
+        f"{capped} of {waits} turns started while other threads of the process were still "
+        f"busy (the quiet-wait hit its {cap_s * 1e3:.0f} ms cap): a runtime's worker threads "
+        "keep running between calls, and may slow whichever plan runs next"
     )
     return f"{note}; {extra}" if note else extra
 
@@ -662,6 +742,7 @@ def run_race(
     on_round: Callable[[int, RaceResult], None] | None = None,
     should_continue: Callable[[], bool] | None = None,
     case_names: Sequence[str] | None = None,
+    cpu: CpuTimeSource | None = None,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -678,10 +759,20 @@ def run_race(
     goes on; an exception from the baseline propagates. ``on_round(round, snapshot)`` gets
     a non-final ``RaceResult`` after every round. ``synchronize`` (e.g.
     ``torch.cuda.synchronize``) is called around every timed region.
+
+    ``cpu`` is the CPU-time source of the quiet-wait before each turn
+    (``policy.quiesce_max_s``). ``None`` means ``ProcessCpuTime()`` with the real clock
+    (``None`` or a ``MonotonicClock``) and no quiet-wait with any other clock: sleeping
+    for real while a fake clock stands still would measure nothing. Tests inject a
+    ``FakeCpuTime`` on their ``FakeClock``.
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
-    race = _Race(candidates, weights, baseline, min_speedup, policy, clock, synchronize, case_names)
+    if cpu is None and isinstance(clock, MonotonicClock) and policy.quiesce_max_s > 0:
+        cpu = ProcessCpuTime()
+    race = _Race(
+        candidates, weights, baseline, min_speedup, policy, clock, synchronize, case_names, cpu
+    )
     if len(race.cands) == 1:
         race.stop_reason = "no_challengers"
         return race.result(final=True)

@@ -74,6 +74,15 @@ class MeasurementPolicy:
         rest of the order is shuffled); that burst follows its own calls and is not settled.
         ``settle_tolerance=None`` settles for the full ``settle_time_s`` every turn.
 
+    Quiet-wait
+        Before each settled burst and before each warm-up, the race waits until the
+        process is quiet: it sleeps in windows of ``quiesce_window_s`` until the process's
+        threads used less than ``quiesce_cpu_fraction`` of one core during a window, for
+        at most ``quiesce_max_s`` (``0`` turns the wait off). Worker threads that keep
+        spinning after a plan's call (ONNX Runtime with spinning on, OpenMP with a long
+        blocktime) would otherwise slow the next plan's calls. The wait counts in the
+        race's time; it needs a real CPU-time source (see ``run_race``'s ``cpu``).
+
     Warm-up
         After the first call, each plan and case is warmed until its latency stops trending
         down (median of the last ``warmup_window`` calls within ``warmup_tolerance`` of the
@@ -115,6 +124,9 @@ class MeasurementPolicy:
     settle_reference_samples: int = field(
         default=8, validator=_at_least("settle_reference_samples", 1)
     )
+    quiesce_max_s: float = field(default=0.1, validator=_non_negative("quiesce_max_s"))
+    quiesce_window_s: float = field(default=0.002, validator=_positive("quiesce_window_s"))
+    quiesce_cpu_fraction: float = field(default=0.2, validator=_positive("quiesce_cpu_fraction"))
     seed: int | None = None
     record_page_faults: bool = field(default=True, validator=validators.instance_of(bool))
     bootstrap_resamples: int = field(default=2000, validator=_at_least("bootstrap_resamples", 0))
