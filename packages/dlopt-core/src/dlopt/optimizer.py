@@ -205,15 +205,17 @@ class InferenceOptimizer:
         try:
             stage = "build"
             try:
-                built: list[BuiltPlan] = []
+                built: list[Any] = []
                 cand.setup_s = time_call(
                     lambda: built.append(cand.info.provider.build(model, context)), self.clock, sync
                 )
-                cand.plan = built[0]
-                if not isinstance(cand.plan, BuiltPlan):
+                # Only a real BuiltPlan is kept: everything later closes and reads it.
+                if not isinstance(built[0], BuiltPlan):
+                    self._check_model(cand, model, guard, stage)
                     raise TypeError(
-                        f"build() returned {type(cand.plan).__name__}, expected BuiltPlan"
+                        f"build() returned {type(built[0]).__name__}, expected BuiltPlan"
                     )
+                cand.plan = built[0]
                 self._check_model(cand, model, guard, stage)
                 stage = "first_call"
                 plan = cand.plan

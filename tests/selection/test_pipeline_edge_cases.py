@@ -1,0 +1,42 @@
+"""Edge cases of the pipeline: error boundaries, cleanup, messages, exact report round trip."""
+
+from __future__ import annotations
+
+from dlopt.precision import Precision
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability
+from dlopt.testing.models import StructuredMLP as SmallNet
+
+
+class OddProvider:
+    """A provider whose plan misbehaves in ways FakeProvider does not cover."""
+
+    precision = Precision.FP32
+
+    def __init__(self, name: str, *, build_returns=None, runner=None) -> None:
+        self.name = name
+        self._build_returns = build_returns
+        self._runner = runner
+        self.closes = 0
+
+    def probe(self, context):
+        return ProviderAvailability.ok()
+
+    def build(self, model, context):
+        if self._build_returns is not None:
+            return self._build_returns
+
+        def on_close() -> None:
+            self.closes += 1
+
+        return BuiltPlan(runner=self._runner or model, on_close=on_close)
+
+
+def test_build_returning_something_else_than_a_plan_is_rejected_and_the_race_goes_on(race, x):
+    odd = OddProvider("odd", build_returns=lambda *a, **k: None)
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3), odd, race.fake("good", 1e-3)
+    ).select_signature(SmallNet(), x)
+    assert decision.selected_plan == "good"
+    evidence = decision.report.candidate("odd")
+    assert evidence.status == "rejected" and evidence.error.stage == "build"
+    assert "expected BuiltPlan" in evidence.error.message
