@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability
 from dlopt.testing.models import StructuredMLP as SmallNet
@@ -40,3 +42,15 @@ def test_build_returning_something_else_than_a_plan_is_rejected_and_the_race_goe
     evidence = decision.report.candidate("odd")
     assert evidence.status == "rejected" and evidence.error.stage == "build"
     assert "expected BuiltPlan" in evidence.error.message
+
+
+def test_validation_that_raises_rejects_only_that_candidate(race, x):
+    # Outputs validation cannot read (a meta tensor has no data) must not end the race.
+    odd = OddProvider("odd", runner=lambda inp: torch.empty(inp.shape[0], 4, device="meta"))
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3), odd, race.fake("good", 1e-3)
+    ).select_signature(torch.nn.Linear(16, 4).eval(), x)
+    assert decision.selected_plan == "good"
+    evidence = decision.report.candidate("odd")
+    assert evidence.status == "rejected" and evidence.error.stage == "validation"
+    assert odd.closes == 1

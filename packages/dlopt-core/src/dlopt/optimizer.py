@@ -230,20 +230,30 @@ class InferenceOptimizer:
         finally:
             cand.memory = memory_probe.stop()
         if cand.error is None:
-            cases = [
-                validate_outputs(
-                    out,
-                    case.outputs,
-                    precision=cand.plan.precision,  # type: ignore[union-attr]
-                    output_dtype=cand.plan.output_dtype,  # type: ignore[union-attr]
-                    policy=self.policy.quality,
-                    case_name=case.name,
+            try:
+                cases = [
+                    validate_outputs(
+                        out,
+                        case.outputs,
+                        precision=cand.plan.precision,  # type: ignore[union-attr]
+                        output_dtype=cand.plan.output_dtype,  # type: ignore[union-attr]
+                        policy=self.policy.quality,
+                        case_name=case.name,
+                    )
+                    for out, case in zip(outputs, reference.cases)
+                ]
+                cand.validation = ValidationResult.from_cases(cases)
+            except Exception as exc:
+                # Outputs validation cannot even read (e.g. tensors without data) reject
+                # this candidate only.
+                cand.error = StageError(
+                    "validation", f"checking the outputs raised {type(exc).__name__}: {exc}"
                 )
-                for out, case in zip(outputs, reference.cases)
-            ]
-            cand.validation = ValidationResult.from_cases(cases)
-            if not cand.validation.passed:
-                cand.error = StageError("validation", cand.validation.reason or "failed validation")
+            else:
+                if not cand.validation.passed:
+                    cand.error = StageError(
+                        "validation", cand.validation.reason or "failed validation"
+                    )
         if cand.error is None:
             self._apply_build_constraints(cand)
         if cand.error is not None:
