@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from dlopt.errors import ReferenceCheckError
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability
 from dlopt.testing.models import StructuredMLP as SmallNet
@@ -54,3 +56,25 @@ def test_validation_that_raises_rejects_only_that_candidate(race, x):
     evidence = decision.report.candidate("odd")
     assert evidence.status == "rejected" and evidence.error.stage == "validation"
     assert odd.closes == 1
+
+
+def test_eager_failing_while_measured_is_a_clear_error_and_every_plan_is_closed(race, x):
+    eager = race.fake("eager_fp32", 2e-3, fail="measure", fail_after_calls=4)
+    fast = race.fake("fast", 1e-3)
+    with pytest.raises(ReferenceCheckError, match="eager_fp32"):
+        race.optimizer(eager, fast).select_signature(SmallNet(), x)
+    assert fast.closes == 1 and eager.closes == 1
+
+
+def test_eager_plan_that_cannot_build_stops_before_any_other_build(race, x):
+    eager = race.fake("eager_fp32", 2e-3, fail="build")
+    fast = race.fake("fast", 1e-3)
+    with pytest.raises(ReferenceCheckError, match="fake build failed"):
+        race.optimizer(eager, fast).select_signature(SmallNet(), x)
+    assert fast.builds == 0
+
+
+def test_unavailable_eager_plan_says_why(race, x):
+    eager = race.fake("eager_fp32", 2e-3, fail="probe")
+    with pytest.raises(ReferenceCheckError, match="fake SDK missing"):
+        race.optimizer(eager, race.fake("fast", 1e-3)).select_signature(SmallNet(), x)

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from dlopt.decision import OptimizationDecision
-from dlopt.errors import ConfigurationError, ReferenceCheckError
+from dlopt.errors import ConfigurationError, DloptError, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.evidence import CandidateState, build_report, weighted_statistic
 from dlopt.measurement import (
@@ -142,22 +142,30 @@ class InferenceOptimizer:
         reference = capture_reference(model, workload, self.policy.quality, target=self.target)
         guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
 
-        for cand in candidates:
-            self._prepare(cand, model, context, reference, guard, emit)
-        eager = next(c for c in candidates if c.name == EAGER)
-        if not eager.alive:
-            self._close_all(candidates)
-            raise ReferenceCheckError(
-                f"the eager_fp32 plan failed at {eager.error.stage if eager.error else '?'}: "
-                f"{eager.error.message if eager.error else 'unknown'}"
-            )
+        try:
+            # eager_fp32 comes first: if its plan cannot serve, nothing else is built.
+            for cand in candidates:
+                self._prepare(cand, model, context, reference, guard, emit)
+                if cand.name == EAGER and not cand.alive:
+                    raise ReferenceCheckError(_eager_failure(cand))
 
-        race = self._race(candidates, reference, workload, emit)
-        self._apply_measured_constraints(candidates, race, emit)
-        outcome = self._choose(candidates, race, expected_calls)
-        report = build_report(
-            self.target, self.policy, workload, registry, candidates, race, outcome, expected_calls
-        )
+            race = self._race(candidates, reference, workload, emit)
+            self._apply_measured_constraints(candidates, race, emit)
+            outcome = self._choose(candidates, race, expected_calls)
+            report = build_report(
+                self.target,
+                self.policy,
+                workload,
+                registry,
+                candidates,
+                race,
+                outcome,
+                expected_calls,
+            )
+        except BaseException:
+            # No decision will own any plan: release every one that was built.
+            self._close_all(candidates)
+            raise
         selected = next(c for c in candidates if c.name == outcome.selected)
         for cand in candidates:
             if cand is not selected and cand.plan is not None:
@@ -336,18 +344,29 @@ class InferenceOptimizer:
                 )
             )
 
-        with torch.inference_mode():
-            race = run_race(
-                callables,
-                weights=workload.weights,
-                baseline=EAGER,
-                min_speedup=self.policy.constraints.min_speedup,
-                policy=self.policy.measurement,
-                clock=self.clock,
-                synchronize=self._synchronize(),
-                on_round=on_round,
-                case_names=[case.name for case in reference.cases],
-            )
+        try:
+            with torch.inference_mode():
+                race = run_race(
+                    callables,
+                    weights=workload.weights,
+                    baseline=EAGER,
+                    min_speedup=self.policy.constraints.min_speedup,
+                    policy=self.policy.measurement,
+                    clock=self.clock,
+                    synchronize=self._synchronize(),
+                    on_round=on_round,
+                    case_names=[case.name for case in reference.cases],
+                )
+        except DloptError:
+            raise
+        except Exception as exc:
+            # run_race records a failing challenger and goes on; only the baseline's own
+            # error propagates: the reference cannot serve, so no decision can be made.
+            raise ReferenceCheckError(
+                f"the eager_fp32 reference plan raised while being measured: "
+                f"{type(exc).__name__}: {exc}; the model must serve the workload inputs on "
+                "every call: fix the model or the inputs"
+            ) from exc
         for cand in alive:
             measured = race.candidate(cand.name)
             if measured.verdict == "failed":
@@ -475,6 +494,16 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+def _eager_failure(cand: CandidateState) -> str:
+    """Why the eager_fp32 reference plan cannot serve, for the error the user sees."""
+    if cand.status is not None and not cand.status.availability.available:
+        reason = cand.status.availability.reason or "no reason given"
+        return f"the eager_fp32 reference plan is unavailable: {reason}"
+    if cand.error is not None:
+        return f"the eager_fp32 reference plan failed at {cand.error.stage}: {cand.error.message}"
+    return "the eager_fp32 reference plan was not built"
 
 
 def _call_into(
