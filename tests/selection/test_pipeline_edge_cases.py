@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from dlopt.errors import ReferenceCheckError
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability
 from dlopt.testing.models import StructuredMLP as SmallNet
+from dlopt.validation import ModelMutatedError
 
 
 class OddProvider:
@@ -78,3 +80,37 @@ def test_unavailable_eager_plan_says_why(race, x):
     eager = race.fake("eager_fp32", 2e-3, fail="probe")
     with pytest.raises(ReferenceCheckError, match="fake SDK missing"):
         race.optimizer(eager, race.fake("fast", 1e-3)).select_signature(SmallNet(), x)
+
+
+class MutateThenFail(OddProvider):
+    def build(self, model, context):
+        with torch.no_grad():
+            next(model.parameters()).mul_(2.0)
+        raise RuntimeError("build gave up half way")
+
+
+def test_a_build_that_changes_the_model_and_then_fails_is_undone(race, x):
+    model = SmallNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3), MutateThenFail("sloppy"), race.fake("good", 1e-3)
+    ).select_signature(model, x)
+    assert decision.selected_plan == "good"
+    error = decision.report.candidate("sloppy").error
+    assert error.stage == "build" and "build gave up half way" in error.message
+    assert "mutated" in error.message
+    for key, value in before.items():
+        assert torch.equal(model.state_dict()[key], value), f"{key} changed"
+
+
+def test_a_change_to_the_model_that_cannot_be_undone_stops_the_selection(race, x):
+    good = race.fake("good", 1e-3)
+    optimizer = race.optimizer(
+        race.fake("eager_fp32", 2e-3), race.fake("vandal", 1e-3, fail="mutate_model"), good
+    )
+    optimizer.policy = attrs.evolve(
+        optimizer.policy, quality=attrs.evolve(optimizer.policy.quality, snapshot_weights=False)
+    )
+    with pytest.raises(ModelMutatedError, match="vandal"):
+        optimizer.select_signature(SmallNet(), x)
+    assert good.builds == 0 or good.closes == 1

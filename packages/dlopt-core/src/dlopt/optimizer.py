@@ -42,6 +42,7 @@ from dlopt.selection import EAGER, Costs, SelectionOutcome, choose
 from dlopt.target import ExecutionTarget
 from dlopt.validation import (
     ModelGuard,
+    ModelMutatedError,
     ReferenceOutputs,
     ValidationResult,
     capture_reference,
@@ -232,9 +233,17 @@ class InferenceOptimizer:
                         call = functools.partial(_call_into, outputs, plan, case.args, case.kwargs)
                         cand.first_calls_s.append(time_call(call, self.clock, sync))
                 self._check_model(cand, model, guard, stage)
+            except ModelMutatedError:
+                raise  # the user's model is changed for good: no result can be trusted
             except Exception as exc:
                 if cand.error is None:
-                    cand.error = StageError(stage, f"{type(exc).__name__}: {exc}")
+                    message = f"{type(exc).__name__}: {exc}"
+                    # A plan can change the model and then fail: put the weights back too.
+                    problem = guard.check(model, stage=stage, plan=cand.name)
+                    if problem is not None:
+                        _restore(guard, model, problem)
+                        message += f" (and {problem}; the weights were restored)"
+                    cand.error = StageError(stage, message)
         finally:
             cand.memory = memory_probe.stop()
         if cand.error is None:
@@ -283,7 +292,7 @@ class InferenceOptimizer:
         if problem is None:
             return
         # Put the user's weights back before anything else runs on them.
-        guard.restore(model)
+        _restore(guard, model, problem)
         cand.error = StageError(stage, problem + " (the weights were restored)")
         raise RuntimeError(problem)
 
@@ -494,6 +503,14 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+def _restore(guard: ModelGuard, model: torch.nn.Module, problem: str) -> None:
+    """Undo a plan's change to the user's model, or stop the selection naming the plan."""
+    try:
+        guard.restore(model)
+    except ModelMutatedError as exc:
+        raise ModelMutatedError(f"{problem}; {exc}") from exc
 
 
 def _eager_failure(cand: CandidateState) -> str:
