@@ -114,3 +114,14 @@ def test_a_change_to_the_model_that_cannot_be_undone_stops_the_selection(race, x
     with pytest.raises(ModelMutatedError, match="vandal"):
         optimizer.select_signature(SmallNet(), x)
     assert good.builds == 0 or good.closes == 1
+
+
+def test_unmeasured_challengers_are_not_described_as_failing_validation(race, x):
+    # The whole budget goes into warm-up: no round runs, so nothing can be compared.
+    decision = race.optimizer(
+        race.fake("eager_fp32", 0.2), race.fake("fast", 0.1), max_time_s=0.5
+    ).select_signature(SmallNet(), x)
+    assert decision.report.measurement.rounds == 0
+    assert decision.selected_plan == "eager_fp32"
+    assert "passed validation" not in decision.selection_reason
+    assert "fast" in decision.selection_reason

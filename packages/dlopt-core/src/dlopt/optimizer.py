@@ -418,11 +418,13 @@ class InferenceOptimizer:
         self, candidates: list[CandidateState], race: RaceResult, expected_calls: int | None
     ) -> SelectionOutcome:
         eligible = []
+        unmeasured = []
         for cand in candidates:
             if not cand.alive:
                 continue
             steady = race.candidate(cand.name).weighted_mean_ms
             if steady is None and cand.name != EAGER:
+                unmeasured.append(cand.name)
                 continue
             eligible.append(
                 Costs(
@@ -446,6 +448,7 @@ class InferenceOptimizer:
             eligible=eligible,
             steady_speedup=steady_speedup,
             confidence=race.confidence,
+            unmeasured=unmeasured,
         )
 
     # -- helpers ---------------------------------------------------------------------

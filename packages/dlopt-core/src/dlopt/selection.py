@@ -130,11 +130,14 @@ def choose(
     eligible: Sequence[Costs],
     steady_speedup: Callable[[str, str], RatioInterval | None],
     confidence: float,
+    unmeasured: Sequence[str] = (),
 ) -> SelectionOutcome:
     """Pick the serving plan among ``eligible`` (which must include ``eager_fp32``).
 
     ``steady_speedup(candidate, reference)`` returns the paired steady-state speedup
-    interval of ``candidate`` over ``reference`` from the race.
+    interval of ``candidate`` over ``reference`` from the race. ``unmeasured`` names
+    candidates that passed validation and the constraints but were never timed in a
+    round (the budget ran out first); they cannot win, and the reason says so.
     """
     by_name = {c.name: c for c in eligible}
     if EAGER not in by_name:
@@ -142,14 +145,17 @@ def choose(
     if objective == "lifecycle_latency" and expected_calls is None:
         raise ValueError("the lifecycle objective needs expected_calls")
     if len(eligible) == 1:
-        return SelectionOutcome(
-            EAGER,
-            EAGER,
+        reason = (
             "Kept eager_fp32: no other candidate passed validation and the constraints, so "
-            "there was nothing to race.",
-            (),
-            {},
+            "there was nothing to race."
         )
+        if unmeasured:
+            reason = (
+                f"Kept eager_fp32: the measurement budget ran out before any round compared "
+                f"{', '.join(unmeasured)} with it, so no challenger could clear the "
+                f"{min_speedup:g}x bar; raise MeasurementPolicy.max_time_s."
+            )
+        return SelectionOutcome(EAGER, EAGER, reason, (), {})
     calls = expected_calls or 0
     totals = {c.name: projected_total_ms(c, calls) for c in eligible} if expected_calls else {}
 
