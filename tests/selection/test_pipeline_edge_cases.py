@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from dlopt.errors import ReferenceCheckError
+from dlopt.policy import DeploymentConstraints
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability
+from dlopt.report import load_report
 from dlopt.testing.models import StructuredMLP as SmallNet
 from dlopt.validation import ModelMutatedError
 
@@ -125,3 +127,21 @@ def test_unmeasured_challengers_are_not_described_as_failing_validation(race, x)
     assert decision.selected_plan == "eager_fp32"
     assert "passed validation" not in decision.selection_reason
     assert "fast" in decision.selection_reason
+
+
+def test_lifecycle_report_round_trips_exactly(race, x, tmp_path):
+    # Integer-valued figures (break-even call counts, limits given as ints) must come back
+    # as the same JSON text.
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3),
+        race.fake("heavy", 1e-3, setup_time_s=100.0),
+        objective="lifecycle_latency",
+        constraints=DeploymentConstraints(expected_calls=1_000, max_setup_time_s=300),
+        max_time_s=20,
+    ).select_signature(SmallNet(), x)
+    assert isinstance(decision.report.candidate("heavy").break_even_calls_vs_baseline, float | int)
+    path = decision.save_report(tmp_path / "report.json")
+    text = path.read_text()
+    loaded = load_report(path)
+    assert loaded == decision.report
+    assert loaded.to_json() + "\n" == text

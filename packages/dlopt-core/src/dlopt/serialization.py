@@ -27,6 +27,15 @@ converter.register_unstructure_hook(Precision, lambda p: p.value)
 converter.register_structure_hook(Precision, lambda value, _: Precision.parse(value))
 
 
+def _structure_float(value: Any, _: object) -> float:
+    # A float field written from an int (``max_setup_time_s=30``, a call count) is read
+    # back as that int, so dumping what was loaded gives the same text (exact round trip).
+    return value if type(value) is int else float(value)
+
+
+converter.register_structure_hook(float, _structure_float)
+
+
 def finite_or_none(value: float | None) -> float | None:
     """``value`` if it is a finite number, else ``None`` (for strict JSON fields)."""
     if value is None:
