@@ -145,3 +145,15 @@ def test_lifecycle_report_round_trips_exactly(race, x, tmp_path):
     loaded = load_report(path)
     assert loaded == decision.report
     assert loaded.to_json() + "\n" == text
+
+
+def test_lifecycle_with_a_zero_call_horizon_still_projects_totals(race, x):
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3),
+        race.fake("heavy", 1e-3, setup_time_s=1.0),
+        objective="lifecycle_latency",
+        constraints=DeploymentConstraints(expected_calls=0),
+    ).select_signature(SmallNet(), x)
+    assert decision.selected_plan == "eager_fp32"
+    assert decision.report.candidate("heavy").projected_total_ms is not None
+    assert decision.report.candidate("heavy").selection_cost_ms is not None

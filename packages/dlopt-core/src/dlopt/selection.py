@@ -157,7 +157,11 @@ def choose(
             )
         return SelectionOutcome(EAGER, EAGER, reason, (), {})
     calls = expected_calls or 0
-    totals = {c.name: projected_total_ms(c, calls) for c in eligible} if expected_calls else {}
+    totals = (
+        {c.name: projected_total_ms(c, calls) for c in eligible}
+        if expected_calls is not None
+        else {}
+    )
 
     def judge(name: str, against: str) -> Comparison:
         steady = steady_speedup(name, against)
