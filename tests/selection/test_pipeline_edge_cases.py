@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 import torch
 
+from dlopt.decision import OptimizationDecision
 from dlopt.errors import ReferenceCheckError
 from dlopt.policy import DeploymentConstraints
 from dlopt.precision import Precision
@@ -157,3 +160,21 @@ def test_lifecycle_with_a_zero_call_horizon_still_projects_totals(race, x):
     assert decision.selected_plan == "eager_fp32"
     assert decision.report.candidate("heavy").projected_total_ms is not None
     assert decision.report.candidate("heavy").selection_cost_ms is not None
+
+
+def test_bundle_keeps_artifacts_that_share_a_file_name(race, x, tmp_path):
+    first, second = tmp_path / "a" / "model.bin", tmp_path / "b" / "model.bin"
+    for path, content in ((first, b"first"), (second, b"second")):
+        path.parent.mkdir()
+        path.write_bytes(content)
+
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
+    ).select_signature(SmallNet(), x)
+    plan = BuiltPlan(runner=decision.plan, artifacts={"encoder": first, "decoder": second})
+    bundle = OptimizationDecision(plan, decision.report).save_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    paths = {name: manifest["artifacts"][name]["path"] for name in ("encoder", "decoder")}
+    assert paths["encoder"] != paths["decoder"]
+    assert (bundle / paths["encoder"]).read_bytes() == b"first"
+    assert (bundle / paths["decoder"]).read_bytes() == b"second"

@@ -54,11 +54,18 @@ class OptimizationDecision:
         self.save_report(root / "report.json")
         evidence = self.report.candidate(self.selected_plan)
         artifacts: dict[str, dict[str, str]] = {}
+        plan_root = root / "artifacts" / self.selected_plan
+        taken: set[Path] = set()
         for name, source in self.plan.artifacts.items():
             source = Path(source)
             if not source.exists():
                 continue
-            destination = root / "artifacts" / self.selected_plan / source.name
+            # Files keep their names side by side (a plan's own manifest may refer to its
+            # siblings); two artifacts with one file name each get a folder of their own.
+            destination = plan_root / source.name
+            if destination in taken:
+                destination = plan_root / name / source.name
+            taken.add(destination)
             destination.parent.mkdir(parents=True, exist_ok=True)
             if source.is_dir():
                 shutil.copytree(source, destination, dirs_exist_ok=True)
