@@ -98,6 +98,21 @@ class ProviderContractSuite:
         if not availability.available:
             pytest.skip(f"{provider.name} unavailable here: {availability.reason}")
 
+    def _prepare_build(
+        self, tmp_path: Any
+    ) -> tuple[ExecutionProvider, WorkloadProfile, ProviderContext, torch.nn.Module]:
+        """Probe first (skip with its reason), then make inputs and model on the target.
+
+        The order matters: the workload and model live on ``target.device``, which may
+        not exist on this machine when the provider is unavailable.
+        """
+        provider = self.make_provider()
+        self._available_or_skip(provider, self.make_context(tmp_path))
+        workload = self.make_workload()
+        context = self.make_context(tmp_path, workload)
+        self._available_or_skip(provider, context)
+        return provider, workload, context, self.make_model()
+
     # -- discovery and loading -----------------------------------------------------
     def test_distribution_installed_and_registers_entry_point(self) -> None:
         if self.entry_point is None:
@@ -173,11 +188,7 @@ class ProviderContractSuite:
 
     # -- build ---------------------------------------------------------------------
     def test_build_runs_every_case_and_keeps_structure(self, tmp_path: Any) -> None:
-        provider = self.make_provider()
-        workload = self.make_workload()
-        context = self.make_context(tmp_path, workload)
-        self._available_or_skip(provider, context)
-        model = self.make_model()
+        provider, workload, context, model = self._prepare_build(tmp_path)
         plan = provider.build(model, context)
         try:
             assert isinstance(plan, BuiltPlan)
@@ -198,11 +209,7 @@ class ProviderContractSuite:
         assert plan.closed
 
     def test_build_does_not_mutate_the_model(self, tmp_path: Any) -> None:
-        provider = self.make_provider()
-        workload = self.make_workload()
-        context = self.make_context(tmp_path, workload)
-        self._available_or_skip(provider, context)
-        model = self.make_model()
+        provider, workload, context, model = self._prepare_build(tmp_path)
         before = {k: v.detach().clone() for k, v in model.state_dict().items()}
         plan = provider.build(model, context)
         try:
@@ -217,11 +224,8 @@ class ProviderContractSuite:
         assert not model.training, "build switched the caller's model to training mode"
 
     def test_metadata_is_json(self, tmp_path: Any) -> None:
-        provider = self.make_provider()
-        workload = self.make_workload()
-        context = self.make_context(tmp_path, workload)
-        self._available_or_skip(provider, context)
-        plan = provider.build(self.make_model(), context)
+        provider, _, context, model = self._prepare_build(tmp_path)
+        plan = provider.build(model, context)
         try:
             json.dumps(plan.metadata, allow_nan=False)
             for name, path in plan.artifacts.items():
