@@ -3,7 +3,7 @@
     python benchmarks/measurement_kernel.py                 # simulated machine only (fast)
     python benchmarks/measurement_kernel.py --real          # also small real CPU models
     python benchmarks/measurement_kernel.py --races 300 --real --real-repeats 5
-    flock /tmp/dlopt-timing.lock ...   # on a shared machine: nothing else timing meanwhile
+    (run it with nothing else loading the machine: timing figures are only as quiet as it)
 
 Fixed protocol: per candidate, back to back, 5 warm-up + 20 iterations x 3 repeats per
 case, each candidate's mean with a marginal 95% t-interval; "faster" when baseline low /
