@@ -93,3 +93,10 @@ def test_case_specs():
         parse_case_spec("8x3@25")
     with pytest.raises(WorkloadError, match="bad weight"):
         parse_case_spec("b=8x3@lots")
+
+
+def test_report_that_does_not_match_the_schema_is_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "broken.json"
+    path.write_text('{"schema_version": 1, "candidates": 3}')
+    assert main(["report", str(path)]) == 2
+    assert "is not a dlopt report" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import cattrs
 from attrs import field, frozen
 
 from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
@@ -166,7 +167,14 @@ def report_from_json(text: str) -> OptimizationReport:
             f"report schema_version {version!r} is not supported by this dlopt "
             f"(reads version {SCHEMA_VERSION}); use the dlopt version that wrote it"
         )
-    return loads(text, OptimizationReport)
+    try:
+        return loads(text, OptimizationReport)
+    except cattrs.BaseValidationError as exc:
+        # Valid JSON of the right version whose fields do not fit: say which, as ValueError.
+        problems = "; ".join(cattrs.transform_error(exc)[:3])
+        raise ValueError(
+            f"the report does not match schema_version {version}: {problems}"
+        ) from None
 
 
 def _reject_constant(name: str) -> Any:
