@@ -100,3 +100,45 @@ def test_report_that_does_not_match_the_schema_is_a_usage_error(tmp_path, capsys
     path.write_text('{"schema_version": 1, "candidates": 3}')
     assert main(["report", str(path)]) == 2
     assert "is not a dlopt report" in capsys.readouterr().err
+
+
+def test_cuda_without_a_cuda_device_says_so(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert (
+        main(
+            ["select", "dlopt.testing.models:StructuredMLP", "--input", "1x16", "--device", "cuda"]
+        )
+        == 2
+    )
+    assert "no CUDA device" in capsys.readouterr().err
+    assert main(["inspect", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_select_moves_the_model_it_built_to_the_target_device(monkeypatch):
+    import torch
+
+    from dlopt.optimizer import InferenceOptimizer
+    from dlopt.testing.models import StructuredMLP
+
+    moved_to: list[str] = []
+    seen: list[str] = []
+
+    def fake_to(self, device, *args, **kwargs):
+        moved_to.append(str(device))
+        return self
+
+    def fake_select(self, model, workload):
+        seen.append(self.target.device)
+        raise KeyboardInterrupt  # stop before anything runs on the (absent) device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(StructuredMLP, "to", fake_to)
+    monkeypatch.setattr(InferenceOptimizer, "select", fake_select)
+    code = main(
+        ["select", "dlopt.testing.models:StructuredMLP", "--input", "1x16", "--device", "cuda:0"]
+    )
+    assert code == 130 and seen == ["cuda:0"]
+    assert moved_to == ["cuda:0"]

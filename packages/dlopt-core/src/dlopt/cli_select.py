@@ -104,6 +104,18 @@ def load_factory(spec: str) -> Any:
     return model.eval()
 
 
+def _on_target(model: Any, target: Any) -> Any:
+    """Put the model the CLI built on the target device (the API leaves that to callers)."""
+    import torch
+
+    if target.is_cuda and not torch.cuda.is_available():
+        raise ConfigurationError(
+            f"device {target.device!r} requested but torch {torch.__version__} sees no CUDA "
+            "device; use --device cpu or install a CUDA build of torch"
+        )
+    return model.to(target.torch_device())
+
+
 class ProgressPrinter:
     """Prints progress events to stderr: the CLI's ``dlopt_on_event`` hook implementation."""
 
@@ -197,10 +209,12 @@ def _cmd_select(args: argparse.Namespace) -> int:
     from dlopt.optimizer import InferenceOptimizer
     from dlopt.policy import DeploymentConstraints, OptimizationPolicy
     from dlopt.providers.loader import load_providers
+    from dlopt.target import ExecutionTarget
     from dlopt.workload import WorkloadCase, WorkloadProfile
 
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
+    target = ExecutionTarget(args.device)
     if args.demo:
         model, workload = build_demo_model(), demo_workload()
     else:
@@ -219,6 +233,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 for i, (name, shape, dtype, weight) in enumerate(specs)
             ),
         )
+    model = _on_target(model, target)
     measurement = (
         MeasurementPolicy(max_time_s=args.max_measure_time, seed=args.seed)
         if args.seed is not None
@@ -236,7 +251,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     registry = load_providers()
     registry.plugin_manager.register(ProgressPrinter(), name="dlopt.cli.progress")
     optimizer = InferenceOptimizer(
-        target=args.device, policy=policy, registry=registry, artifact_dir=args.artifacts
+        target=target, policy=policy, registry=registry, artifact_dir=args.artifacts
     )
     decision = optimizer.select(model, workload)
     print()

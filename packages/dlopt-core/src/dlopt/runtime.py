@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from attrs import field, frozen
 
+from dlopt.errors import ConfigurationError
 from dlopt.target import ExecutionTarget
 
 #: /proc/cpuinfo flags that change which plans pay off on CPU.
@@ -133,7 +134,7 @@ def inspect_runtime(
     amp_dtypes: tuple[str, ...] = ()
     if target.is_cuda:
         if not torch.cuda.is_available():
-            raise ValueError(
+            raise ConfigurationError(
                 f"device {target.device!r} requested but torch {torch.__version__} sees no CUDA "
                 "device; use --device cpu or install a CUDA build of torch"
             )
