@@ -178,3 +178,14 @@ def test_bundle_keeps_artifacts_that_share_a_file_name(race, x, tmp_path):
     assert paths["encoder"] != paths["decoder"]
     assert (bundle / paths["encoder"]).read_bytes() == b"first"
     assert (bundle / paths["decoder"]).read_bytes() == b"second"
+
+
+def test_a_call_horizon_too_large_for_floats_keeps_the_report_strict_json(race, x):
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3),
+        race.fake("fast", 1e-3),
+        objective="lifecycle_latency",
+        constraints=DeploymentConstraints(expected_calls=10**308),
+    ).select_signature(SmallNet(), x)
+    json.loads(decision.report.to_json())  # strict: raises on NaN/Infinity
+    assert decision.report.candidate("eager_fp32").selection_cost_ms is None

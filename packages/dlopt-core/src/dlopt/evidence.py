@@ -182,7 +182,7 @@ def candidate_evidence(
     if measured and cand.alive and outcome.baseline != EAGER and cand.name != outcome.baseline:
         steady_native = paired_speedup(race, cand.name, outcome.baseline)
     mean = measured.weighted_mean_ms if measured else None
-    total = outcome.projected_total_ms.get(cand.name)
+    total = finite_or_none(outcome.projected_total_ms.get(cand.name))
     lifecycle = policy.objective == "lifecycle_latency"
     selection_interval = judged.speedup if (lifecycle and judged) else None
     return CandidateEvidence(
