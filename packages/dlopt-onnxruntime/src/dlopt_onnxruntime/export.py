@@ -13,6 +13,7 @@ only the first case's shape makes the model fail on the next case.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,7 +21,7 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -286,7 +287,37 @@ def _export_dynamo(
     kwargs: dict[str, Any] = {}
     if opset is not None:
         kwargs["opset_version"] = opset
-    program = torch.onnx.export(
+    with _quiet_op_registration():
+        program = _dynamo_export(flat_module, example, dynamic_shapes, layout, output_names, kwargs)
+    if program is None:
+        raise RuntimeError("the dynamo exporter returned no program")
+    _remove_model_files(path)
+    program.save(str(path), external_data=True)
+
+
+@contextlib.contextmanager
+def _quiet_op_registration() -> Iterator[None]:
+    """Silence the exporter's per-export warnings about absent optional op libraries
+    (``torchvision is not installed. Skipping torchvision::nms``): they say nothing
+    about the user's model and would repeat in every race."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    previous = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        registration.setLevel(previous)
+
+
+def _dynamo_export(
+    flat_module: FlatModule,
+    example: tuple[torch.Tensor, ...],
+    dynamic_shapes: Any,
+    layout: InputLayout,
+    output_names: list[str],
+    kwargs: dict[str, Any],
+) -> Any:
+    return torch.onnx.export(
         flat_module,
         example,
         None,
@@ -299,10 +330,6 @@ def _export_dynamo(
         report=False,
         **kwargs,
     )
-    if program is None:
-        raise RuntimeError("the dynamo exporter returned no program")
-    _remove_model_files(path)
-    program.save(str(path), external_data=True)
 
 
 def _export_torchscript(
