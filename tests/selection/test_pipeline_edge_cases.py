@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dlopt.decision import OptimizationDecision
-from dlopt.errors import ReferenceCheckError
+from dlopt.errors import ConfigurationError, ReferenceCheckError
 from dlopt.policy import DeploymentConstraints
 from dlopt.precision import Precision
 from dlopt.providers.contract import BuiltPlan, ProviderAvailability
@@ -189,3 +189,10 @@ def test_a_call_horizon_too_large_for_floats_keeps_the_report_strict_json(race, 
     ).select_signature(SmallNet(), x)
     json.loads(decision.report.to_json())  # strict: raises on NaN/Infinity
     assert decision.report.candidate("eager_fp32").selection_cost_ms is None
+
+
+def test_two_explicit_providers_with_one_name_are_a_configuration_error(race, x):
+    with pytest.raises(ConfigurationError, match="'fast'"):
+        race.optimizer(
+            race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3), race.fake("fast", 3e-3)
+        ).select_signature(SmallNet(), x)

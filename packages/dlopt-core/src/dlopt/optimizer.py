@@ -176,6 +176,14 @@ class InferenceOptimizer:
         return OptimizationDecision(selected.plan, report)
 
     def _providers(self, registry: ProviderRegistry) -> list[ProviderInfo]:
+        names = [p.name for p in self.explicit_providers]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            # A dict keyed by name would keep the last one silently.
+            raise ConfigurationError(
+                f"providers= holds more than one provider named {', '.join(map(repr, repeated))}; "
+                "plan names must be unique: rename one or pass only one"
+            )
         explicit = {p.name: ProviderInfo(p, plugin="explicit") for p in self.explicit_providers}
         infos: list[ProviderInfo] = []
         for info in registry.providers:
