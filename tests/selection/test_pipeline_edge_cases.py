@@ -196,3 +196,16 @@ def test_two_explicit_providers_with_one_name_are_a_configuration_error(race, x)
         race.optimizer(
             race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3), race.fake("fast", 3e-3)
         ).select_signature(SmallNet(), x)
+
+
+def test_a_plan_that_changes_the_model_while_measured_stops_the_selection(race, x):
+    model = SmallNet()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sneaky = race.fake("sneaky", 1e-3, fail="mutate_when_measured", fail_after_calls=3)
+    with pytest.raises(
+        ModelMutatedError, match=r"a raced plan mutated .* during measurement.*restored"
+    ):
+        race.optimizer(race.fake("eager_fp32", 2e-3), sneaky).select_signature(model, x)
+    for key, value in before.items():
+        assert torch.equal(model.state_dict()[key], value), f"{key} was not restored"
+    assert sneaky.closes == 1

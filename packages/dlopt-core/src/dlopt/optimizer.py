@@ -151,6 +151,7 @@ class InferenceOptimizer:
                     raise ReferenceCheckError(_eager_failure(cand))
 
             race = self._race(candidates, reference, workload, emit)
+            self._check_model_after_race(model, guard)
             self._apply_measured_constraints(candidates, race, emit)
             outcome = self._choose(candidates, race, expected_calls)
             report = build_report(
@@ -303,6 +304,23 @@ class InferenceOptimizer:
         _restore(guard, model, problem)
         cand.error = StageError(stage, problem + " (the weights were restored)")
         raise RuntimeError(problem)
+
+    def _check_model_after_race(self, model: torch.nn.Module, guard: ModelGuard) -> None:
+        """Builds and first calls are checked one plan at a time; a change made during the
+        interleaved race cannot be pinned on one plan, and it makes every measurement (eager
+        runs on the user's model) suspect: put the weights back and stop."""
+        problem = guard.check(model, stage="measurement")
+        if problem is None:
+            return
+        try:
+            guard.restore(model)
+            outcome = "the weights were restored"
+        except ModelMutatedError as exc:
+            outcome = f"the weights could not be restored: {exc}"
+        raise ModelMutatedError(
+            f"{problem.replace('the plan', 'a raced plan')}; {outcome}. Rerun with "
+            "OptimizationPolicy(include=...) to find the plan that writes to the model"
+        )
 
     def _apply_build_constraints(self, cand: CandidateState) -> None:
         limits = self.policy.constraints

@@ -31,6 +31,7 @@ class FailingStage(str, enum.Enum):
     VALIDATION = "validation"  # outputs are wrong by ``error_scale``
     MEASURE = "measure"  # raises after ``fail_after_calls`` calls
     MUTATE_MODEL = "mutate_model"  # modifies the caller's weights in build
+    MUTATE_WHEN_MEASURED = "mutate_when_measured"  # modifies them after ``fail_after_calls``
 
 
 @define
@@ -88,6 +89,12 @@ class FakeProvider:
                 provider._spend(provider.first_call_time_s)
             if provider.fail is FailingStage.MEASURE and calls > provider.fail_after_calls:
                 raise RuntimeError(f"fake plan crashed on call {calls}")
+            if (
+                provider.fail is FailingStage.MUTATE_WHEN_MEASURED
+                and calls == provider.fail_after_calls + 1
+            ):
+                with torch.no_grad():
+                    next(model.parameters()).mul_(2.0)
             out = model(*args, **kwargs)
             latency = (
                 provider.latency_s(calls) if callable(provider.latency_s) else provider.latency_s
