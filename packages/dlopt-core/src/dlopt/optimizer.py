@@ -324,29 +324,23 @@ class InferenceOptimizer:
 
     def _apply_build_constraints(self, cand: CandidateState) -> None:
         limits = self.policy.constraints
-        if limits.max_setup_time_s is not None and (cand.setup_s or 0) > limits.max_setup_time_s:
-            cand.error = StageError(
-                "constraint",
-                f"setup took {cand.setup_s:.2f}s > max_setup_time_s {limits.max_setup_time_s:g}s",
-            )
-        elif (
-            limits.max_first_call_time_s is not None
-            and max(cand.first_calls_s, default=0) > limits.max_first_call_time_s
-        ):
-            cand.error = StageError(
-                "constraint",
-                f"first call took {max(cand.first_calls_s):.2f}s > max_first_call_time_s {limits.max_first_call_time_s:g}s",
-            )
-        elif (
-            limits.max_peak_memory_mb is not None
-            and cand.memory is not None
-            and cand.memory.mb is not None
-            and cand.memory.mb > limits.max_peak_memory_mb
-        ):
-            cand.error = StageError(
-                "constraint",
-                f"peak memory {cand.memory.mb:.1f} MB > max_peak_memory_mb {limits.max_peak_memory_mb:g} MB",
-            )
+        cand.error = _first_violation(
+            ("setup time", cand.setup_s, limits.max_setup_time_s, "max_setup_time_s", "s"),
+            (
+                "first call",
+                max(cand.first_calls_s, default=None),
+                limits.max_first_call_time_s,
+                "max_first_call_time_s",
+                "s",
+            ),
+            (
+                "peak memory",
+                cand.memory.mb if cand.memory else None,
+                limits.max_peak_memory_mb,
+                "max_peak_memory_mb",
+                " MB",
+            ),
+        )
 
     def _race(
         self,
@@ -417,26 +411,22 @@ class InferenceOptimizer:
             if not cand.alive or cand.name == EAGER:
                 continue
             measured = race.candidate(cand.name)
-            mean = measured.weighted_mean_ms
-            p99 = weighted_statistic(race, measured, "p99_ms")
-            if (
-                limits.max_latency_ms is not None
-                and mean is not None
-                and mean > limits.max_latency_ms
-            ):
-                cand.error = StageError(
-                    "constraint",
-                    f"mean latency {mean:.3f} ms > max_latency_ms {limits.max_latency_ms:g}",
-                )
-            elif (
-                limits.max_p99_latency_ms is not None
-                and p99 is not None
-                and p99 > limits.max_p99_latency_ms
-            ):
-                cand.error = StageError(
-                    "constraint",
-                    f"p99 latency {p99:.3f} ms > max_p99_latency_ms {limits.max_p99_latency_ms:g}",
-                )
+            cand.error = _first_violation(
+                (
+                    "mean latency",
+                    measured.weighted_mean_ms,
+                    limits.max_latency_ms,
+                    "max_latency_ms",
+                    " ms",
+                ),
+                (
+                    "p99 latency",
+                    weighted_statistic(race, measured, "p99_ms"),
+                    limits.max_p99_latency_ms,
+                    "max_p99_latency_ms",
+                    " ms",
+                ),
+            )
             if cand.error is not None:
                 self._reject(cand, emit)
 
@@ -550,6 +540,21 @@ def _eager_failure(cand: CandidateState) -> str:
     if cand.error is not None:
         return f"the eager_fp32 reference plan failed at {cand.error.stage}: {cand.error.message}"
     return "the eager_fp32 reference plan was not built"
+
+
+def _first_violation(
+    *checks: tuple[str, float | None, float | None, str, str],
+) -> StageError | None:
+    """The first ``(what, value, limit, limit_name, unit)`` whose value exceeds its limit.
+
+    A limit of ``None`` is not set; a value of ``None`` was not measured and cannot violate.
+    """
+    for what, value, limit, limit_name, unit in checks:
+        if limit is not None and value is not None and value > limit:
+            return StageError(
+                "constraint", f"{what} {value:.3f}{unit} > {limit_name} {limit:g}{unit}"
+            )
+    return None
 
 
 def _call_into(
