@@ -13,7 +13,7 @@ from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
 from dlopt.policy import DeploymentConstraints
 from dlopt.providers.loader import PluginFailure
 from dlopt.runtime import RuntimeInfo
-from dlopt.serialization import atomic_write_text, dumps, loads
+from dlopt.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
 from dlopt.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
 
@@ -158,9 +158,7 @@ def load_report(path: str | os.PathLike[str]) -> OptimizationReport:
 
 
 def report_from_json(text: str) -> OptimizationReport:
-    import json
-
-    data = json.loads(text, parse_constant=_reject_constant)
+    data = parse_strict_json(text)
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise ValueError(
@@ -168,14 +166,10 @@ def report_from_json(text: str) -> OptimizationReport:
             f"(reads version {SCHEMA_VERSION}); use the dlopt version that wrote it"
         )
     try:
-        return loads(text, OptimizationReport)
+        return from_jsonable(data, OptimizationReport)
     except cattrs.BaseValidationError as exc:
         # Valid JSON of the right version whose fields do not fit: say which, as ValueError.
         problems = "; ".join(cattrs.transform_error(exc)[:3])
         raise ValueError(
             f"the report does not match schema_version {version}: {problems}"
         ) from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"not strict JSON: found {name}")

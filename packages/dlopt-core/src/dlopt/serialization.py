@@ -59,13 +59,18 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, sort_keys=False)
 
 
-def loads(text: str, cls: type[T]) -> T:
-    """Parse strict JSON text (NaN/Infinity rejected) into ``cls``."""
+def parse_strict_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity (Python's parser accepts them)."""
 
     def reject_constant(name: str) -> Any:
         raise ValueError(f"not strict JSON: found {name}")
 
-    return from_jsonable(json.loads(text, parse_constant=reject_constant), cls)
+    return json.loads(text, parse_constant=reject_constant)
+
+
+def loads(text: str, cls: type[T]) -> T:
+    """Parse strict JSON text (NaN/Infinity rejected) into ``cls``."""
+    return from_jsonable(parse_strict_json(text), cls)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
