@@ -453,3 +453,35 @@ def test_unsettled_bursts_are_counted_when_a_plan_leaves_work_behind(fast_policy
     assert v.unsettled_bursts >= 1
     assert result.candidate("spinner").unsettled_bursts == 0
     assert v.cases[0].untimed_calls > 3 * result.candidate("spinner").cases[0].untimed_calls
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_resolved_winners_keep_running_while_others_race(fast_policy, keep: bool) -> None:
+    # "fast" resolves at the first look; "close" (1% faster, below the 2% bar) cannot be
+    # resolved quickly, so the race goes on. Winners stay in the rounds when asked, so the
+    # selection can pair them with any other plan on the same rounds.
+    policy = evolve(
+        fast_policy,
+        keep_measuring_winners=keep,
+        futility_confidence=None,
+        min_rounds=4,
+        max_rounds=12,
+        drop_worse_than_leader=False,
+    )
+    result = run_simulated_race(
+        {"base": [1e-3], "fast": [0.5e-3], "close": [0.99e-3]},
+        baseline="base",
+        min_speedup=1.02,
+        policy=policy,
+        noise=NoiseModel(
+            jitter=0.02, spike_probability=0.0, drift_amplitude=0.0, switch_penalty=0.0
+        ),
+        seed=3,
+    )
+    fast = result.candidate("fast")
+    assert fast.verdict == "faster" and fast.resolved_at_round is not None
+    assert result.rounds > fast.resolved_at_round  # the race went on after fast resolved
+    ran = [cost is not None for cost in fast.round_costs_ms]
+    assert len(ran) == result.rounds
+    assert all(ran) is keep
+    assert fast.speedup_vs_baseline.low >= 1.02  # the verdict interval is the one it resolved on

@@ -373,7 +373,16 @@ class _Race:
 
     # -- the race ----------------------------------------------------------------------
     def racing(self) -> list[_Candidate]:
+        """Candidates whose comparison with the baseline is still open."""
         return [c for c in self.cands if c.status == "racing"]
+
+    def measured(self) -> list[_Candidate]:
+        """Candidates that run in the next round: the open ones and, when the policy keeps
+        measuring resolved winners, those already "faster". Their verdict is settled, but
+        the selection may compare two winners (or a winner with a native baseline) on the
+        rounds both ran, which needs them in the same rounds."""
+        keep = ("racing", "faster") if self.policy.keep_measuring_winners else ("racing",)
+        return [c for c in self.cands if c.status in keep]
 
     def _fail(self, cand: _Candidate, exc: BaseException, stage: str) -> None:
         if cand.is_baseline:
@@ -396,7 +405,7 @@ class _Race:
 
     def run_round(self) -> None:
         r = self.rounds + 1
-        turns = [(c, i) for c in self.racing() for i in range(self.n_cases)]
+        turns = [(c, i) for c in self.measured() for i in range(self.n_cases)]
         self.rng.shuffle(turns)
         if self.policy.continue_same_plan:
             # Start with the plan and case that ran last: its burst needs no settling.
@@ -407,14 +416,14 @@ class _Race:
                     turns.insert(0, turns.pop(j))
                     break
         burst_means: dict[str, list[float | None]] = {
-            c.name: [None] * self.n_cases for c in self.racing()
+            c.name: [None] * self.n_cases for c in self.measured()
         }
         pending: dict[str, list[tuple[int, list[float], float]]] = {
-            c.name: [] for c in self.racing()
+            c.name: [] for c in self.measured()
         }
         for cand, i in turns:
-            if cand.status != "racing":
-                continue
+            if cand.status not in ("racing", "faster"):
+                continue  # failed earlier in this round
             try:
                 mean, samples = self._burst(cand, i)
             except Exception as exc:
@@ -423,7 +432,7 @@ class _Race:
             burst_means[cand.name][i] = mean
             pending[cand.name].append((i, samples, mean))
         p = self.policy
-        for cand in self.racing():
+        for cand in self.measured():
             for i, samples, mean in pending[cand.name]:
                 cand.samples[i].extend(samples)
                 cand.burst_means[i].append(mean)

@@ -92,6 +92,10 @@ class MeasurementPolicy:
         A call shorter than ``min_resolvable_time_s`` (or 1000 ticks of the clock, if
         coarser) is timed in blocks of ``k`` back-to-back calls; ``k`` is recorded.
 
+    ``keep_measuring_winners``: a challenger resolved "faster" keeps running in the rounds
+    while other comparisons are open (its verdict is fixed), so two winners, or a winner
+    and a native baseline, can be paired on the same rounds afterwards.
+
     ``seed``: the seed of the per-round shuffles; ``None`` draws one (always recorded).
     ``record_page_faults``: minor page faults around timed calls (POSIX only).
     ``bootstrap_resamples``: resamples for the descriptive final bootstrap interval of each
@@ -118,6 +122,7 @@ class MeasurementPolicy:
     noise_threshold: float = field(default=0.05, validator=_positive("noise_threshold"))
     family_wise: bool = field(default=True, validator=validators.instance_of(bool))
     drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
+    keep_measuring_winners: bool = field(default=True, validator=validators.instance_of(bool))
     futility_confidence: float | None = field(default=0.8)
     continue_same_plan: bool = field(default=True, validator=validators.instance_of(bool))
     futility_uses_budget: bool = field(default=True, validator=validators.instance_of(bool))
