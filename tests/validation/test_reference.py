@@ -76,7 +76,7 @@ class Counter(nn.Module):
 
 
 def test_model_that_mutates_itself_is_refused():
-    with pytest.raises(ReferenceCheckError, match=r"changed its own weights .*calls \(values\)"):
+    with pytest.raises(ReferenceCheckError, match=r"changed its own state .*calls \(values\)"):
         capture_reference(Counter().eval(), [((torch.ones(2),), {})])
 
 

@@ -11,7 +11,7 @@ from attrs import define, field
 
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
 from dlopt.target import ExecutionTarget
-from dlopt.validation.fingerprint import ModelFingerprint
+from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
 from dlopt.validation.inputs import CaseLike, case_parts, prepare_inputs
 from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
@@ -162,6 +162,7 @@ def capture_reference(
     policy: QualityPolicy | None = None,
     *,
     target: ExecutionTarget | torch.device | str | None = None,
+    guard: ModelGuard | None = None,
 ) -> ReferenceOutputs:
     """Run eager fp32 twice per case and keep the outputs as the ground truth.
 
@@ -170,6 +171,11 @@ def capture_reference(
     unsupported type, outputs that differ between the two runs, non-finite outputs
     (unless ``policy.allow_nonfinite_reference``), and a model that changes its own
     weights when called. Inputs are moved to ``target`` (default: the model's device).
+
+    A model whose forward changes its parameters or buffers (a call counter, batch-norm
+    statistics in training mode) is put back as it was before the error is raised:
+    ``guard`` holds the snapshot to restore from (the pipeline passes the one it keeps for
+    the whole race; by default one is taken here, per ``policy.snapshot_weights``).
     """
     policy = policy or QualityPolicy()
     training = [name or type(model).__name__ for name, m in model.named_modules() if m.training]
@@ -189,7 +195,33 @@ def capture_reference(
         warnings.warn(message, RuntimeWarning, stacklevel=2)
 
     device = target if target is not None else _model_device(model)
-    fingerprint = ModelFingerprint.of(model)
+    guard = guard if guard is not None else ModelGuard(model, snapshot=policy.snapshot_weights)
+    try:
+        captured, all_paths = _capture_cases(model, cases, policy, device, guard)
+    except ReferenceCheckError as exc:
+        raise ReferenceCheckError(f"{exc}{_restored(model, guard)}") from exc.__cause__
+    _check_paths(policy, all_paths)
+    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device))
+
+
+def _restored(model: torch.nn.Module, guard: ModelGuard) -> str:
+    """Put the model's state back if the reference runs changed it; say what happened."""
+    if guard.fingerprint.matches(model):
+        return ""
+    try:
+        guard.restore(model)
+    except ModelMutatedError as exc:
+        return f" (the model's state could not be restored: {exc})"
+    return " (the model's parameters and buffers were restored to their values before the call)"
+
+
+def _capture_cases(
+    model: torch.nn.Module,
+    cases: WorkloadProfile | Sequence[CaseLike],
+    policy: QualityPolicy,
+    device: Any,
+    guard: ModelGuard,
+) -> tuple[list[ReferenceCase], set[str]]:
     captured: list[ReferenceCase] = []
     all_paths: set[str] = set()
     for name, case, weight in _normalize_cases(cases):
@@ -205,6 +237,14 @@ def capture_reference(
                     f"case {name!r}: the eager fp32 model raised {type(exc).__name__} on call "
                     f"{attempt}: {exc}; fix the model or the workload inputs"
                 ) from exc
+        # A state change explains a run-to-run difference too: report it first.
+        change = guard.fingerprint.describe_change(model)
+        if change is not None:
+            raise ReferenceCheckError(
+                f"the model changed its own state while computing the reference ({change}); "
+                "a model whose forward updates parameters or buffers cannot be optimized: "
+                "call model.eval() and keep forward free of in-place updates to its state"
+            )
         try:
             leaves = iter_leaves(runs[0])
         except TypeError as exc:
@@ -227,13 +267,4 @@ def capture_reference(
         paths = tuple(p for p, _ in leaves)
         all_paths.update(paths)
         captured.append(ReferenceCase(name, args, kwargs, runs[0], paths, weight))
-
-    change = fingerprint.describe_change(model)
-    if change is not None:
-        raise ReferenceCheckError(
-            f"the model changed its own weights while computing the reference ({change}); "
-            "a model whose forward updates parameters or buffers cannot be optimized: "
-            "call model.eval() and keep forward free of in-place updates to its state"
-        )
-    _check_paths(policy, all_paths)
-    return ReferenceOutputs(tuple(captured), fingerprint, str(device))
+    return captured, all_paths
