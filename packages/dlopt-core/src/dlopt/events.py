@@ -15,6 +15,7 @@ class EventKind(str, enum.Enum):
     CANDIDATE_VALIDATED = "candidate_validated"
     CANDIDATE_REJECTED = "candidate_rejected"
     ROUND_FINISHED = "round_finished"
+    RACE_FINISHED = "race_finished"
     DECISION_MADE = "decision_made"
 
 

@@ -44,6 +44,10 @@ class CandidateState:
     first_calls_s: list[float] = attrs.field(factory=list)
     memory: PeakMemory | None = None
     validation: ValidationResult | None = None
+    #: After the race: the outputs of the plan's last measured call per case, validated.
+    revalidation: ValidationResult | None = None
+    #: The chosen plan only: one fresh call per case after the race, validated.
+    final_check: ValidationResult | None = None
     error: StageError | None = None
 
     @property
@@ -221,6 +225,8 @@ def candidate_evidence(
         measurement_verdict=measured.verdict if measured else None,
         noisy=measured.noisy if measured else None,
         parity=cand.validation,
+        revalidation=cand.revalidation,
+        final_check=cand.final_check,
         cases=cases,
         **base,
     )

@@ -41,11 +41,13 @@ from dlopt.report import (
 from dlopt.selection import EAGER, Costs, SelectionOutcome, choose
 from dlopt.target import ExecutionTarget
 from dlopt.validation import (
+    InputFingerprint,
     ModelGuard,
     ModelMutatedError,
     ReferenceOutputs,
     ValidationResult,
     capture_reference,
+    copy_inputs,
     validate_outputs,
 )
 from dlopt.workload import WorkloadCase, WorkloadProfile
@@ -140,8 +142,10 @@ class InferenceOptimizer:
         )
 
         # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
-        reference = capture_reference(model, workload, self.policy.quality, target=self.target)
         guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
+        reference = capture_reference(
+            model, workload, self.policy.quality, target=self.target, guard=guard
+        )
 
         try:
             # eager_fp32 comes first: if its plan cannot serve, nothing else is built.
@@ -150,10 +154,12 @@ class InferenceOptimizer:
                 if cand.name == EAGER and not cand.alive:
                     raise ReferenceCheckError(_eager_failure(cand))
 
-            race = self._race(candidates, reference, workload, emit)
+            race, last_outputs = self._race(candidates, reference, workload, emit)
             self._check_model_after_race(model, guard)
+            self._revalidate_last_outputs(candidates, last_outputs, reference, emit)
             self._apply_measured_constraints(candidates, race, emit)
-            outcome = self._choose(candidates, race, expected_calls)
+            outcome = self._choose_checked(candidates, race, expected_calls, reference, emit)
+            self._check_model_after_race(model, guard)
             report = build_report(
                 self.target,
                 self.policy,
@@ -239,14 +245,23 @@ class InferenceOptimizer:
                 plan = cand.plan
                 with torch.inference_mode():
                     for case in reference.cases:
-                        call = functools.partial(_call_into, outputs, plan, case.args, case.kwargs)
+                        # Its own copy: a plan that writes into its inputs must not change
+                        # what the plans judged after it see.
+                        args, kwargs = copy_inputs(case.args, case.kwargs)
+                        before = InputFingerprint.of(args, kwargs)
+                        call = functools.partial(_call_into, outputs, plan, args, kwargs)
                         cand.first_calls_s.append(time_call(call, self.clock, sync))
+                        _check_inputs_unchanged(before, args, kwargs, case.name)
                 self._check_model(cand, model, guard, stage)
             except ModelMutatedError:
                 raise  # the user's model is changed for good: no result can be trusted
             except Exception as exc:
                 if cand.error is None:
-                    message = f"{type(exc).__name__}: {exc}"
+                    message = (
+                        str(exc)
+                        if isinstance(exc, InputsWrittenError)
+                        else f"{type(exc).__name__}: {exc}"
+                    )
                     # A plan can change the model and then fail: put the weights back too.
                     problem = guard.check(model, stage=stage, plan=cand.name)
                     if problem is not None:
@@ -256,30 +271,9 @@ class InferenceOptimizer:
         finally:
             cand.memory = memory_probe.stop()
         if cand.error is None:
-            try:
-                cases = [
-                    validate_outputs(
-                        out,
-                        case.outputs,
-                        precision=cand.plan.precision,  # type: ignore[union-attr]
-                        output_dtype=cand.plan.output_dtype,  # type: ignore[union-attr]
-                        policy=self.policy.quality,
-                        case_name=case.name,
-                    )
-                    for out, case in zip(outputs, reference.cases)
-                ]
-                cand.validation = ValidationResult.from_cases(cases)
-            except Exception as exc:
-                # Outputs validation cannot even read (e.g. tensors without data) reject
-                # this candidate only.
-                cand.error = StageError(
-                    "validation", f"checking the outputs raised {type(exc).__name__}: {exc}"
-                )
-            else:
-                if not cand.validation.passed:
-                    cand.error = StageError(
-                        "validation", cand.validation.reason or "failed validation"
-                    )
+            cand.validation = self._validate_calls(cand, outputs, reference)
+            if not cand.validation.passed:
+                cand.error = StageError("validation", cand.validation.reason or "failed validation")
         if cand.error is None:
             self._apply_build_constraints(cand)
         if cand.error is not None:
@@ -348,13 +342,14 @@ class InferenceOptimizer:
         reference: ReferenceOutputs,
         workload: WorkloadProfile,
         emit: Callable[[Event], None],
-    ) -> RaceResult:
+    ) -> tuple[RaceResult, dict[str, list[LastOutput]]]:
+        """Measure every surviving plan; also returns each plan's last output per case."""
         alive = [c for c in candidates if c.alive]
-        callables: dict[str, list[Callable[[], object]]] = {}
+        callables: dict[str, list[LastOutput]] = {}
         for cand in alive:
             assert cand.plan is not None
             callables[cand.name] = [
-                functools.partial(cand.plan, *case.args, **case.kwargs) for case in reference.cases
+                LastOutput(cand.plan, case.args, case.kwargs) for case in reference.cases
             ]
 
         def on_round(round_number: int, snapshot: RaceResult) -> None:
@@ -396,12 +391,109 @@ class InferenceOptimizer:
                 f"{type(exc).__name__}: {exc}; the model must serve the workload inputs on "
                 "every call: fix the model or the inputs"
             ) from exc
+        emit(
+            Event(
+                EventKind.RACE_FINISHED,
+                f"{race.rounds} rounds, stop: {race.stop_reason}",
+                data={"rounds": race.rounds, "stop_reason": race.stop_reason},
+            )
+        )
         for cand in alive:
             measured = race.candidate(cand.name)
             if measured.verdict == "failed":
                 cand.error = StageError("measure", measured.error or "failed during measurement")
                 self._reject(cand, emit)
-        return race
+        return race, callables
+
+    def _validate_calls(
+        self, cand: CandidateState, outputs: Sequence[Any], reference: ReferenceOutputs
+    ) -> ValidationResult:
+        """Validate one output per workload case against the reference (errors as results)."""
+        assert cand.plan is not None
+        try:
+            return ValidationResult.from_cases(
+                validate_outputs(
+                    out,
+                    case.outputs,
+                    precision=cand.plan.precision,
+                    output_dtype=cand.plan.output_dtype,
+                    policy=self.policy.quality,
+                    case_name=case.name,
+                )
+                for out, case in zip(outputs, reference.cases)
+            )
+        except Exception as exc:
+            # Outputs validation cannot even read (e.g. tensors without data) fail the check.
+            return ValidationResult.rejected(
+                f"checking the outputs raised {type(exc).__name__}: {exc}"
+            )
+
+    def _revalidate_last_outputs(
+        self,
+        candidates: list[CandidateState],
+        last_outputs: dict[str, list[LastOutput]],
+        reference: ReferenceOutputs,
+        emit: Callable[[Event], None],
+    ) -> None:
+        """Every survivor's output of its last measured call, per case, passes validation
+        again: a plan is served only if it was correct on the calls it was judged on."""
+        for cand in candidates:
+            recorders = last_outputs.get(cand.name)
+            if not cand.alive or recorders is None or not all(r.calls for r in recorders):
+                continue  # not measured (a race without challengers runs nothing)
+            cand.revalidation = self._validate_calls(cand, [r.output for r in recorders], reference)
+            if cand.revalidation.passed:
+                continue
+            message = (
+                "the outputs of its last measured calls failed validation: "
+                f"{cand.revalidation.reason}"
+            )
+            if cand.name == EAGER:
+                raise ReferenceCheckError(
+                    f"the eager_fp32 reference plan drifted during the race: {message}; "
+                    "the model is not deterministic across calls"
+                )
+            cand.error = StageError("revalidation", message)
+            self._reject(cand, emit)
+
+    def _choose_checked(
+        self,
+        candidates: list[CandidateState],
+        race: RaceResult,
+        expected_calls: int | None,
+        reference: ReferenceOutputs,
+        emit: Callable[[Event], None],
+    ) -> SelectionOutcome:
+        """Choose, then run the chosen plan once more per case on fresh copies of the inputs
+        and validate it; a plan that fails is rejected and the choice is made again."""
+        while True:
+            outcome = self._choose(candidates, race, expected_calls)
+            chosen = next(c for c in candidates if c.name == outcome.selected)
+            chosen.final_check = self._fresh_calls_check(chosen, reference)
+            if chosen.final_check.passed:
+                return outcome
+            message = f"a fresh call after the race failed validation: {chosen.final_check.reason}"
+            if chosen.name == EAGER:
+                raise ReferenceCheckError(f"the eager_fp32 reference plan: {message}")
+            chosen.error = StageError("revalidation", message)
+            self._reject(chosen, emit)
+
+    def _fresh_calls_check(
+        self, cand: CandidateState, reference: ReferenceOutputs
+    ) -> ValidationResult:
+        assert cand.plan is not None
+        sync = self._synchronize()
+        outputs = []
+        try:
+            with torch.inference_mode():
+                for case in reference.cases:
+                    args, kwargs = copy_inputs(case.args, case.kwargs)
+                    outputs.append(cand.plan(*args, **kwargs))
+                    if sync is not None:
+                        sync()
+        except Exception as exc:
+            return ValidationResult.rejected(f"the call raised {type(exc).__name__}: {exc}")
+        return self._validate_calls(cand, outputs, reference)
 
     def _apply_measured_constraints(
         self, candidates: list[CandidateState], race: RaceResult, emit: Callable[[Event], None]
@@ -561,3 +653,37 @@ def _call_into(
     outputs: list[Any], plan: BuiltPlan, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     outputs.append(plan(*args, **kwargs))
+
+
+class InputsWrittenError(Exception):
+    """A plan wrote into the inputs it was called with."""
+
+
+def _check_inputs_unchanged(
+    before: InputFingerprint, args: tuple[Any, ...], kwargs: dict[str, Any], case: str
+) -> None:
+    changed = before.changed_paths(args, kwargs)
+    if changed:
+        raise InputsWrittenError(
+            f"the plan wrote into its inputs on case {case!r} (input {', '.join(changed)} "
+            "changed): plans must treat their inputs as read-only; copy an input before "
+            "writing to it"
+        )
+
+
+class LastOutput:
+    """One plan's call on one case, keeping the output of the latest call for revalidation."""
+
+    __slots__ = ("args", "calls", "kwargs", "output", "plan")
+
+    def __init__(self, plan: BuiltPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.plan = plan
+        self.args = args
+        self.kwargs = kwargs
+        self.output: Any = None
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.output = self.plan(*self.args, **self.kwargs)
+        self.calls += 1
+        return self.output

@@ -85,6 +85,13 @@ class CandidateEvidence:
     measurement_verdict: str | None = None
     noisy: bool | None = None
     parity: ValidationResult | None = None
+    #: After the race: the outputs of its last measured call per case, validated again.
+    revalidation: ValidationResult | None = None
+    #: The selected plan (and any chosen plan that failed it): a fresh call per case after
+    #: the race, validated before the decision was returned.
+    final_check: ValidationResult | None = None
+    #: The longest single call it made while measured (warm-up, settling or timed).
+    longest_call_s: float | None = None
     error: StageError | None = None
     cases: tuple[CaseEvidence, ...] = ()
     metadata: dict[str, Any] = field(factory=dict)
@@ -115,6 +122,9 @@ class MeasurementSummary:
     untimed_calls: int
     confidence: float
     policy: MeasurementPolicy
+    #: The longest single call of the race and the plan that made it.
+    longest_call_s: float | None = None
+    longest_call_plan: str | None = None
 
 
 @frozen

@@ -32,6 +32,8 @@ class FailingStage(str, enum.Enum):
     MEASURE = "measure"  # raises after ``fail_after_calls`` calls
     MUTATE_MODEL = "mutate_model"  # modifies the caller's weights in build
     MUTATE_WHEN_MEASURED = "mutate_when_measured"  # modifies them after ``fail_after_calls``
+    STALE_OUTPUTS = "stale_outputs"  # right on each case's first call, zeros afterwards
+    MUTATE_INPUTS = "mutate_inputs"  # zeroes its floating-point tensor inputs on every call
 
 
 @define
@@ -79,6 +81,7 @@ class FakeProvider:
                 next(model.parameters()).add_(1.0)
         calls = 0
         provider = self
+        served: set[tuple[int, ...]] = set()  # input shapes already called (stale outputs)
 
         def runner(*args: Any, **kwargs: Any) -> Any:
             nonlocal calls
@@ -96,10 +99,19 @@ class FakeProvider:
                 with torch.no_grad():
                     next(model.parameters()).mul_(2.0)
             out = model(*args, **kwargs)
+            first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+            if provider.fail is FailingStage.MUTATE_INPUTS:
+                for arg in args:
+                    if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+                        arg.mul_(0)
+            if provider.fail is FailingStage.STALE_OUTPUTS:
+                shape = tuple(first.shape) if first is not None else ()
+                if shape in served:
+                    out = map_tensors(torch.zeros_like, out)
+                served.add(shape)
             latency = (
                 provider.latency_s(calls) if callable(provider.latency_s) else provider.latency_s
             )
-            first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
             if first is not None:
                 latency *= provider.per_batch_scale.get(int(first.shape[0]), 1.0)
             provider._spend(latency)

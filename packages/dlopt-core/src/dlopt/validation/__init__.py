@@ -23,7 +23,13 @@ from dlopt.validation.fingerprint import (
     TensorDigest,
     restore_weights,
 )
-from dlopt.validation.inputs import move_to_device, prepare_inputs
+from dlopt.validation.inputs import (
+    InputFingerprint,
+    copy_inputs,
+    map_input_tensors,
+    move_to_device,
+    prepare_inputs,
+)
 from dlopt.validation.limits import (
     DEFAULT_LIMITS,
     LimitOverride,
@@ -49,6 +55,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "CaseValidation",
     "FingerprintDiff",
+    "InputFingerprint",
     "LeafMetrics",
     "LimitOverride",
     "ModelFingerprint",
@@ -67,9 +74,11 @@ __all__ = [
     "capture_reference",
     "check_leaf",
     "compute_leaf_metrics",
+    "copy_inputs",
     "default_limits",
     "find_path",
     "iter_leaves",
+    "map_input_tensors",
     "match_structure",
     "move_to_device",
     "prepare_inputs",

@@ -72,7 +72,8 @@ def _named_tensors(model: torch.nn.Module) -> Iterator[tuple[str, str, torch.Ten
             yield name, "buffer", b
 
 
-def _hash_tensor(t: torch.Tensor) -> str:
+def hash_tensor(t: torch.Tensor) -> str:
+    """BLAKE2b of a tensor's bytes (quantized tensors: scheme, scale and integer values)."""
     h = hashlib.blake2b(digest_size=16)
     t = t.detach()
     if t.is_quantized:
@@ -109,7 +110,7 @@ def _digest(name: str, kind: str, t: torch.Tensor, cache: dict[Any, str]) -> Ten
         str(t.device),
     )
     if key not in cache or t.data_ptr() == 0:
-        cache[key] = _hash_tensor(t)
+        cache[key] = hash_tensor(t)
     return TensorDigest(
         name=name,
         kind=kind,

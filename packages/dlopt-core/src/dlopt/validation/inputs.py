@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
+from attrs import frozen
 
 from dlopt.errors import WorkloadError
 from dlopt.target import ExecutionTarget
+from dlopt.validation.fingerprint import hash_tensor
 from dlopt.validation.structure import attr_path, is_dataclass_instance, is_namedtuple, key_path
 from dlopt.workload import WorkloadCase
 
@@ -48,6 +50,46 @@ def case_parts(case: CaseLike | Any) -> tuple[str | None, tuple[Any, ...], dict[
     )
 
 
+def map_input_tensors(
+    obj: Any, fn: Callable[[torch.Tensor, str], Any], *, path: str = "args"
+) -> Any:
+    """``obj`` with every tensor replaced by ``fn(tensor, path)``; containers are rebuilt.
+
+    Walks tuples, lists, dicts, namedtuples and dataclasses; other values pass through
+    untouched (inputs may hold any Python object). ``path`` names the root, and each
+    tensor's path reads like ``args[0]["mask"]``.
+    """
+
+    def walk(node: Any, here: str) -> Any:
+        if isinstance(node, torch.Tensor):
+            return fn(node, here)
+        if is_namedtuple(node):
+            return type(node)(*(walk(getattr(node, n), attr_path(here, n)) for n in node._fields))
+        if isinstance(node, (tuple, list)):
+            items = [walk(item, key_path(here, i)) for i, item in enumerate(node)]
+            try:
+                return type(node)(items)
+            except TypeError:
+                return tuple(items) if isinstance(node, tuple) else items
+        if isinstance(node, Mapping):
+            mapped = {k: walk(v, key_path(here, k)) for k, v in node.items()}
+            mapping_type: Any = type(node)
+            try:
+                return mapping_type(mapped)
+            except TypeError:
+                return mapped
+        if is_dataclass_instance(node):
+            changes = {
+                f.name: walk(getattr(node, f.name), attr_path(here, f.name))
+                for f in dataclasses.fields(node)
+                if f.init
+            }
+            return dataclasses.replace(node, **changes)
+        return node
+
+    return walk(obj, path)
+
+
 def move_to_device(
     obj: Any,
     device: torch.device | str | None,
@@ -63,47 +105,65 @@ def move_to_device(
     """
     target = None if device is None else torch.device(device)
 
-    def walk(node: Any, here: str) -> Any:
-        if isinstance(node, torch.Tensor):
-            if target is None or _same_device(node, target):
-                return node
-            if on_wrong_device == "error":
-                raise WorkloadError(
-                    f"{here}: tensor is on {node.device} but the target is {target}; "
-                    f"create the workload inputs on {target} (or let dlopt move them)"
-                )
-            try:
-                return node.to(target)
-            except Exception as exc:
-                raise WorkloadError(
-                    f"{here}: cannot move tensor of shape {tuple(node.shape)} from "
-                    f"{node.device} to {target}: {exc}"
-                ) from exc
-        if is_namedtuple(node):
-            return type(node)(*(walk(getattr(node, n), attr_path(here, n)) for n in node._fields))
-        if isinstance(node, (tuple, list)):
-            items = [walk(item, key_path(here, i)) for i, item in enumerate(node)]
-            try:
-                return type(node)(items)
-            except TypeError:
-                return tuple(items) if isinstance(node, tuple) else items
-        if isinstance(node, Mapping):
-            moved = {k: walk(v, key_path(here, k)) for k, v in node.items()}
-            mapping_type: Any = type(node)
-            try:
-                return mapping_type(moved)
-            except TypeError:
-                return moved
-        if is_dataclass_instance(node):
-            changes = {
-                f.name: walk(getattr(node, f.name), attr_path(here, f.name))
-                for f in dataclasses.fields(node)
-                if f.init
-            }
-            return dataclasses.replace(node, **changes)
-        return node
+    def move(node: torch.Tensor, here: str) -> torch.Tensor:
+        if target is None or _same_device(node, target):
+            return node
+        if on_wrong_device == "error":
+            raise WorkloadError(
+                f"{here}: tensor is on {node.device} but the target is {target}; "
+                f"create the workload inputs on {target} (or let dlopt move them)"
+            )
+        try:
+            return node.to(target)
+        except Exception as exc:
+            raise WorkloadError(
+                f"{here}: cannot move tensor of shape {tuple(node.shape)} from "
+                f"{node.device} to {target}: {exc}"
+            ) from exc
 
-    return walk(obj, path)
+    return map_input_tensors(obj, move, path=path)
+
+
+def copy_inputs(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A private copy of a call's inputs: every tensor cloned, containers rebuilt.
+
+    A candidate's first calls and validation run on their own copy, so a plan that writes
+    into its inputs cannot change what the plans judged after it see.
+    """
+
+    def clone(tensor: torch.Tensor, _: str) -> torch.Tensor:
+        return tensor.detach().clone()
+
+    return tuple(map_input_tensors(tuple(args), clone)), {
+        k: map_input_tensors(v, clone, path=key_path("kwargs", k)) for k, v in kwargs.items()
+    }
+
+
+@frozen
+class InputFingerprint:
+    """Content hashes of every tensor in a call's inputs, keyed by path."""
+
+    digests: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> InputFingerprint:
+        found: list[tuple[str, str]] = []
+
+        def record(tensor: torch.Tensor, here: str) -> torch.Tensor:
+            found.append((here, hash_tensor(tensor)))
+            return tensor
+
+        map_input_tensors(tuple(args), record)
+        for k, v in kwargs.items():
+            map_input_tensors(v, record, path=key_path("kwargs", k))
+        return cls(tuple(found))
+
+    def changed_paths(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+        """Paths of the input tensors whose contents differ from this fingerprint."""
+        now = dict(InputFingerprint.of(args, kwargs).digests)
+        return [path for path, digest in self.digests if now.get(path) != digest]
 
 
 def prepare_inputs(
