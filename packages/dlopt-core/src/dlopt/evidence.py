@@ -121,6 +121,8 @@ def build_report(
             untimed_calls=race.untimed_calls,
             confidence=race.confidence,
             policy=race.policy,
+            longest_call_s=race.longest_call[1] if race.longest_call[0] else None,
+            longest_call_plan=race.longest_call[0],
         ),
         plugin_failures=tuple(registry.failures),
     )
@@ -226,6 +228,7 @@ def candidate_evidence(
         noisy=measured.noisy if measured else None,
         parity=cand.validation,
         revalidation=cand.revalidation,
+        longest_call_s=measured.longest_call_s if measured else None,
         final_check=cand.final_check,
         cases=cases,
         **base,

@@ -557,6 +557,7 @@ class InferenceOptimizer:
             steady_speedup=steady_speedup,
             confidence=race.confidence,
             unmeasured=unmeasured,
+            budget_note=race.budget_overrun() if race.stop_reason == "time_budget" else None,
         )
 
     # -- helpers ---------------------------------------------------------------------

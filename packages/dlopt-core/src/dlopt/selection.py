@@ -131,6 +131,7 @@ def choose(
     steady_speedup: Callable[[str, str], RatioInterval | None],
     confidence: float,
     unmeasured: Sequence[str] = (),
+    budget_note: str | None = None,
 ) -> SelectionOutcome:
     """Pick the serving plan among ``eligible`` (which must include ``eager_fp32``).
 
@@ -138,6 +139,8 @@ def choose(
     interval of ``candidate`` over ``reference`` from the race. ``unmeasured`` names
     candidates that passed validation and the constraints but were never timed in a
     round (the budget ran out first); they cannot win, and the reason says so.
+    ``budget_note`` says why the budget ran out when one call overran it; the reason
+    then carries it instead of advice to raise the budget.
     """
     by_name = {c.name: c for c in eligible}
     if EAGER not in by_name:
@@ -150,10 +153,11 @@ def choose(
             "there was nothing to race."
         )
         if unmeasured:
+            advice = budget_note or "raise MeasurementPolicy.max_time_s"
             reason = (
                 f"Kept eager_fp32: the measurement budget ran out before any round compared "
                 f"{', '.join(unmeasured)} with it, so no challenger could clear the "
-                f"{min_speedup:g}x bar; raise MeasurementPolicy.max_time_s."
+                f"{min_speedup:g}x bar; {advice}."
             )
         return SelectionOutcome(EAGER, EAGER, reason, (), {})
     calls = expected_calls or 0
@@ -186,6 +190,7 @@ def choose(
     winners = [c for c in challengers if c.gate_passed]
     selected = max(winners, key=_point).candidate if winners else baseline
     reason = _reason(
+        budget_note,
         objective,
         min_speedup,
         confidence,
@@ -212,6 +217,7 @@ def _fmt(s: RatioInterval | None) -> str:
 
 
 def _reason(
+    budget_note: str | None,
     objective: str,
     min_speedup: float,
     confidence: float,
@@ -250,7 +256,7 @@ def _reason(
         return (
             f"Selected {selected}: its {metric} speedup over {baseline} is {_fmt(won.speedup)}, "
             f"clearing {bar} ({_steady(costs[selected]):.3f} ms vs {base_ms:.3f} ms per request"
-            f"{extra}). {base_text}."
+            f"{extra}). {base_text}.{_sentence(budget_note)}"
         )
     if challengers:
         best = max(challengers, key=_point)
@@ -260,4 +266,9 @@ def _reason(
         )
     else:
         tail = "no challenger beyond the native variants passed validation and the constraints"
-    return f"Kept {baseline} ({base_ms:.3f} ms per request): {tail}. {base_text}."
+    return f"Kept {baseline} ({base_ms:.3f} ms per request): {tail}. {base_text}.{_sentence(budget_note)}"
+
+
+def _sentence(note: str | None) -> str:
+    """`` The budget ran out early: <note>.`` or nothing."""
+    return f" The measurement budget ran out early: {note}." if note else ""

@@ -34,6 +34,9 @@ try:  # POSIX only; page faults are simply not recorded elsewhere.
 except ImportError:  # pragma: no cover - Windows
     _resource = None  # type: ignore[assignment]
 
+#: A call taking at least this share of the time budget is said to overrun it.
+OVERRUN_SHARE = 0.5
+
 Verdict = Literal["baseline", "faster", "not_faster", "unresolved", "dropped", "failed"]
 StopReason = Literal[
     "resolved", "futility", "max_rounds", "time_budget", "cancelled", "no_challengers"
@@ -92,6 +95,9 @@ class CandidateMeasurement:
     #: Seconds waited right after this plan's turns (before the next plan's): how long the
     #: process stayed busy after it, e.g. its own spinning worker threads.
     quiet_wait_after_s: float = 0.0
+    #: The longest single call it made (warm-up, settling or timed); where calls are timed
+    #: in blocks of back-to-back calls, the longest block, which bounds its slowest call.
+    longest_call_s: float = 0.0
 
 
 @frozen
@@ -134,6 +140,30 @@ class RaceResult:
     def unresolved(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.candidates if c.verdict == "unresolved")
 
+    @property
+    def longest_call(self) -> tuple[str | None, float]:
+        """The plan that made the race's longest single call, and that call's seconds."""
+        if not self.candidates:
+            return None, 0.0
+        slowest = max(self.candidates, key=lambda c: c.longest_call_s)
+        return slowest.name, slowest.longest_call_s
+
+    def budget_overrun(self) -> str | None:
+        """Why the time budget ran out, when one call took a large share of it.
+
+        A single call of at least half of ``policy.max_time_s`` leaves too little for the
+        rounds: raising the budget is the wrong advice, the plan that stalled is the news.
+        """
+        name, seconds = self.longest_call
+        budget = self.policy.max_time_s
+        if name is None or seconds < OVERRUN_SHARE * budget:
+            return None
+        return (
+            f"a single call of {name} took {seconds:.1f} s, which overran the {budget:g} s "
+            "measurement budget (MeasurementPolicy.max_time_s); a plan that stalls like this "
+            "would stall in serving too"
+        )
+
 
 class _Candidate:
     """Mutable bookkeeping of one plan during a race."""
@@ -166,6 +196,7 @@ class _Candidate:
         self.quiet_waits = 0
         self.quiet_capped = 0
         self.quiet_after_s = 0.0
+        self.longest_call_s = 0.0
 
 
 def _minflt() -> int | None:
@@ -233,7 +264,7 @@ class _Race:
     def _elapsed_s(self) -> float:
         return (self.clock.now_ns() - self.start_ns) / 1e9
 
-    def _timed_block(self, fn: Callable[[], object], k: int) -> float:
+    def _timed_block(self, cand: _Candidate, fn: Callable[[], object], k: int) -> float:
         """Seconds per call of ``k`` back-to-back calls, device work included."""
         sync = self.sync
         if sync is not None:
@@ -243,7 +274,9 @@ class _Race:
             fn()
         if sync is not None:
             sync()
-        return (self.clock.now_ns() - t0) / 1e9 / k
+        elapsed = (self.clock.now_ns() - t0) / 1e9
+        cand.longest_call_s = max(cand.longest_call_s, elapsed)
+        return elapsed / k
 
     def _quiesce(self, cand: _Candidate) -> None:
         """Wait until the process's threads are (nearly) idle, at most ``quiesce_max_s``.
@@ -295,7 +328,7 @@ class _Race:
         start = self.clock.now_ns()
         converged = False
         while True:
-            per_call = self._timed_block(fn, k)
+            per_call = self._timed_block(cand, fn, k)
             cand.warmup_calls[i] += k
             steps += 1
             if per_call * k < self.resolvable_s and k < p.max_block_size:
@@ -327,7 +360,6 @@ class _Race:
         p = self.policy
         fn = cand.fns[i]
         k = cand.block[i]
-        sync = self.sync
         # Settle: untimed calls of this plan until it runs at its own latency again --
         # unless this plan and case ran the burst just before: nothing else ran since.
         start = self.clock.now_ns()
@@ -348,13 +380,10 @@ class _Race:
             if calls >= need and elapsed >= p.settle_time_s:
                 break
             if tol is None:
-                for _ in range(k):
-                    fn()
-                if sync is not None:
-                    sync()
+                self._timed_block(cand, fn, k)
                 calls += k
                 continue
-            per_call = self._timed_block(fn, k)
+            per_call = self._timed_block(cand, fn, k)
             calls += k
             if calls >= need and per_call <= cand.reference[i] * (1.0 + tol):
                 settled = True
@@ -364,7 +393,7 @@ class _Race:
             cand.unsettled[i] += 1
         # Timed samples.
         f0 = _minflt() if self.record_faults else None
-        samples = [self._timed_block(fn, k) for _ in range(p.timed_calls_per_burst)]
+        samples = [self._timed_block(cand, fn, k) for _ in range(p.timed_calls_per_burst)]
         if f0 is not None:
             f1 = _minflt()
             cand.page_faults[i] = (cand.page_faults[i] or 0) + (f1 or 0) - f0
@@ -661,6 +690,7 @@ class _Race:
             quiet_wait_s=finite_or_none(cand.quiet_wait_s) or 0.0,
             quiet_waits_capped=cand.quiet_capped,
             quiet_wait_after_s=finite_or_none(cand.quiet_after_s) or 0.0,
+            longest_call_s=finite_or_none(cand.longest_call_s) or 0.0,
             round_costs_ms=tuple(
                 finite_or_none(cand.cost[r] * 1e3) if r in cand.cost else None
                 for r in range(1, self.rounds + 1)
