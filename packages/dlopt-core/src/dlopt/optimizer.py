@@ -77,6 +77,25 @@ class InferenceOptimizer:
         observers: Sequence[Observer] = (),
         artifact_dir: str | Path | None = None,
     ) -> None:
+        if not isinstance(target, (ExecutionTarget, str)):
+            raise ConfigurationError(
+                f"target must be an ExecutionTarget or a device string such as 'cpu', got "
+                f"{type(target).__name__}"
+            )
+        if policy is not None and not isinstance(policy, OptimizationPolicy):
+            raise ConfigurationError(
+                f"policy must be an OptimizationPolicy, got {type(policy).__name__}: build one, "
+                "e.g. OptimizationPolicy(constraints=DeploymentConstraints(min_speedup=1.05))"
+            )
+        if isinstance(providers, (str, bytes)) or not all(
+            hasattr(p, "build") and hasattr(p, "probe") for p in providers
+        ):
+            raise ConfigurationError(
+                "providers= takes provider objects (with name, probe and build), not names; "
+                "to race only some installed plans use OptimizationPolicy(include=[...])"
+            )
+        if not all(callable(o) for o in observers):
+            raise ConfigurationError("observers= takes callables that receive each Event")
         self.target = target if isinstance(target, ExecutionTarget) else ExecutionTarget(target)
         self.policy = policy if policy is not None else OptimizationPolicy()
         self.explicit_providers = tuple(providers)
