@@ -206,6 +206,10 @@ def test_int8_plan_quantizes_and_passes_int8_limits(mlp: Any) -> None:
     assert int8.precision is Precision.INT8
     assert int8.metadata["transform"]["kind"] == "quantize_dynamic"
     assert int8.artifacts["session_model"].name == "model.int8.onnx"
+    # Both Linear layers (Gemm nodes) run in int8: the whole model is int8.
+    assert (int8.metadata["quantized_ops"], int8.metadata["quantizable_ops"]) == (2, 2)
+    assert int8.metadata["quantized_fraction"] == 1.0
+    assert "quantized_ops" not in fp32.metadata
     _check_against_eager(int8, model, workload, Precision.INT8)
     case = workload.cases[0]
     with torch.inference_mode():
@@ -223,7 +227,7 @@ def test_int8_without_quantizable_ops_is_rejected(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
     workload = WorkloadProfile.single(torch.randn(1, 3, 8, 8))
     provider = OnnxRuntimeProvider("onnxruntime_cpu_int8", CPU, "int8", exporter="torchscript")
-    with pytest.raises(ProviderBuildError, match="nothing to quantize"):
+    with pytest.raises(ProviderBuildError, match=r"quantized 0 of 1 compute ops \(Conv x1\)"):
         provider.build(model, ProviderContext(workload=workload, artifact_dir=tmp_path))
 
 

@@ -34,18 +34,10 @@ from dlopt_onnxruntime.export import (
     summarize_error,
     write_manifest,
 )
+from dlopt_onnxruntime.quantization import coverage as quantization_coverage
+from dlopt_onnxruntime.quantization import describe as describe_ops
 
 log = logging.getLogger(__name__)
-
-#: Node types that show dynamic quantization did something.
-_INT8_NODES = {
-    "MatMulInteger",
-    "ConvInteger",
-    "DynamicQuantizeMatMul",
-    "QAttention",
-    "DynamicQuantizeLSTM",
-    "DynamicQuantizeLinear",
-}
 
 #: Which precisions each execution provider offers here, and how.
 _PRECISIONS: Mapping[str, frozenset[Precision]] = {
@@ -105,8 +97,10 @@ class OnnxRuntimeProvider:
     graph_optimization: str = "all"
     exporter: str = "auto"
     opset: int | None = None
-    #: Node types quantized by the INT8 plan. Conv is left out on purpose: ONNX Runtime's
-    #: ConvInteger ran the demo conv net 6x slower than fp32 Conv on x86 here.
+    #: Node types quantized by the INT8 plan ("MatMul" covers Gemm: quantize_dynamic
+    #: rewrites Gemm as MatMul + Add). Conv is left out on purpose: ONNX Runtime's
+    #: ConvInteger ran the demo conv net 8x slower than fp32 Conv on x86 here (it passed the
+    #: int8 limits). The plan's metadata counts what was quantized.
     int8_op_types: tuple[str, ...] = ("MatMul", "Attention", "LSTM")
     int8_per_channel: bool = False
     #: 7-bit weights. ``None`` = automatic: on with x86 CPUs without VNNI, where the
@@ -387,6 +381,8 @@ class OnnxRuntimeProvider:
             "dynamic_axes": layout.dynamic_dims,
             "example_case": example.name,
             "io": built["io"],
+            # Quantizing plans: quantized_ops, quantizable_ops, quantized_fraction, op types.
+            **built["coverage"],
         }
         holder = built
 
@@ -453,7 +449,6 @@ class OnnxRuntimeProvider:
         return fp32_path
 
     def _quantize_int8(self, source: Path, target: Path) -> Path:
-        import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         for file in model_files(target):
@@ -477,15 +472,27 @@ class OnnxRuntimeProvider:
             ) from exc
         finally:
             logging.getLogger().removeFilter(quiet)
-        ops = {node.op_type for node in onnx.load(str(target), load_external_data=False).graph.node}
-        if not ops & _INT8_NODES:
-            raise ProviderBuildError(
-                "int8 dynamic quantization found nothing to quantize (it quantizes "
-                f"{', '.join(self.int8_op_types)} nodes; the exported graph has "
-                f"{', '.join(sorted(ops))}); the plan would equal the fp32 one. Set "
-                "int8_op_types to include the heavy ops of this model, or skip this plan"
-            )
         return target
+
+    def _check_coverage(self, fp32_path: Path, session_model: Path) -> dict[str, Any]:
+        """Count what the int8 graph quantized; refuse a plan that quantized nothing."""
+        found = quantization_coverage(fp32_path, session_model)
+        if found.quantized_ops == 0:
+            raise ProviderBuildError(
+                f"{self.name}: int8 dynamic quantization {found.summary()}: this plan would "
+                f"compute what the fp32 plan on {self.execution_provider} (onnxruntime_cpu) "
+                "computes, so it is not raced as int8. It quantizes "
+                f"{', '.join(self.int8_op_types)} nodes; set int8_op_types to include this "
+                'model\'s compute ops (for example ("MatMul", "Conv")) or exclude the plan'
+            )
+        if found.unquantized:
+            log.info(
+                "%s: %s; the rest (%s) computes in fp32",
+                self.name,
+                found.summary(),
+                describe_ops(found.unquantized),
+            )
+        return found.metadata()
 
     def _convert_fp16(self, source: Path, target: Path) -> Path:
         import onnx
@@ -564,6 +571,9 @@ class OnnxRuntimeProvider:
             manifest = read_manifest(plan_dir) or {}
             session_model = plan_dir / manifest.get("session_model", MODEL_NAME)
         transform_seconds = time.perf_counter() - transform_start
+        coverage: dict[str, Any] = {}
+        if self._transform_record()["kind"] == "quantize_dynamic":
+            coverage = self._check_coverage(fp32_path, session_model)
 
         threads = context.target.threads or torch.get_num_threads()
         options, options_record = session_options(
@@ -631,6 +641,7 @@ class OnnxRuntimeProvider:
             "source": source,
             "transform": transform_record,
             "io": io,
+            "coverage": coverage,
         }
 
 
