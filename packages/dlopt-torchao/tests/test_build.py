@@ -84,7 +84,9 @@ def test_cpu_scheme_builds_and_stays_close_to_eager(
             assert rel_l2 > 1e-5
         meta = plan.metadata
         assert meta["scheme"] == scheme.value
-        assert meta["quantized_linear_layers"] == 3 - len(skipped)
+        assert meta["quantized_layers"] == 3 - len(skipped)
+        assert meta["quantizable_layers"] == 3
+        assert meta["quantized_fraction"] == round((3 - len(skipped)) / 3, 4)
         assert list(meta["skipped_linear_layers"]) == skipped
     finally:
         plan.close()
@@ -103,7 +105,7 @@ def test_int4_group_size_follows_the_layers(tmp_path: Path) -> None:
         model, _context(tmp_path, torch.randn(4, 96))
     )
     assert plan.metadata["group_size"] == 32
-    assert plan.metadata["quantized_linear_layers"] == 2
+    assert plan.metadata["quantized_layers"] == 2
 
 
 def test_int4_prefers_the_larger_group_size_that_covers_as_many_layers(tmp_path: Path) -> None:
@@ -136,7 +138,7 @@ def test_int4_reports_why_a_layer_stayed_in_full_precision(tmp_path: Path) -> No
 
 def test_model_without_linear_layers_is_refused(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
-    with pytest.raises(ProviderBuildError, match=r"no torch\.nn\.Linear layers"):
+    with pytest.raises(ProviderBuildError, match=r"quantized 0 of 1 compute layers \(Conv2d x1\)"):
         TorchAOProvider(Scheme.INT8_DYNAMIC).build(
             model, _context(tmp_path, torch.randn(1, 3, 8, 8))
         )
@@ -144,7 +146,7 @@ def test_model_without_linear_layers_is_refused(tmp_path: Path) -> None:
 
 def test_int4_with_no_divisible_layer_is_refused(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(8, 5)).eval()
-    with pytest.raises(ProviderBuildError, match="nothing would be quantized"):
+    with pytest.raises(ProviderBuildError, match=r"quantized 0 of 1 compute layers.*fits"):
         TorchAOProvider(Scheme.INT4_WEIGHT_ONLY).build(model, _context(tmp_path, torch.randn(1, 8)))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+from collections import Counter
 from typing import Any
 
 import torch
@@ -25,6 +26,8 @@ from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderCo
 from dlopt.tree import map_tensors
 from dlopt_torchao.compat import check_torch_pairing, recommended_torchao
 from dlopt_torchao.schemes import Recipe, Scheme, Unavailable, choose_group_size, resolve_recipe
+
+log = logging.getLogger(__name__)
 
 MIN_TORCHAO = ">=0.10"
 DISTRIBUTION = "torchao"
@@ -102,6 +105,57 @@ def _is_quantized(weight: object) -> bool:
     return isinstance(weight, torch.Tensor) and type(weight) not in (
         torch.Tensor,
         torch.nn.Parameter,
+    )
+
+
+#: Layers that carry a model's multiply-accumulate work: the denominator of the fraction a
+#: scheme quantized, whether or not torchao handles their kind (it quantizes Linear only).
+_COMPUTE_LAYERS: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.Linear,
+    torch.nn.Bilinear,
+    torch.nn.modules.conv._ConvNd,
+    torch.nn.RNNBase,
+    torch.nn.MultiheadAttention,  # its own input projection (out_proj is a Linear)
+)
+
+
+def _kind(module: torch.nn.Module) -> str:
+    """The torch.nn class a layer is (a user's subclass of Linear counts as Linear)."""
+    for cls in type(module).__mro__:
+        if cls.__module__.startswith("torch.nn.") and not cls.__name__.startswith("_"):
+            return cls.__name__
+    return type(module).__name__
+
+
+def compute_layers(model: torch.nn.Module) -> dict[str, str]:
+    """``{qualified name: layer kind}`` of every compute layer of ``model``."""
+    return {
+        name: _kind(module)
+        for name, module in model.named_modules()
+        if isinstance(module, _COMPUTE_LAYERS)
+    }
+
+
+def layer_coverage(layers: dict[str, str], quantized: list[str]) -> dict[str, Any]:
+    """The plan metadata that says how much of the model a scheme quantized."""
+    done = set(quantized)
+    return {
+        "quantized_layers": len(done),
+        "quantizable_layers": len(layers),
+        "quantized_fraction": round(len(done) / len(layers), 4) if layers else 0.0,
+        "quantized_layer_types": dict(sorted(Counter(layers[n] for n in done).items())),
+        "quantizable_layer_types": dict(sorted(Counter(layers.values()).items())),
+        "quantized_layer_names": [n for n in layers if n in done][:50],
+    }
+
+
+def refuse_unquantized(plan: str, layers: dict[str, str], why: str) -> ProviderBuildError:
+    """The one rule for every scheme: a plan that quantizes nothing equals eager."""
+    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(Counter(layers.values()).items()))
+    return ProviderBuildError(
+        f"{plan}: quantized 0 of {len(layers)} compute layers ({kinds or 'none'}): {why}; "
+        "this plan would compute what eager computes, so it is not raced as a quantized "
+        "plan. Exclude it for this model"
     )
 
 
@@ -206,15 +260,18 @@ class TorchAOProvider:
             else qmodel.to(device)
         )
 
+        layers = compute_layers(qmodel)
         linears = {
             name: module
             for name, module in qmodel.named_modules()
             if isinstance(module, torch.nn.Linear)
         }
         if not linears:
-            raise ProviderBuildError(
-                f"{self.name}: the model has no torch.nn.Linear layers; torchao quantizes "
-                "Linear weights only, so this plan would equal eager. Exclude it for this model."
+            raise refuse_unquantized(
+                self.name,
+                layers,
+                "torchao quantizes torch.nn.Linear weights only and the model has no "
+                "torch.nn.Linear layers",
             )
         group_size: int | None = None
         if recipe.grouped:
@@ -228,9 +285,10 @@ class TorchAOProvider:
         eligible = {n for n, problem in problems.items() if problem is None}
         if not eligible:
             first = next(iter(problems.items()))
-            raise ProviderBuildError(
-                f"{self.name}: no Linear layer fits {recipe.layout} (e.g. {first[0]!r}: "
-                f"{first[1]}); nothing would be quantized, so this plan would equal eager"
+            raise refuse_unquantized(
+                self.name,
+                layers,
+                f"no Linear layer fits {recipe.layout} (e.g. {first[0]!r}: {first[1]})",
             )
         config = recipe.make_config(group_size)
         try:
@@ -243,15 +301,27 @@ class TorchAOProvider:
             ) from exc
 
         modules = dict(qmodel.named_modules())
-        quantized = [n for n in linears if _is_quantized(getattr(modules.get(n), "weight", None))]
+        # Counted on the built copy: a layer is quantized when its weight became a
+        # torchao tensor subclass, whatever was asked for.
+        quantized = [n for n in layers if _is_quantized(getattr(modules.get(n), "weight", None))]
         if not quantized:
-            raise ProviderBuildError(
-                f"{self.name}: {type(config).__name__} left every Linear layer unquantized "
-                f"({len(linears)} layers); this plan would equal eager"
+            raise refuse_unquantized(
+                self.name,
+                layers,
+                f"{type(config).__name__} left all {len(eligible)} eligible Linear layers "
+                "unquantized",
             )
         skipped = {
             n: problems[n] or "left unquantized by torchao" for n in linears if n not in quantized
         }
+        coverage = layer_coverage(layers, quantized)
+        if coverage["quantized_fraction"] < 1.0:
+            log.info(
+                "%s: quantized %d of %d compute layers; the others stay unquantized",
+                self.name,
+                coverage["quantized_layers"],
+                coverage["quantizable_layers"],
+            )
 
         cast_dtype = recipe.model_dtype
 
@@ -273,7 +343,8 @@ class TorchAOProvider:
             "cpp_extensions": details.get("cpp_extensions"),
             "group_size": group_size,
             "model_dtype": str(cast_dtype).replace("torch.", "") if cast_dtype else None,
-            "quantized_linear_layers": len(quantized),
+            **coverage,
+            "eligible_linear_layers": len(eligible),
             "skipped_linear_layers": dict(list(skipped.items())[:50]),
             "skipped_linear_layer_count": len(skipped),
         }
