@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,20 +73,11 @@ def loads(text: str, cls: type[T]) -> T:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` so readers see the old file or the whole new one, never a part.
+    """Write ``text`` (UTF-8) so readers see the old file or the whole new one, never a part.
 
-    Temp file in the same directory, fsync, then rename (atomic on POSIX and Windows).
+    Temp file in the same directory, fsync, rename, fsync the directory; the file gets the
+    user's umask permissions. See :func:`dlopt.fileio.atomic_write_bytes`.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+    from dlopt.fileio import atomic_write_bytes
+
+    return atomic_write_bytes(path, text.encode("utf-8"))
