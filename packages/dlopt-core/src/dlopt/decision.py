@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from dlopt.bundle import write_bundle
 from dlopt.providers.contract import BuiltPlan
 from dlopt.report import OptimizationReport
-from dlopt.serialization import atomic_write_text
-
-MANIFEST_VERSION = 1
 
 
 class OptimizationDecision:
@@ -45,55 +40,13 @@ class OptimizationDecision:
     def save_bundle(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``report.json``, the selected plan's artifacts, and ``manifest.json``.
 
-        The manifest names the selected plan, its provider and precision, and each
-        artifact with its path relative to the bundle and its SHA-256, so a deployment
-        can verify what it loads.
+        The manifest names the selected plan, its provider and precision, and the SHA-256
+        of the report and of each artifact file, so a deployment can verify what it loads
+        (:func:`dlopt.bundle.load_bundle`). The bundle is written whole or not at all: an
+        earlier bundle in ``directory`` is replaced whole; a directory that is not a
+        bundle (and not empty) is refused with :class:`dlopt.bundle.BundleError`.
         """
-        root = Path(directory)
-        root.mkdir(parents=True, exist_ok=True)
-        self.save_report(root / "report.json")
-        evidence = self.report.candidate(self.selected_plan)
-        artifacts: dict[str, dict[str, str]] = {}
-        plan_root = root / "artifacts" / self.selected_plan
-        taken: set[Path] = set()
-        for name, source in self.plan.artifacts.items():
-            source = Path(source)
-            if not source.exists():
-                continue
-            # Files keep their names side by side (a plan's own manifest may refer to its
-            # siblings); two artifacts with one file name each get a folder of their own.
-            destination = plan_root / source.name
-            if destination in taken:
-                destination = plan_root / name / source.name
-            taken.add(destination)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir():
-                shutil.copytree(source, destination, dirs_exist_ok=True)
-                digest = None
-            else:
-                shutil.copy2(source, destination)
-                digest = _sha256(destination)
-            artifacts[name] = {"path": destination.relative_to(root).as_posix()}
-            if digest:
-                artifacts[name]["sha256"] = digest
-        manifest = {
-            "manifest_version": MANIFEST_VERSION,
-            "report": "report.json",
-            "selected_plan": self.selected_plan,
-            "baseline": self.report.baseline,
-            "precision": evidence.precision,
-            "provider": {
-                "plugin": evidence.plugin,
-                "distribution": evidence.distribution,
-                "version": evidence.version,
-            },
-            "artifacts": artifacts,
-            "metadata": evidence.metadata,
-        }
-        atomic_write_text(
-            root / "manifest.json", json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-        )
-        return root
+        return write_bundle(directory, self.report, self.plan.artifacts)
 
     def close(self) -> None:
         self.plan.close()
@@ -106,11 +59,3 @@ class OptimizationDecision:
 
     def __repr__(self) -> str:
         return f"OptimizationDecision(selected_plan={self.selected_plan!r})"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -9,6 +9,7 @@ from typing import Any
 import cattrs
 from attrs import field, frozen
 
+from dlopt.fileio import read_bytes_capped
 from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
 from dlopt.policy import DeploymentConstraints
 from dlopt.providers.loader import PluginFailure
@@ -19,6 +20,8 @@ from dlopt.validation import CaseValidation, ValidationResult
 
 #: Bumped whenever a field changes meaning or is removed (adding a field is compatible).
 SCHEMA_VERSION = 1
+#: The largest report file :func:`load_report` reads; real reports are far smaller.
+MAX_REPORT_BYTES = 64 * 2**20
 
 
 @frozen
@@ -162,13 +165,26 @@ class OptimizationReport:
 
 
 def load_report(path: str | os.PathLike[str]) -> OptimizationReport:
-    """Read a report written by :meth:`OptimizationReport.save` (strict JSON, no pickle)."""
-    text = Path(path).read_text(encoding="utf-8")
+    """Read a report written by :meth:`OptimizationReport.save` (strict JSON, no pickle).
+
+    Reads at most :data:`MAX_REPORT_BYTES` (an endless or huge file is refused, not read
+    whole). Raises ``ValueError`` naming the file for anything that is not a report, and
+    ``OSError`` when the path cannot be read (missing, a directory).
+    """
+    data = read_bytes_capped(path, MAX_REPORT_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     return report_from_json(text)
 
 
 def report_from_json(text: str) -> OptimizationReport:
-    data = parse_strict_json(text)
+    """Parse a report from strict JSON text (``ValueError`` when it is not one)."""
+    try:
+        data = parse_strict_json(text)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply to be a dlopt report") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise ValueError(

@@ -1,0 +1,212 @@
+"""Fault class: torn and tampered bundles. A bundle is written whole or not at all.
+
+Concurrent writers, a reused directory, a file changed after writing, and permissions:
+the bundle on disk is always one consistent bundle whose manifest hashes its files, the
+reader refuses one whose files disagree, and files get the user's umask permissions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+
+from dlopt.bundle import BundleError, load_bundle, verify_bundle
+from dlopt.decision import OptimizationDecision
+from dlopt.providers.contract import BuiltPlan
+from dlopt.report import load_report
+from dlopt.testing.models import StructuredMLP
+from dlopt.testing.race import FakeRace
+
+
+@pytest.fixture(scope="module")
+def report():
+    """A finished race's report (fake clock: instant) that selected ``fast``."""
+    race = FakeRace()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(3))
+    decision = race.optimizer(
+        race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
+    ).select_signature(StructuredMLP(), x)
+    decision.close()
+    assert decision.selected_plan == "fast"
+    return decision.report
+
+
+def _decision(report, artifacts=None, plan=None):
+    chosen = attrs.evolve(report, selected_plan=plan) if plan else report
+    return OptimizationDecision(BuiltPlan(runner=lambda x: x, artifacts=artifacts or {}), chosen)
+
+
+def _artifacts(tmp_path: Path, tag: str) -> dict[str, Path]:
+    """One file and one directory artifact whose contents name ``tag``."""
+    folder = tmp_path / f"src-{tag}"
+    (folder / "engine" / "sub").mkdir(parents=True)
+    (folder / f"{tag}.bin").write_bytes(tag.encode() * 100)
+    (folder / "engine" / "sub" / "weights").write_bytes(tag.encode())
+    (folder / "engine" / "config.json").write_text(json.dumps({"tag": tag}))
+    return {"model": folder / f"{tag}.bin", "engine": folder / "engine"}
+
+
+def test_manifest_hashes_the_report_and_every_artifact_file(report, tmp_path):
+    bundle = _decision(report, _artifacts(tmp_path, "a")).save_bundle(tmp_path / "bundle")
+    loaded = load_bundle(bundle)
+    assert loaded.report == report
+    manifest = loaded.manifest
+    assert manifest["report"] == "report.json" and len(manifest["report_sha256"]) == 64
+    assert set(manifest["artifacts"]["engine"]["files"]) == {"config.json", "sub/weights"}
+    assert loaded.artifact_path("model").read_bytes() == b"a" * 100
+    assert verify_bundle(bundle).manifest == manifest
+
+
+def test_reusing_a_directory_leaves_no_stale_artifacts(report, tmp_path):
+    target = tmp_path / "bundle"
+    _decision(report, _artifacts(tmp_path, "a")).save_bundle(target)
+    _decision(report, {"model": _artifacts(tmp_path, "b")["model"]}, plan="eager_fp32").save_bundle(
+        target
+    )
+    files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
+    assert files == ["artifacts/eager_fp32/b.bin", "manifest.json", "report.json"]
+    assert load_bundle(target).report.selected_plan == "eager_fp32"
+    # Nothing is left beside it either (no staging or old directories).
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "src-a", "src-b"]
+
+
+def test_concurrent_saves_leave_one_consistent_bundle(report, tmp_path):
+    target = tmp_path / "bundle"
+    writers = [
+        _decision(report, _artifacts(tmp_path, "a")),
+        _decision(report, {"other": _artifacts(tmp_path, "b")["model"]}, plan="eager_fp32"),
+    ]
+    start = threading.Barrier(len(writers))
+    errors: list[BaseException] = []
+
+    def save(decision: OptimizationDecision) -> None:
+        try:
+            for _ in range(15):
+                start.wait()
+                decision.save_bundle(target)
+        except BaseException as exc:  # reported by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=save, args=(w,)) for w in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    loaded = load_bundle(target)  # verifies every hash and that nothing else is there
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["selected_plan"] == load_report(target / "report.json").selected_plan
+    assert set(manifest["artifacts"]) == (
+        {"model", "engine"} if loaded.report.selected_plan == "fast" else {"other"}
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "src-a", "src-b"]
+
+
+def test_a_changed_report_fails_verification_naming_the_file(report, tmp_path):
+    bundle = _decision(report).save_bundle(tmp_path / "bundle")
+    text = (bundle / "report.json").read_text()
+    (bundle / "report.json").write_text(text.replace('"fast"', '"eager_fp32"'))
+    with pytest.raises(BundleError, match=r"report\.json does not match the SHA-256"):
+        verify_bundle(bundle)
+
+
+@pytest.mark.parametrize("victim", ["model", "engine"])
+def test_a_changed_artifact_fails_verification_naming_the_file(report, tmp_path, victim):
+    bundle = _decision(report, _artifacts(tmp_path, "a")).save_bundle(tmp_path / "bundle")
+    path = load_bundle(bundle).artifact_path(victim)
+    if path.is_dir():
+        path = path / "sub" / "weights"
+    path.write_bytes(b"tampered")
+    with pytest.raises(BundleError, match=rf"{path.name} does not match the SHA-256"):
+        load_bundle(bundle)
+
+
+def test_a_file_added_to_a_bundle_or_removed_from_it_fails_verification(report, tmp_path):
+    bundle = _decision(report, _artifacts(tmp_path, "a")).save_bundle(tmp_path / "bundle")
+    extra = bundle / "artifacts" / "fast" / "engine" / "plugin.so"
+    extra.write_bytes(b"\x7fELF")
+    with pytest.raises(BundleError, match=r"plugin\.so is not listed"):
+        load_bundle(bundle)
+    extra.unlink()
+    (bundle / "artifacts" / "fast" / "a.bin").unlink()
+    with pytest.raises(BundleError, match=r"a\.bin is missing"):
+        load_bundle(bundle)
+
+
+def test_a_manifest_that_disagrees_with_the_report_is_refused(report, tmp_path):
+    bundle = _decision(report).save_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["selected_plan"] = "eager_fp32"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"names plan 'eager_fp32'.*selected 'fast'"):
+        load_bundle(bundle)
+
+
+def test_a_directory_that_is_not_a_bundle_is_never_replaced(report, tmp_path):
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "thesis.tex").write_text("years of work")
+    with pytest.raises(BundleError, match="not a dlopt bundle"):
+        _decision(report).save_bundle(target)
+    assert (target / "thesis.tex").read_text() == "years of work"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BundleError, match="not a directory"):
+        _decision(report).save_bundle(tmp_path / "file")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert load_bundle(_decision(report).save_bundle(empty)).report == report
+
+
+def test_a_failed_save_keeps_the_earlier_bundle_and_leaves_nothing_behind(report, tmp_path):
+    target = tmp_path / "bundle"
+    _decision(report).save_bundle(target)
+    broken = attrs.evolve(report, selected_plan="eager_fp32", candidates=())
+    with pytest.raises(KeyError):
+        _decision(broken).save_bundle(target)
+    assert load_bundle(target).report == report
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+@pytest.fixture
+def umask():
+    def set_umask(value: int) -> None:
+        os.umask(value)
+
+    previous = os.umask(0o022)
+    yield set_umask
+    os.umask(previous)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027])
+def test_report_and_bundle_files_follow_the_umask(report, tmp_path, umask, mask):
+    umask(mask)
+    source = tmp_path / "src" / "engine.bin"
+    source.parent.mkdir()
+    source.write_bytes(b"engine")
+    source.chmod(0o600)  # the bundle's copy follows the umask, not the source's mode
+    bundle = _decision(report, {"engine": source}).save_bundle(tmp_path / "bundle")
+    report_path = _decision(report).save_report(tmp_path / "out" / "report.json")
+
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    for path in (report_path, bundle / "report.json", bundle / "manifest.json"):
+        assert mode(path) == 0o666 & ~mask, path
+    assert mode(bundle / "artifacts" / "fast" / "engine.bin") == 0o666 & ~mask
+    for folder in (bundle, bundle / "artifacts", bundle / "artifacts" / "fast"):
+        assert mode(folder) == 0o777 & ~mask, folder
+
+
+def test_a_bundle_with_a_symbolic_link_is_refused(report, tmp_path):
+    bundle = _decision(report).save_bundle(tmp_path / "bundle")
+    (bundle / "artifacts").mkdir(exist_ok=True)
+    (bundle / "artifacts" / "link").symlink_to("/etc/passwd")
+    with pytest.raises(BundleError, match="symbolic link"):
+        load_bundle(bundle)
