@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -79,7 +81,11 @@ def _random_input(shape: tuple[int, ...], dtype: str, seed: int) -> Any:
 
 
 def load_factory(spec: str) -> Any:
-    """Import ``MODULE:FACTORY`` and call it; the result must be an ``nn.Module``."""
+    """Import ``MODULE:FACTORY`` and call it; the result must be an ``nn.Module``.
+
+    A module or factory that raises (any exception, or ``SystemExit``) is the user's
+    code failing, reported as a :class:`ConfigurationError` naming the exception.
+    """
     import torch
 
     module_name, sep, attr = spec.partition(":")
@@ -93,15 +99,109 @@ def load_factory(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise ConfigurationError(
+            f"importing {module_name!r} for {spec} raised {_describe(exc)}; "
+            f"run `python -c 'import {module_name}'` to see where"
+        ) from exc
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigurationError(f"{module_name!r} has no attribute {attr!r}")
-    model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+    model = factory
+    if callable(factory) and not isinstance(factory, torch.nn.Module):
+        try:
+            model = factory()
+        except (Exception, SystemExit) as exc:
+            raise ConfigurationError(
+                f"the model factory {spec} raised {_describe(exc)}; call it in Python to "
+                "see the traceback"
+            ) from exc
     if not isinstance(model, torch.nn.Module):
         raise ConfigurationError(
             f"{spec} returned {type(model).__name__}, expected a torch.nn.Module"
         )
     return model.eval()
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still hand out (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _size_text(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{nbytes} B"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_input_sizes(
+    specs: list[tuple[str, tuple[int, ...], str, float]], available: int | None = None
+) -> None:
+    """Refuse inputs that cannot fit in memory before any is allocated.
+
+    Python integers do not overflow, so the byte count is exact however large the shape;
+    the cap is the memory available now (:func:`available_memory_bytes`).
+    """
+    if available is None:
+        available = available_memory_bytes()
+    if available is None:
+        return
+    sizes = [
+        (math.prod(shape) * _ITEMSIZE[dtype], name, shape, dtype) for name, shape, dtype, _ in specs
+    ]
+    total = sum(size for size, *_ in sizes)
+    if total <= available:
+        return
+    size, name, shape, dtype = max(sizes)
+    shape_text = "x".join(str(d) for d in shape)
+    raise WorkloadError(
+        f"the inputs need {_size_text(total)} but this machine has {_size_text(available)} "
+        f"available (case {name!r}, {shape_text} {dtype}, alone needs {_size_text(size)}); "
+        "give smaller shapes"
+    )
+
+
+def check_outputs(report: str | None, bundle: str | None) -> None:
+    """Refuse ``--report``/``--bundle`` paths that cannot be written, before the race."""
+    from dlopt.bundle import check_bundle_destination
+    from dlopt.fileio import check_writable_file
+
+    if report:
+        try:
+            check_writable_file(report, purpose="the report")
+        except ValueError as exc:
+            raise ConfigurationError(f"--report {report}: {exc}") from None
+    if bundle:
+        try:
+            root = check_bundle_destination(bundle)
+        except ValueError as exc:
+            raise ConfigurationError(f"--bundle {bundle}: {exc}") from None
+        if report and Path(os.path.abspath(report)).is_relative_to(root):
+            raise ConfigurationError(
+                f"--report {report} lies inside --bundle {bundle}, which is written whole and "
+                "holds its own report.json; give a report path outside the bundle"
+            )
 
 
 def _on_target(model: Any, target: Any) -> Any:
@@ -215,10 +315,11 @@ def _cmd_select(args: argparse.Namespace) -> int:
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
     target = ExecutionTarget(args.device)
+    # Everything the user typed is checked before anything is built or allocated.
+    check_outputs(args.report, args.bundle)
     if args.demo:
         model, workload = build_demo_model(), demo_workload()
     else:
-        model = load_factory(args.model)
         specs = [parse_case_spec(c) for c in args.case]
         if args.input:
             specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -226,6 +327,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
             raise ConfigurationError(
                 "describe the inputs: --input 8x3x224x224 and/or --case NAME=SHAPE@WEIGHT"
             )
+        check_input_sizes(specs)
+        model = load_factory(args.model)
         workload = WorkloadProfile(
             name=args.model,
             cases=list(
@@ -266,14 +369,24 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from dlopt.fileio import FileTooLargeError
     from dlopt.report import load_report
 
+    path = Path(args.path)
     try:
-        report = load_report(args.path)
+        report = load_report(path)
     except FileNotFoundError:
-        raise ConfigurationError(f"no report at {args.path}") from None
+        raise ConfigurationError(f"no report at {path}") from None
+    except IsADirectoryError:
+        inside = path / "report.json"
+        hint = f"; did you mean {inside}?" if inside.is_file() else ""
+        raise ConfigurationError(f"{path} is a directory, not a report file{hint}") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except FileTooLargeError as exc:
+        raise ConfigurationError(str(exc)) from None
     except ValueError as exc:
-        raise ConfigurationError(f"{args.path} is not a dlopt report: {exc}") from exc
+        raise ConfigurationError(f"{path} is not a dlopt report: {exc}") from exc
     print(
         f"workload: {report.workload.name}; objective: {report.objective}; target: {report.target.device}"
     )
