@@ -11,24 +11,15 @@ import json
 
 import attrs
 import pytest
-import torch
 
 from dlopt.bundle import BundleError, load_bundle
 from dlopt.decision import OptimizationDecision
 from dlopt.providers.contract import BuiltPlan
-from dlopt.testing.models import StructuredMLP
-from dlopt.testing.race import FakeRace
 
 
-@pytest.fixture(scope="module")
-def report():
-    race = FakeRace()
-    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(3))
-    decision = race.optimizer(
-        race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
-    ).select_signature(StructuredMLP(), x)
-    decision.close()
-    return decision.report
+@pytest.fixture
+def report(finished_report):
+    return finished_report
 
 
 def _renamed(report, name):

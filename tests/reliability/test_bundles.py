@@ -15,27 +15,16 @@ from pathlib import Path
 
 import attrs
 import pytest
-import torch
 
 from dlopt.bundle import BundleError, load_bundle, verify_bundle
 from dlopt.decision import OptimizationDecision
 from dlopt.providers.contract import BuiltPlan
 from dlopt.report import load_report
-from dlopt.testing.models import StructuredMLP
-from dlopt.testing.race import FakeRace
 
 
-@pytest.fixture(scope="module")
-def report():
-    """A finished race's report (fake clock: instant) that selected ``fast``."""
-    race = FakeRace()
-    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(3))
-    decision = race.optimizer(
-        race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
-    ).select_signature(StructuredMLP(), x)
-    decision.close()
-    assert decision.selected_plan == "fast"
-    return decision.report
+@pytest.fixture
+def report(finished_report):
+    return finished_report
 
 
 def _decision(report, artifacts=None, plan=None):

@@ -46,39 +46,25 @@ def _bad_paths(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("where", "message"),
+    ("option", "where", "message"),
     [
-        (lambda a_file, a_dir, other: a_file / "sub" / "report.json", "is not a directory"),
-        (lambda a_file, a_dir, other: a_dir, "is a directory"),
-        (lambda a_file, a_dir, other: "/proc/dlopt-no-such/report.json", "not writable"),
-        (lambda a_file, a_dir, other: "/dev/null", "not a regular file"),
+        ("--report", lambda a_file, a_dir, other: a_file / "sub" / "r.json", "is not a directory"),
+        ("--report", lambda a_file, a_dir, other: a_dir, "is a directory"),
+        ("--report", lambda a_file, a_dir, other: "/proc/dlopt-no-such/r.json", "not writable"),
+        ("--report", lambda a_file, a_dir, other: "/dev/null", "not a regular file"),
+        ("--bundle", lambda a_file, a_dir, other: a_file, "not a directory"),
+        ("--bundle", lambda a_file, a_dir, other: other, "not a dlopt bundle"),
+        ("--bundle", lambda a_file, a_dir, other: a_file / "bundle", "is not a directory"),
+        ("--bundle", lambda a_file, a_dir, other: "/proc/dlopt-no-such/bundle", "not writable"),
     ],
 )
-def test_a_report_path_that_cannot_be_written_is_a_usage_error(
-    tmp_path, capsys, nothing_is_built, where, message
+def test_an_output_path_that_cannot_be_written_is_a_usage_error(
+    tmp_path, capsys, nothing_is_built, option, where, message
 ):
     path = where(*_bad_paths(tmp_path))
-    assert _select("--report", str(path)) == 2
+    assert _select(option, str(path)) == 2
     err = capsys.readouterr().err
-    assert f"--report {path}" in err and message in err
-
-
-@pytest.mark.parametrize(
-    ("where", "message"),
-    [
-        (lambda a_file, a_dir, other: a_file, "not a directory"),
-        (lambda a_file, a_dir, other: other, "not a dlopt bundle"),
-        (lambda a_file, a_dir, other: a_file / "bundle", "is not a directory"),
-        (lambda a_file, a_dir, other: "/proc/dlopt-no-such/bundle", "not writable"),
-    ],
-)
-def test_a_bundle_path_that_cannot_be_written_is_a_usage_error(
-    tmp_path, capsys, nothing_is_built, where, message
-):
-    path = where(*_bad_paths(tmp_path))
-    assert _select("--bundle", str(path)) == 2
-    err = capsys.readouterr().err
-    assert f"--bundle {path}" in err and message in err
+    assert f"{option} {path}" in err and message in err
     assert (tmp_path / "not-a-bundle" / "notes.txt").read_text() == "keep me"
 
 
