@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import math
-from typing import TYPE_CHECKING, Literal
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from attrs import field, frozen
 
+from dlopt.config_checks import instance_of, integer, number, one_of
 from dlopt.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -17,14 +21,32 @@ Objective = Literal["steady_state_latency", "lifecycle_latency"]
 OBJECTIVES: tuple[str, ...] = ("steady_state_latency", "lifecycle_latency")
 
 
-def _positive_or_none(name: str):
-    def check(instance: object, attribute: object, value: float | None) -> None:
-        if value is not None and not (
-            isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-        ):
-            raise ConfigurationError(f"{name} must be a number > 0 or None, got {value!r}")
+#: How long one provider's probe may take before it is reported unavailable. The real
+#: probes take 0-1 s cold on a CPU box (importing torchao ~1 s, onnxruntime ~0.6 s; the
+#: rest < 0.1 s) and well under 0.01 s warm; importing an SDK such as torch_tensorrt on a
+#: GPU box takes several seconds. 20 s leaves every real probe comfortably available.
+DEFAULT_PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_ENV = "DLOPT_PROBE_TIMEOUT_S"
 
-    return check
+
+def default_probe_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """The probe time limit: ``$DLOPT_PROBE_TIMEOUT_S`` if set, else ``DEFAULT_PROBE_TIMEOUT_S``."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PROBE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(
+            f"{PROBE_TIMEOUT_ENV} must be a number of seconds > 0 (e.g. 20), got {raw!r}"
+        )
+    return value
+
+
+_positive_or_none = number(minimum=0, low_open=True, optional=True)
 
 
 @frozen
@@ -39,27 +61,17 @@ class DeploymentConstraints:
     ``max_p99_latency_ms`` the traffic-weighted p99.
     """
 
-    min_speedup: float = field(default=1.02, validator=_positive_or_none("min_speedup"))
-    expected_calls: int | None = None
-    max_setup_time_s: float | None = field(
-        default=None, validator=_positive_or_none("max_setup_time_s")
+    min_speedup: float = field(
+        default=1.02, validator=number(minimum=0, low_open=True, hint=" (e.g. 1.02)")
     )
-    max_first_call_time_s: float | None = field(
-        default=None, validator=_positive_or_none("max_first_call_time_s")
+    expected_calls: int | None = field(
+        default=None, validator=integer(minimum=0, optional=True, hint=" (a count of requests)")
     )
-    max_peak_memory_mb: float | None = field(
-        default=None, validator=_positive_or_none("max_peak_memory_mb")
-    )
-    max_latency_ms: float | None = field(
-        default=None, validator=_positive_or_none("max_latency_ms")
-    )
-    max_p99_latency_ms: float | None = field(
-        default=None, validator=_positive_or_none("max_p99_latency_ms")
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if self.expected_calls is not None and self.expected_calls < 0:
-            raise ConfigurationError(f"expected_calls must be >= 0, got {self.expected_calls}")
+    max_setup_time_s: float | None = field(default=None, validator=_positive_or_none)
+    max_first_call_time_s: float | None = field(default=None, validator=_positive_or_none)
+    max_peak_memory_mb: float | None = field(default=None, validator=_positive_or_none)
+    max_latency_ms: float | None = field(default=None, validator=_positive_or_none)
+    max_p99_latency_ms: float | None = field(default=None, validator=_positive_or_none)
 
 
 def _default_measurement() -> MeasurementPolicy:
@@ -74,17 +86,38 @@ def _default_quality() -> QualityPolicy:
     return QualityPolicy()
 
 
-def _check_objective(instance: object, attribute: object, value: str) -> None:
-    if value not in OBJECTIVES:
-        raise ConfigurationError(f"objective must be one of {', '.join(OBJECTIVES)}; got {value!r}")
+def _measurement_type() -> type:
+    from dlopt.measurement import MeasurementPolicy
+
+    return MeasurementPolicy
+
+
+def _quality_type() -> type:
+    from dlopt.validation import QualityPolicy
+
+    return QualityPolicy
 
 
 def _names(value: object) -> tuple[str, ...] | None:
+    # Strings are checked by _check_names; anything else iterable is kept as given.
     if value is None:
         return None
     if isinstance(value, str):
         return (value,)
-    return tuple(value)  # type: ignore[arg-type]
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        return value  # type: ignore[return-value]  # refused by _check_names
+    return tuple(value)
+
+
+def _check_names(instance: object, attribute: Any, value: Any) -> None:
+    name = getattr(attribute, "name", "include")
+    if value is None and name == "include":
+        return
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(
+            f"OptimizationPolicy.{name} must be plan names: a string or a list of strings "
+            f"(e.g. ['onnxruntime_cpu']), got {value!r}"
+        )
 
 
 @frozen
@@ -93,17 +126,55 @@ class OptimizationPolicy:
 
     ``objective`` is used exactly as given: ``steady_state_latency`` (traffic-weighted mean
     request latency) or ``lifecycle_latency`` (setup + first calls + remaining expected
-    calls x steady latency). ``include``/``exclude`` filter providers by name.
+    calls x steady latency). ``include``/``exclude`` filter providers by name
+    (:func:`check_plan_names` refuses names that match no registered plan).
+    ``probe_timeout_s``: how long one provider's probe may take before the provider is
+    reported unavailable (default ``$DLOPT_PROBE_TIMEOUT_S`` or
+    :data:`DEFAULT_PROBE_TIMEOUT_S`).
     """
 
-    objective: str = field(default="steady_state_latency", validator=_check_objective)
-    constraints: DeploymentConstraints = field(factory=DeploymentConstraints)
-    measurement: MeasurementPolicy = field(factory=_default_measurement)
-    quality: QualityPolicy = field(factory=_default_quality)
-    include: tuple[str, ...] | None = field(default=None, converter=_names)
-    exclude: tuple[str, ...] = field(default=(), converter=lambda v: _names(v) or ())
+    objective: str = field(default="steady_state_latency", validator=one_of(OBJECTIVES))
+    constraints: DeploymentConstraints = field(
+        factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
+    )
+    measurement: MeasurementPolicy = field(
+        factory=_default_measurement, validator=instance_of(_measurement_type)
+    )
+    quality: QualityPolicy = field(factory=_default_quality, validator=instance_of(_quality_type))
+    include: tuple[str, ...] | None = field(default=None, converter=_names, validator=_check_names)
+    exclude: tuple[str, ...] = field(
+        default=(), converter=lambda v: _names(v) or (), validator=_check_names
+    )
+    probe_timeout_s: float = field(
+        factory=default_probe_timeout_s,
+        validator=number(minimum=0, low_open=True, hint=" (seconds)"),
+    )
 
     def wants(self, provider_name: str) -> bool:
         if provider_name in self.exclude:
             return False
         return self.include is None or provider_name in self.include
+
+
+def check_plan_names(policy: OptimizationPolicy, registered: Iterable[str]) -> None:
+    """Refuse ``include``/``exclude`` names that match no registered plan (typos).
+
+    ``registered`` is every plan name offered by the loaded plugins (and explicit
+    providers), available on this machine or not: a plan that is registered but
+    unavailable here stays allowed, so one config serves several machines. The error
+    names each unknown name with the closest registered ones (difflib).
+    """
+    known = sorted(set(registered))
+    problems: list[str] = []
+    for what, names in (("include", policy.include or ()), ("exclude", policy.exclude)):
+        for name in names:
+            if name in known:
+                continue
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(map(repr, close))}?" if close else "no close match"
+            problems.append(f"{what} names {name!r}, which matches no registered plan ({hint})")
+    if problems:
+        raise ConfigurationError(
+            "; ".join(problems)
+            + f". registered plans: {', '.join(known) or 'none'} (see `dlopt providers`)"
+        )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from attrs import field, frozen
 
+from dlopt.config_checks import integer
 from dlopt.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -13,6 +15,12 @@ if TYPE_CHECKING:
 
 
 def _normalize_device(value: object) -> str:
+    torch = sys.modules.get("torch")  # a torch.device can only come with torch imported
+    if not isinstance(value, str) and not (torch is not None and isinstance(value, torch.device)):
+        raise ConfigurationError(
+            f"ExecutionTarget.device must be a device string such as 'cpu' or 'cuda:0' "
+            f"(or a torch.device), got {value!r}"
+        )
     text = str(value).strip().lower()
     kind, _, index = text.partition(":")
     if kind not in {"cpu", "cuda", "xpu", "mps", "npu", "hpu"} or (index and not index.isdigit()):
@@ -32,7 +40,10 @@ class ExecutionTarget:
     """
 
     device: str = field(default="cpu", converter=_normalize_device)
-    threads: int | None = None
+    threads: int | None = field(
+        default=None,
+        validator=integer(minimum=1, optional=True, hint=" (None keeps torch's thread count)"),
+    )
 
     @property
     def device_type(self) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from attrs import field, frozen
 
+from dlopt.config_checks import integer, number, text
 from dlopt.errors import WorkloadError
 
 
@@ -21,11 +21,31 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def _as_dict(value: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(value or {})
+    if value is not None and not isinstance(value, Mapping):
+        raise WorkloadError(
+            f"WorkloadCase.kwargs must be a dict of keyword arguments, got {value!r}"
+        )
+    result = dict(value or {})
+    bad = [key for key in result if not isinstance(key, str)]
+    if bad:
+        raise WorkloadError(
+            f"WorkloadCase.kwargs keys are the model's keyword argument names (strings), "
+            f"got {bad[0]!r}"
+        )
+    return result
 
 
 def _as_cases(value: Iterable[WorkloadCase]) -> tuple[WorkloadCase, ...]:
-    return tuple(value)
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise WorkloadError(f"WorkloadProfile.cases must be a list of WorkloadCase, got {value!r}")
+    cases = tuple(value)
+    for case in cases:
+        if not isinstance(case, WorkloadCase):
+            raise WorkloadError(
+                f"WorkloadProfile.cases must hold WorkloadCase objects, got "
+                f"{type(case).__name__} {case!r}"
+            )
+    return cases
 
 
 @frozen(eq=False)
@@ -40,18 +60,16 @@ class WorkloadCase:
     name: str
     args: tuple[Any, ...] = field(default=(), converter=_as_tuple)
     kwargs: dict[str, Any] = field(factory=dict, converter=_as_dict)
-    weight: float = 1.0
+    weight: float = field(
+        default=1.0,
+        validator=number(
+            minimum=0, low_open=True, hint=" (its share of traffic)", error=WorkloadError
+        ),
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise WorkloadError("every WorkloadCase needs a non-empty string name")
-        if (
-            not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight))
-            or self.weight <= 0
-        ):
-            raise WorkloadError(
-                f"case {self.name!r}: weight must be a finite number > 0, got {self.weight!r}"
-            )
 
 
 @frozen(eq=False)
@@ -59,8 +77,10 @@ class WorkloadProfile:
     """A weighted mix of request signatures, plus how many calls the deployment expects."""
 
     cases: tuple[WorkloadCase, ...] = field(converter=_as_cases)
-    name: str = "workload"
-    expected_calls: int | None = None
+    name: str = field(default="workload", validator=text(error=WorkloadError))
+    expected_calls: int | None = field(
+        default=None, validator=integer(minimum=0, optional=True, error=WorkloadError)
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.cases:
@@ -73,8 +93,6 @@ class WorkloadProfile:
             raise WorkloadError(
                 f"workload {self.name!r}: case names must be unique, repeated: {duplicates}"
             )
-        if self.expected_calls is not None and self.expected_calls < 0:
-            raise WorkloadError(f"expected_calls must be >= 0, got {self.expected_calls}")
 
     @classmethod
     def single(cls, *args: Any, name: str = "default", **kwargs: Any) -> WorkloadProfile:

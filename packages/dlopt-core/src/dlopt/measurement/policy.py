@@ -2,42 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from attrs import field, frozen
 
-from attrs import field, frozen, validators
-
+from dlopt.config_checks import boolean, integer, is_int, number
 from dlopt.errors import ConfigurationError
 
-
-def _positive(name: str) -> Callable[[object, object, float], None]:
-    def check(_instance: object, _attribute: object, value: float) -> None:
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ConfigurationError(
-                f"MeasurementPolicy.{name} must be a finite number > 0, got {value!r}"
-            )
-
-    return check
-
-
-def _non_negative(name: str) -> Callable[[object, object, float], None]:
-    def check(_instance: object, _attribute: object, value: float) -> None:
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-            raise ConfigurationError(
-                f"MeasurementPolicy.{name} must be a finite number >= 0, got {value!r}"
-            )
-
-    return check
-
-
-def _at_least(name: str, low: int) -> Callable[[object, object, int], None]:
-    def check(_instance: object, _attribute: object, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ConfigurationError(
-                f"MeasurementPolicy.{name} must be an integer >= {low}, got {value!r}"
-            )
-
-    return check
+_positive = number(minimum=0, low_open=True)
+_non_negative = number(minimum=0)
 
 
 @frozen
@@ -102,69 +73,49 @@ class MeasurementPolicy:
     paired ratio (0 turns it off).
     """
 
-    confidence: float = field(default=0.95)
-    min_rounds: int = field(default=4, validator=_at_least("min_rounds", 3))
+    confidence: float = field(
+        default=0.95, validator=number(minimum=0.5, maximum=1, high_open=True, hint=", e.g. 0.95")
+    )
+    min_rounds: int = field(default=4, validator=integer(minimum=3))
     max_rounds: int = field(default=40)
-    max_time_s: float = field(default=30.0, validator=_positive("max_time_s"))
-    settle_time_s: float = field(default=0.03, validator=_non_negative("settle_time_s"))
-    settle_min_calls: int = field(default=1, validator=_at_least("settle_min_calls", 0))
-    settle_max_calls: int = field(default=1000, validator=_at_least("settle_max_calls", 1))
-    settle_tolerance: float | None = field(default=0.10)
-    timed_calls_per_burst: int = field(default=2, validator=_at_least("timed_calls_per_burst", 1))
-    warmup_window: int = field(default=2, validator=_at_least("warmup_window", 1))
-    warmup_tolerance: float = field(default=0.02, validator=_non_negative("warmup_tolerance"))
-    warmup_max_calls: int = field(default=40, validator=_at_least("warmup_max_calls", 1))
-    warmup_max_time_s: float = field(default=2.0, validator=_positive("warmup_max_time_s"))
-    min_resolvable_time_s: float = field(
-        default=50e-6, validator=_non_negative("min_resolvable_time_s")
+    max_time_s: float = field(default=30.0, validator=_positive)
+    settle_time_s: float = field(default=0.03, validator=_non_negative)
+    settle_min_calls: int = field(default=1, validator=integer(minimum=0))
+    settle_max_calls: int = field(default=1000, validator=integer(minimum=1))
+    settle_tolerance: float | None = field(default=0.10, validator=number(minimum=0, optional=True))
+    timed_calls_per_burst: int = field(default=2, validator=integer(minimum=1))
+    warmup_window: int = field(default=2, validator=integer(minimum=1))
+    warmup_tolerance: float = field(default=0.02, validator=_non_negative)
+    warmup_max_calls: int = field(default=40, validator=integer(minimum=1))
+    warmup_max_time_s: float = field(default=2.0, validator=_positive)
+    min_resolvable_time_s: float = field(default=50e-6, validator=_non_negative)
+    max_block_size: int = field(default=10_000, validator=integer(minimum=1))
+    noise_threshold: float = field(default=0.05, validator=_positive)
+    family_wise: bool = field(default=True, validator=boolean())
+    drop_worse_than_leader: bool = field(default=True, validator=boolean())
+    keep_measuring_winners: bool = field(default=True, validator=boolean())
+    futility_confidence: float | None = field(
+        default=0.8,
+        validator=number(minimum=0, maximum=1, low_open=True, high_open=True, optional=True),
     )
-    max_block_size: int = field(default=10_000, validator=_at_least("max_block_size", 1))
-    noise_threshold: float = field(default=0.05, validator=_positive("noise_threshold"))
-    family_wise: bool = field(default=True, validator=validators.instance_of(bool))
-    drop_worse_than_leader: bool = field(default=True, validator=validators.instance_of(bool))
-    keep_measuring_winners: bool = field(default=True, validator=validators.instance_of(bool))
-    futility_confidence: float | None = field(default=0.8)
-    continue_same_plan: bool = field(default=True, validator=validators.instance_of(bool))
-    futility_uses_budget: bool = field(default=True, validator=validators.instance_of(bool))
-    settle_reference_samples: int = field(
-        default=8, validator=_at_least("settle_reference_samples", 1)
+    continue_same_plan: bool = field(default=True, validator=boolean())
+    futility_uses_budget: bool = field(default=True, validator=boolean())
+    settle_reference_samples: int = field(default=8, validator=integer(minimum=1))
+    quiesce_max_s: float = field(default=0.1, validator=_non_negative)
+    quiesce_window_s: float = field(default=0.002, validator=_positive)
+    quiesce_cpu_fraction: float = field(default=0.2, validator=_positive)
+    seed: int | None = field(
+        default=None, validator=integer(minimum=0, optional=True, hint=" (None draws one)")
     )
-    quiesce_max_s: float = field(default=0.1, validator=_non_negative("quiesce_max_s"))
-    quiesce_window_s: float = field(default=0.002, validator=_positive("quiesce_window_s"))
-    quiesce_cpu_fraction: float = field(default=0.2, validator=_positive("quiesce_cpu_fraction"))
-    seed: int | None = None
-    record_page_faults: bool = field(default=True, validator=validators.instance_of(bool))
-    bootstrap_resamples: int = field(default=2000, validator=_at_least("bootstrap_resamples", 0))
-
-    @confidence.validator
-    def _check_confidence(self, _attribute: object, value: float) -> None:
-        if not (isinstance(value, (int, float)) and 0.5 <= value < 1):
-            raise ConfigurationError(
-                f"MeasurementPolicy.confidence must be in [0.5, 1), e.g. 0.95; got {value!r}"
-            )
+    record_page_faults: bool = field(default=True, validator=boolean())
+    bootstrap_resamples: int = field(default=2000, validator=integer(minimum=0))
 
     @max_rounds.validator
     def _check_max_rounds(self, _attribute: object, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < self.min_rounds:
+        if not is_int(value) or value < self.min_rounds:
             raise ConfigurationError(
                 f"MeasurementPolicy.max_rounds must be an integer >= min_rounds ({self.min_rounds}), "
                 f"got {value!r}"
-            )
-
-    @futility_confidence.validator
-    def _check_futility(self, _attribute: object, value: float | None) -> None:
-        if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1):
-            raise ConfigurationError(
-                f"MeasurementPolicy.futility_confidence must be None or in (0, 1), got {value!r}"
-            )
-
-    @settle_tolerance.validator
-    def _check_settle_tolerance(self, _attribute: object, value: float | None) -> None:
-        if value is not None and not (
-            isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
-        ):
-            raise ConfigurationError(
-                f"MeasurementPolicy.settle_tolerance must be None or a number >= 0, got {value!r}"
             )
 
     @property

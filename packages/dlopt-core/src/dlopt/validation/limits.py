@@ -13,12 +13,13 @@ records the measurements and how the limits were set from them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
 from attrs import field, frozen
 
+from dlopt.config_checks import boolean, instance_of, text
 from dlopt.errors import ConfigurationError
 from dlopt.precision import Precision
 
@@ -199,15 +200,13 @@ class UserMetric:
     that raises or returns NaN fails the case with that reason.
     """
 
-    name: str
+    name: str = field(validator=text())
     fn: Callable[[Any, Any], float] = field(eq=False)
     limit: float = field(validator=_check_metric_limit)
     direction: Direction = field(default="higher", validator=_check_direction)
     path: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not self.name or not isinstance(self.name, str):
-            raise ConfigurationError("every UserMetric needs a non-empty name")
         if not callable(self.fn):
             raise ConfigurationError(f"user metric {self.name!r}: fn must be callable")
         if self.path is not None:
@@ -228,9 +227,24 @@ def _check_path(path: str) -> None:
         )
 
 
+def _overrides(field_name: str, value: object) -> dict[Any, LimitOverride]:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"QualityPolicy.{field_name} must be a dict of LimitOverride, got {value!r}"
+        )
+    result = dict(value or {})
+    for key, override in result.items():
+        if not isinstance(override, LimitOverride):
+            raise ConfigurationError(
+                f"QualityPolicy.{field_name}[{key!r}] must be a LimitOverride, got "
+                f"{type(override).__name__} {override!r}"
+            )
+    return result
+
+
 def _per_precision(value: Mapping[Any, LimitOverride] | None) -> dict[Precision, LimitOverride]:
     result: dict[Precision, LimitOverride] = {}
-    for key, override in (value or {}).items():
+    for key, override in _overrides("per_precision", value).items():
         try:
             precision = Precision.parse(key)
         except ValueError as exc:
@@ -240,10 +254,27 @@ def _per_precision(value: Mapping[Any, LimitOverride] | None) -> dict[Precision,
 
 
 def _per_output(value: Mapping[str, LimitOverride] | None) -> dict[str, LimitOverride]:
-    result = dict(value or {})
+    result = _overrides("per_output", value)
     for path in result:
         _check_path(path)
     return result
+
+
+def _user_metrics(value: object) -> tuple[UserMetric, ...]:
+    if isinstance(value, UserMetric):
+        return (value,)
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigurationError(
+            f"QualityPolicy.user_metrics must be a list of UserMetric, got {value!r}"
+        )
+    metrics = tuple(value)
+    for metric in metrics:
+        if not isinstance(metric, UserMetric):
+            raise ConfigurationError(
+                "QualityPolicy.user_metrics must hold UserMetric objects (e.g. "
+                f"dlopt.validation.top1_agreement()), got {type(metric).__name__} {metric!r}"
+            )
+    return metrics
 
 
 def _training_mode(_: Any, __: Any, value: str) -> None:
@@ -274,14 +305,14 @@ class QualityPolicy:
     then stops the race.
     """
 
-    limits: LimitOverride = field(factory=LimitOverride)
+    limits: LimitOverride = field(factory=LimitOverride, validator=instance_of(LimitOverride))
     per_precision: dict[Precision, LimitOverride] = field(factory=dict, converter=_per_precision)
     per_output: dict[str, LimitOverride] = field(factory=dict, converter=_per_output)
-    user_metrics: tuple[UserMetric, ...] = field(default=(), converter=tuple)
+    user_metrics: tuple[UserMetric, ...] = field(default=(), converter=_user_metrics)
     training_mode: Literal["error", "warn"] = field(default="error", validator=_training_mode)
-    allow_nonfinite_reference: bool = False
+    allow_nonfinite_reference: bool = field(default=False, validator=boolean())
     reference_rel_tolerance: float = 0.0
-    snapshot_weights: bool = True
+    snapshot_weights: bool = field(default=True, validator=boolean())
 
     def __attrs_post_init__(self) -> None:
         names = [m.name for m in self.user_metrics]

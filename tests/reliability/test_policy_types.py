@@ -1,0 +1,165 @@
+"""Fault class: policy values of the wrong type. Refused at construction, with a message.
+
+Ints are ints (not bools, not 2.5), numbers are finite numbers (not bools, not strings),
+enumerations are checked, and nested configs are the right classes: a wrong value never
+gets as far as a race or a report that cannot be loaded back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlopt.errors import ConfigurationError, WorkloadError
+from dlopt.measurement import MeasurementPolicy
+from dlopt.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.serialization import dumps, loads
+from dlopt.target import ExecutionTarget
+from dlopt.validation import LimitOverride, QualityLimits, QualityPolicy, UserMetric
+from dlopt.workload import WorkloadCase, WorkloadProfile
+
+NOT_INTS = [0.5, 2.5, True, "3", math.nan]
+
+
+def _fn(candidate, reference):
+    return 1.0
+
+
+@pytest.mark.parametrize("threads", [0, -1, 2.0, True, False, "4"])
+def test_target_threads(threads):
+    with pytest.raises(ConfigurationError, match=rf"ExecutionTarget.threads.*{threads!r}"):
+        ExecutionTarget(threads=threads)
+
+
+def test_target_accepts_good_values():
+    assert ExecutionTarget(threads=4).threads == 4
+    assert ExecutionTarget(threads=None).threads is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"expected_calls": 2.5}, "expected_calls"),
+        ({"expected_calls": True}, "expected_calls"),
+        ({"expected_calls": -1}, "expected_calls"),
+        ({"expected_calls": "10"}, "expected_calls"),
+        ({"min_speedup": True}, "min_speedup"),
+        ({"min_speedup": "1.1"}, "min_speedup"),
+        ({"min_speedup": math.inf}, "min_speedup"),
+        ({"max_setup_time_s": False}, "max_setup_time_s"),
+        ({"max_latency_ms": math.nan}, "max_latency_ms"),
+    ],
+)
+def test_deployment_constraints(kwargs, field):
+    with pytest.raises(ConfigurationError, match=rf"DeploymentConstraints.{field}"):
+        DeploymentConstraints(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"constraints": {"min_speedup": 1.1}}, "constraints"),
+        ({"measurement": {"seed": 1}}, "measurement"),
+        ({"quality": {}}, "quality"),
+        ({"include": [3]}, "include"),
+        ({"include": ["ok", None]}, "include"),
+        ({"include": 5}, "include"),
+        ({"exclude": [b"eager"]}, "exclude"),
+        ({"objective": 3}, "objective"),
+    ],
+)
+def test_optimization_policy(kwargs, field):
+    with pytest.raises(ConfigurationError, match=rf"OptimizationPolicy.{field}"):
+        OptimizationPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"seed": "abc"}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"seed": True}, "seed"),
+        ({"seed": -1}, "seed"),
+        ({"max_time_s": True}, "max_time_s"),
+        ({"confidence": True}, "confidence"),
+        ({"min_rounds": 4.0}, "min_rounds"),
+        ({"settle_tolerance": True}, "settle_tolerance"),
+        ({"futility_confidence": True}, "futility_confidence"),
+        ({"family_wise": 1}, "family_wise"),
+    ],
+)
+def test_measurement_policy(kwargs, field):
+    with pytest.raises(ConfigurationError, match=rf"MeasurementPolicy.{field}"):
+        MeasurementPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: QualityPolicy(limits={"atol": 1e-3}), "limits"),
+        (lambda: QualityPolicy(per_precision={"bf16": {"atol": 1}}), "per_precision"),
+        (lambda: QualityPolicy(per_output={"out": 3}), "per_output"),
+        (lambda: QualityPolicy(user_metrics=[{"name": "x"}]), "user_metrics"),
+        (lambda: QualityPolicy(allow_nonfinite_reference="no"), "allow_nonfinite_reference"),
+        (lambda: QualityPolicy(snapshot_weights=0), "snapshot_weights"),
+        (lambda: QualityPolicy(reference_rel_tolerance=True), "reference_rel_tolerance"),
+        (lambda: UserMetric("m", _fn, limit=True), "limit"),
+        (lambda: UserMetric(3, _fn, limit=0.5), "name"),
+        (lambda: UserMetric("m", _fn, 0.5, path=3), "path"),
+        (lambda: LimitOverride(atol=True), "atol"),
+        (lambda: QualityLimits(1e-3, 1e-3, 0.0, 1e-3, "0.9"), "min_cosine"),
+    ],
+)
+def test_quality_policy(make, field):
+    with pytest.raises(ConfigurationError, match=field):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: WorkloadCase("c", weight=True), "weight"),
+        (lambda: WorkloadCase("c", weight="2"), "weight"),
+        (lambda: WorkloadCase("c", kwargs={1: 2}), "kwargs"),
+        (lambda: WorkloadProfile([WorkloadCase("c")], expected_calls=2.5), "expected_calls"),
+        (lambda: WorkloadProfile([WorkloadCase("c")], expected_calls=True), "expected_calls"),
+        (lambda: WorkloadProfile([WorkloadCase("c")], name=3), "name"),
+        (lambda: WorkloadProfile(["not a case"]), "cases"),
+    ],
+)
+def test_workload(make, field):
+    with pytest.raises(WorkloadError, match=field):
+        make()
+
+
+def test_good_values_still_work_and_round_trip():
+    policy = OptimizationPolicy(
+        include="eager_fp32",
+        exclude=("native_bf16",),
+        constraints=DeploymentConstraints(min_speedup=1, expected_calls=10, max_setup_time_s=30),
+        measurement=MeasurementPolicy(seed=0, max_time_s=5),
+        quality=QualityPolicy(reference_rel_tolerance=0),
+    )
+    assert policy.include == ("eager_fp32",)
+    assert WorkloadCase("c", weight=2).weight == 2
+    assert loads(dumps(policy.constraints), DeploymentConstraints) == policy.constraints
+    assert loads(dumps(policy.measurement), MeasurementPolicy) == policy.measurement
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('{"expected_calls": 2.5}', "expected_calls"),
+        ('{"expected_calls": true}', "expected_calls"),
+        ('{"min_speedup": "1.1"}', "min_speedup"),
+    ],
+)
+def test_json_values_of_the_wrong_type_are_refused_too(text, field):
+    with pytest.raises(ConfigurationError, match=field):
+        loads(text, DeploymentConstraints)
+
+
+def test_json_bools_are_bools():
+    with pytest.raises(ConfigurationError, match="family_wise"):
+        loads('{"family_wise": "false"}', MeasurementPolicy)
