@@ -12,6 +12,10 @@ A plugin module looks like this::
     @hookimpl
     def dlopt_register_providers(register):
         register(MyNpuProvider())
+
+    @hookimpl
+    def dlopt_register_metrics(register):  # optional: metrics a policy file can name
+        register("npu_score", NpuScore)
 """
 
 from __future__ import annotations
@@ -36,6 +40,18 @@ def dlopt_register_providers(register: Callable[[ExecutionProvider], None]) -> N
     """Offer providers: call ``register(provider)`` once per plan variant.
 
     ``register`` may grow keyword arguments in later API minors; call it positionally.
+    """
+
+
+@hookspec
+def dlopt_register_metrics(register: Callable[[str, type], None]) -> None:
+    """Offer user metrics by name: call ``register(name, metric_class)`` once per metric.
+
+    ``metric_class`` is an attrs class whose fields are the metric's parameters (plain
+    JSON values) and whose instances are called as ``fn(candidate, reference) -> float``.
+    A policy file then refers to the metric by ``name`` with its parameters; nothing a
+    file names is ever imported. Names are plain names and must not be taken already
+    (dlopt ships ``top1_agreement`` and ``psnr``).
     """
 
 

@@ -60,14 +60,16 @@ class ProviderAvailability:
     """Whether a provider can build on the target, and if not, why and how to fix it.
 
     ``sdk_versions`` maps distribution names to the versions seen (``None`` when absent);
-    ``details`` carries capabilities a probe found (execution providers, compiler...).
+    ``details`` carries capabilities a probe found (execution providers, compiler...) as
+    JSON values (text, preferably). The loader normalises whatever a probe returns
+    (``dlopt.providers.boundary.normalize_availability``) before anyone reads it.
     """
 
     available: bool
     reason: str | None = None
     install_hint: str | None = None
     sdk_versions: dict[str, str | None] = field(factory=dict)
-    details: dict[str, str] = field(factory=dict)
+    details: dict[str, Any] = field(factory=dict)
 
     @classmethod
     def ok(cls, reason: str | None = None, **kwargs: Any) -> ProviderAvailability:
@@ -94,8 +96,21 @@ class ProviderContext:
     artifact_dir: Path = field(factory=lambda: Path("dlopt-artifacts"), converter=Path)
 
     def plan_dir(self, plan_name: str) -> Path:
-        """A directory owned by one plan inside the artifact directory (created)."""
-        path = self.artifact_dir / plan_name
+        """A directory owned by one plan inside the artifact directory (created).
+
+        ``plan_name`` must be a plain name (never a path), and the directory must resolve
+        inside ``artifact_dir`` (a link pointing elsewhere is refused): ConfigurationError.
+        """
+        from dlopt.errors import ConfigurationError
+        from dlopt.providers.boundary import check_plan_name, is_inside
+
+        path = self.artifact_dir / check_plan_name(plan_name)
+        if not is_inside(path, self.artifact_dir):
+            raise ConfigurationError(
+                f"the directory of plan {plan_name!r}, {str(path)!r}, resolves outside the "
+                f"artifact directory {str(self.artifact_dir)!r} (a link?); remove it or "
+                "choose another artifact directory"
+            )
         path.mkdir(parents=True, exist_ok=True)
         return path
 

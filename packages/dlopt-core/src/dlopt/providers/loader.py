@@ -10,12 +10,17 @@ Environment switches (read by :meth:`PluginSettings.from_env`):
 ``DLOPT_PLUGINS=a,b``                load only these entry-point names
 ``DLOPT_DISABLE_PLUGINS=a,b``        never load these
 ``DLOPT_STRICT_PLUGINS=1``           re-raise the first plugin failure (for plugin authors, CI)
+``DLOPT_PROBE_TIMEOUT_S=20``         how long one probe may take (see :func:`probe_provider`)
+
+A plugin that raises ``SystemExit`` (``sys.exit`` at import, in a hook or a probe) is
+reported like any other failure; ``KeyboardInterrupt`` still stops the host.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,9 +30,12 @@ import pluggy
 from attrs import define, field, frozen
 
 from dlopt import hookspecs
-from dlopt.errors import PluginLoadError
+from dlopt.config_checks import is_number
+from dlopt.errors import ConfigurationError, PluginLoadError
 from dlopt.events import Event
+from dlopt.policy import default_probe_timeout_s
 from dlopt.probing import importlib_metadata
+from dlopt.providers.boundary import check_plan_name, normalize_availability
 from dlopt.providers.contract import (
     ExecutionProvider,
     ProviderAvailability,
@@ -41,6 +49,10 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "dlopt.providers"
 BUILTIN_PLUGIN = "dlopt.builtin"
 _TRUTHY = {"1", "true", "yes", "on"}
+
+#: What a plugin's own code may raise and still be reported rather than end the host:
+#: ``sys.exit`` in a plugin is a plugin failure; Ctrl-C (KeyboardInterrupt) is not caught.
+PLUGIN_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
 
 
 def _name_list(value: str | None) -> frozenset[str] | None:
@@ -79,7 +91,7 @@ class PluginFailure:
     """A plugin that could not be used, and at which stage it failed."""
 
     plugin: str
-    stage: str  # "load" | "api_version" | "register"
+    stage: str  # "load" | "api_version" | "register" | "register_metrics"
     error: str
     distribution: str | None = None
     version: str | None = None
@@ -87,13 +99,14 @@ class PluginFailure:
 
 @frozen
 class PluginRecord:
-    """A plugin that loaded and registered, with the plan names it offered."""
+    """A plugin that loaded and registered, with the plan and metric names it offered."""
 
     plugin: str
     distribution: str | None
     version: str | None
     api_version: str | None
     providers: tuple[str, ...]
+    metrics: tuple[str, ...] = ()
 
 
 @frozen
@@ -138,20 +151,70 @@ class ProviderRegistry:
         return [probe_provider(info, context) for info in self.providers]
 
 
-def probe_provider(info: ProviderInfo, context: ProviderContext) -> ProviderStatus:
-    """Run one provider's probe inside an error boundary, timing it."""
+class _FromPolicy:
+    """The default of ``probe_provider(timeout_s=...)``: the policy's limit, or the env's."""
+
+    def __repr__(self) -> str:
+        return "FROM_POLICY"
+
+
+FROM_POLICY: Any = _FromPolicy()
+
+
+def probe_timeout_for(context: ProviderContext) -> float:
+    """The probe time limit for ``context``: its policy's ``probe_timeout_s`` when it has a
+    policy, else ``$DLOPT_PROBE_TIMEOUT_S`` or ``dlopt.policy.DEFAULT_PROBE_TIMEOUT_S``."""
+    limit = getattr(context.policy, "probe_timeout_s", None)
+    return float(limit) if limit is not None else default_probe_timeout_s()
+
+
+def probe_provider(
+    info: ProviderInfo, context: ProviderContext, *, timeout_s: float | None = FROM_POLICY
+) -> ProviderStatus:
+    """Run one provider's probe inside an error boundary, timed and with a time limit.
+
+    The probe runs in a daemon thread and is waited for at most ``timeout_s`` seconds
+    (default: :func:`probe_timeout_for` the context; ``None`` runs it inline with no
+    limit). A probe that has not answered by then is reported unavailable ("probe took
+    N s (limit M s)"). Python cannot kill a thread: a hung probe stays blocked in the
+    background (the thread is a daemon, so it does not keep the process alive); only
+    process isolation could stop it. A probe that raises (``SystemExit`` included) or
+    returns values that cannot be normalised is reported unavailable with the reason;
+    ``KeyboardInterrupt`` propagates.
+    """
+    limit = probe_timeout_for(context) if timeout_s is FROM_POLICY else timeout_s
+    if limit is not None and not (is_number(limit) and limit > 0):
+        raise ConfigurationError(
+            f"probe timeout_s must be a number of seconds > 0 or None, got {limit!r}"
+        )
+    who = info.distribution or info.plugin
     start = time.perf_counter()
     try:
-        availability = info.provider.probe(context)
-        if not isinstance(availability, ProviderAvailability):
-            raise TypeError(
-                f"probe() returned {type(availability).__name__}, expected ProviderAvailability"
-            )
-    except Exception as exc:
-        availability = ProviderAvailability.unavailable(
-            f"probe raised {type(exc).__name__}: {exc}",
-            install_hint=f"report this to the maintainers of {info.distribution or info.plugin}",
+        answered, answer = _call_with_limit(
+            lambda: info.provider.probe(context), limit, f"dlopt-probe-{info.name}"
         )
+    except PLUGIN_ERRORS as exc:
+        availability = ProviderAvailability.unavailable(
+            f"probe raised {_describe_error(exc)}",
+            install_hint=f"report this to the maintainers of {who}",
+        )
+    else:
+        if not answered:
+            availability = ProviderAvailability.unavailable(
+                f"probe took {time.perf_counter() - start:.1f} s (limit {limit:g} s) without "
+                "answering and was left running in the background; if the SDK is only slow "
+                "to load, raise OptimizationPolicy.probe_timeout_s or DLOPT_PROBE_TIMEOUT_S",
+                install_hint=f"report a hanging probe to the maintainers of {who}",
+            )
+        else:
+            try:
+                availability = normalize_availability(answer)
+            except Exception as exc:
+                availability = ProviderAvailability.unavailable(
+                    f"plugin {info.plugin!r}: probe() returned values that cannot be used: "
+                    f"{_describe_error(exc)}",
+                    install_hint=f"report this to the maintainers of {who}",
+                )
     precision = getattr(info.provider, "precision", None)
     return ProviderStatus(
         name=info.name,
@@ -162,6 +225,42 @@ def probe_provider(info: ProviderInfo, context: ProviderContext) -> ProviderStat
         availability=availability,
         probe_time_s=time.perf_counter() - start,
     )
+
+
+def _call_with_limit(fn: Any, limit: float | None, thread_name: str) -> tuple[bool, Any]:
+    """``(True, fn())``, or ``(False, None)`` if ``fn`` has not returned after ``limit`` s.
+
+    ``fn``'s exception is raised here (in the caller's thread).
+    """
+    if limit is None:
+        return True, fn()
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the caller, which decides
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=thread_name, daemon=True).start()
+    if not done.wait(limit):
+        return False, None
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return True, value
+
+
+def _describe_error(exc: BaseException) -> str:
+    """``"Type: message"``, even when the exception's own ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's message could not be read>"
+    return f"{type(exc).__name__}: {message}"
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
@@ -180,7 +279,7 @@ def _dist_of(entry_point: Any) -> tuple[str | None, str | None]:
 def _short_error(exc: BaseException) -> str:
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     location = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
-    return f"{type(exc).__name__}: {exc}{location}"
+    return f"{_describe_error(exc)}{location}"
 
 
 def load_providers(
@@ -229,7 +328,7 @@ def load_providers(
             distribution, version = _dist_of(ep)
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except PLUGIN_ERRORS as exc:
                 fail(PluginFailure(ep.name, "load", _short_error(exc), distribution, version), exc)
                 continue
             loaded.append((ep.name, plugin, distribution, version))
@@ -247,13 +346,16 @@ def load_providers(
             continue
         try:
             manager.register(plugin, name=name)
-        except Exception as exc:
+        except PLUGIN_ERRORS as exc:
             fail(PluginFailure(name, "load", _short_error(exc), distribution, version), exc)
             continue
         offered = _call_register_hook(registry, manager, name, plugin, distribution, version, fail)
         if offered is not None:
+            metrics = _call_metrics_hook(manager, name, plugin, distribution, version, fail)
             registry.plugins.append(
-                PluginRecord(name, distribution, version, str(declared), tuple(offered))
+                PluginRecord(
+                    name, distribution, version, str(declared), tuple(offered), tuple(metrics)
+                )
             )
     return registry
 
@@ -277,6 +379,7 @@ def _call_register_hook(
                 f"register() got {type(provider).__name__}, which lacks {', '.join(problems)}; "
                 "providers implement dlopt.ExecutionProvider"
             )
+        check_plan_name(provider.name, plugin=name)
         taken = {info.name for info in registry.providers} | {info.name for info in offered}
         if provider.name in taken:
             raise ValueError(f"a provider named {provider.name!r} is already registered")
@@ -290,12 +393,54 @@ def _call_register_hook(
     try:
         for impl in impls:
             impl.function(register=register)
-    except Exception as exc:
+    except PLUGIN_ERRORS as exc:
         manager.unregister(plugin)
         fail(PluginFailure(name, "register", _short_error(exc), distribution, version), exc)
         return None
     registry.providers.extend(offered)
     return [info.name for info in offered]
+
+
+def _call_metrics_hook(
+    manager: pluggy.PluginManager,
+    name: str,
+    plugin: object,
+    distribution: str | None,
+    version: str | None,
+    fail: Any,
+) -> list[str]:
+    """Call one plugin's ``dlopt_register_metrics``; its metrics become known only on success.
+
+    A failure here is reported at stage ``register_metrics``; the plugin's providers stay.
+    """
+    impls = [
+        impl
+        for impl in manager.hook.dlopt_register_metrics.get_hookimpls()
+        if impl.plugin is plugin
+    ]
+    if not impls:
+        return []
+    # Imported only for plugins that offer metrics: it needs torch.
+    from dlopt.validation.user_metrics import (
+        add_plugin_metrics,
+        check_metric_registration,
+        known_metrics,
+    )
+
+    offered: dict[str, type] = {}
+
+    def register(metric_name: str, metric_class: type, **_future_options: Any) -> None:
+        check_metric_registration(metric_name, metric_class, {**known_metrics(), **offered})
+        offered[metric_name] = metric_class
+
+    try:
+        for impl in impls:
+            impl.function(register=register)
+        add_plugin_metrics(offered, name)
+    except PLUGIN_ERRORS as exc:
+        fail(PluginFailure(name, "register_metrics", _short_error(exc), distribution, version), exc)
+        return []
+    return list(offered)
 
 
 def _core_version() -> str | None:

@@ -1,16 +1,28 @@
-"""Ready-made user metrics (top-1 agreement, PSNR) and JSON hooks for ``UserMetric``.
+"""Ready-made user metrics (top-1 agreement, PSNR), the metric registry, and JSON hooks.
 
-A :class:`~dlopt.validation.limits.UserMetric` holds a Python callable. In JSON it is
-written as ``{"callable": "module:qualname", "params": {...}}``: a module-level function
-(params ``null``) or an attrs callable class (its fields as params) is rebuilt on load;
-anything else (a lambda, a closure) loads as a placeholder that explains it must be
-passed in code again.
+A :class:`~dlopt.validation.limits.UserMetric` holds a Python callable. JSON never names
+code: a metric is written by the name it is registered under, with its parameters as
+plain JSON values::
+
+    "fn": {"metric": "top1_agreement", "params": {"dim": -1}}
+
+Registered metrics are dlopt's own (``top1_agreement``, ``psnr``) and those plugins
+register through the ``dlopt_register_metrics`` hook (an attrs class whose fields are
+the parameters). Loading a name nobody registered is a
+:class:`~dlopt.errors.ConfigurationError` that lists the known names. Any other
+callable (a function, a lambda) is written by its name only,
+``{"unregistered": "module:qualname"}``, and loads as a placeholder that says to pass
+the metric in code: nothing named in a file is ever imported or called. Files written
+with the older ``{"callable": "module:qualname", "params": ...}`` form still load: a
+name that matches a registered metric's class gives that metric, anything else a
+placeholder.
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -18,8 +30,10 @@ import torch
 from attrs import frozen
 
 from dlopt.errors import ConfigurationError
-from dlopt.serialization import converter
+from dlopt.serialization import NotJsonableError, converter, strict_jsonable
 from dlopt.validation.limits import Direction, UserMetric
+
+log = logging.getLogger(__name__)
 
 
 def _float64(value: Any) -> torch.Tensor:
@@ -91,48 +105,188 @@ def psnr(
     return UserMetric(name=name, fn=PsnrFn(data_range), limit=limit, direction="higher", path=path)
 
 
+# ---------------------------------------------------------------------------- registry
+
+#: dlopt's own metrics, by the name JSON refers to them with.
+BUILTIN_METRICS: Mapping[str, type] = {"top1_agreement": Top1AgreementFn, "psnr": PsnrFn}
+
+# Metrics registered by plugins (name -> (class, plugin)); filled by the plugin loader.
+_plugin_metrics: dict[str, tuple[type, str]] = {}
+_plugins_discovered = False
+
+
+def known_metrics() -> dict[str, type]:
+    """Every registered metric, by name: dlopt's own, then those plugins registered."""
+    return {**BUILTIN_METRICS, **{name: cls for name, (cls, _) in _plugin_metrics.items()}}
+
+
+def check_metric_registration(
+    name: object, metric_class: object, taken: Mapping[str, type] | None = None
+) -> None:
+    """Refuse a metric registration that cannot work, with a message for the plugin author.
+
+    ``name`` must be a plain name not registered already to another class (``taken``
+    defaults to :func:`known_metrics`); ``metric_class`` must be an attrs class whose
+    instances are callable (``fn(candidate, reference) -> float``).
+    """
+    from dlopt.providers.boundary import is_plain_name
+
+    if not is_plain_name(name):
+        raise ConfigurationError(
+            f"metric name {name!r} is not a plain name: use letters, digits, '_', '.' and "
+            "'-', e.g. 'npu_score'"
+        )
+    if not (isinstance(metric_class, type) and attrs.has(metric_class)):
+        raise ConfigurationError(
+            f"metric {name!r}: register an attrs class whose fields are its parameters "
+            f"(plain JSON values) and whose instances are called as fn(candidate, reference), "
+            f"got {metric_class!r}"
+        )
+    if not any("__call__" in vars(k) for k in metric_class.__mro__ if k is not object):
+        raise ConfigurationError(
+            f"metric {name!r}: {metric_class.__qualname__} instances are not callable; "
+            "define __call__(self, candidate, reference) -> float"
+        )
+    assert isinstance(name, str)  # is_plain_name checked it
+    existing = (known_metrics() if taken is None else taken).get(name)
+    if existing is not None and existing is not metric_class:
+        if name in BUILTIN_METRICS:
+            owner = "dlopt"
+        elif name in _plugin_metrics:
+            owner = f"plugin {_plugin_metrics[name][1]!r}"
+        else:
+            owner = "this plugin, with another class"
+        raise ConfigurationError(
+            f"metric name {name!r} is already registered (by {owner}); choose another name"
+        )
+
+
+def add_plugin_metrics(metrics: Mapping[str, type], plugin: str) -> None:
+    """Make metrics a plugin registered known by name (after its registration succeeded)."""
+    for name, metric_class in metrics.items():
+        check_metric_registration(name, metric_class)
+    for name, metric_class in metrics.items():
+        _plugin_metrics[name] = (metric_class, plugin)
+
+
+def _discover_plugin_metrics() -> None:
+    """Load the installed plugins once, so a file can name a metric a plugin registers."""
+    global _plugins_discovered
+    if _plugins_discovered:
+        return
+    _plugins_discovered = True
+    from dlopt.providers.loader import load_providers
+
+    try:
+        load_providers()
+    except Exception:  # strict plugin mode, say: the unknown-name error still follows
+        log.warning("loading plugins to find their metrics failed", exc_info=True)
+
+
+def _metric_class(name: str) -> type:
+    metrics = known_metrics()
+    if name not in metrics:
+        _discover_plugin_metrics()
+        metrics = known_metrics()
+    if name not in metrics:
+        raise ConfigurationError(
+            f"unknown user metric {name!r}; registered metrics: {', '.join(sorted(metrics))}. "
+            "A plugin can register more (dlopt_register_metrics hook); any other function "
+            "is passed in code as UserMetric(name, fn, limit)"
+        )
+    return metrics[name]
+
+
+def metric_fn(name: str, params: Mapping[str, Any] | None = None) -> Any:
+    """The registered metric ``name`` built with ``params``: ``metric_fn("psnr", {"data_range": 1})``."""
+    metric_class = _metric_class(name)
+    if params is not None and not isinstance(params, Mapping):
+        raise ConfigurationError(f"metric {name!r}: params must be a JSON object, got {params!r}")
+    try:
+        return metric_class(**dict(params or {}))
+    except Exception as exc:
+        raise ConfigurationError(
+            f"metric {name!r} cannot be built with params {dict(params or {})!r}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _registered_name(fn: Any) -> str | None:
+    for name, metric_class in known_metrics().items():
+        if type(fn) is metric_class:
+            return name
+    return None
+
+
 # ---------------------------------------------------------------------------- JSON hooks
 
 
 @frozen
 class UnresolvedMetricFn:
-    """Stands in for a metric function that could not be rebuilt from JSON."""
+    """Stands in for a metric function that JSON cannot (and must not) bring back."""
 
     callable: str
 
     def __call__(self, candidate: Any, reference: Any) -> float:
         raise ConfigurationError(
-            f"the user metric function {self.callable!r} could not be rebuilt from JSON "
-            "(lambdas and closures cannot); pass the QualityPolicy with its UserMetric in code"
+            f"the user metric function {self.callable!r} is not a registered metric, so it "
+            "was not loaded from JSON (files never name code to run); pass the QualityPolicy "
+            "with its UserMetric in code, or register the metric through a plugin's "
+            "dlopt_register_metrics hook"
         )
+
+
+def _callable_name(fn: Any) -> str:
+    obj = type(fn) if attrs.has(type(fn)) else fn
+    module = getattr(obj, "__module__", None) or "?"
+    qualname = getattr(obj, "__qualname__", None) or type(fn).__qualname__
+    return f"{module}:{qualname}"
 
 
 def _describe_fn(fn: Any) -> dict[str, Any]:
     if isinstance(fn, UnresolvedMetricFn):
-        return {"callable": fn.callable, "params": None}
-    target = fn if attrs.has(type(fn)) else None
-    obj = type(fn) if target is not None else fn
-    module = getattr(obj, "__module__", None) or "?"
-    qualname = getattr(obj, "__qualname__", None) or type(fn).__qualname__
-    params = converter.unstructure(attrs.asdict(fn, recurse=False)) if target is not None else None
-    return {"callable": f"{module}:{qualname}", "params": params}
+        return {"unregistered": fn.callable}
+    name = _registered_name(fn)
+    if name is None:
+        return {"unregistered": _callable_name(fn)}
+    try:
+        params = strict_jsonable(attrs.asdict(fn, recurse=False))
+    except NotJsonableError:
+        return {"unregistered": _callable_name(fn)}
+    return {"metric": name, "params": params}
+
+
+def _old_form(spec: str, params: Any) -> Any:
+    # ``{"callable": "module:qualname"}`` from older files: compared as text with the
+    # registered classes' names; never imported.
+    for name, metric_class in known_metrics().items():
+        if spec == f"{metric_class.__module__}:{metric_class.__qualname__}":
+            try:
+                return metric_fn(name, params if isinstance(params, Mapping) else None)
+            except ConfigurationError:
+                break
+    return UnresolvedMetricFn(spec)
 
 
 def _rebuild_fn(data: Any) -> Any:
-    spec = str(data.get("callable", "?")) if isinstance(data, dict) else str(data)
-    params = data.get("params") if isinstance(data, dict) else None
-    module_name, _, qualname = spec.partition(":")
-    if "<" in qualname or not qualname:
-        return UnresolvedMetricFn(spec)
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        if params is not None:
-            return obj(**params)
-        return obj if callable(obj) else UnresolvedMetricFn(spec)
-    except Exception:
-        return UnresolvedMetricFn(spec)
+    if isinstance(data, str):
+        return UnresolvedMetricFn(data)
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(
+            f'a user metric\'s fn must be {{"metric": NAME, "params": {{...}}}}, got {data!r}'
+        )
+    if "metric" in data:
+        name = data["metric"]
+        if not isinstance(name, str):
+            raise ConfigurationError(f"a user metric's fn names its metric as text, got {name!r}")
+        return metric_fn(name, data.get("params"))
+    if "unregistered" in data:
+        return UnresolvedMetricFn(str(data["unregistered"]))
+    if "callable" in data:
+        return _old_form(str(data["callable"]), data.get("params"))
+    raise ConfigurationError(
+        f'a user metric\'s fn must be {{"metric": NAME, "params": {{...}}}}, got {data!r}'
+    )
 
 
 def _unstructure_metric(metric: UserMetric) -> dict[str, Any]:
@@ -146,11 +300,16 @@ def _unstructure_metric(metric: UserMetric) -> dict[str, Any]:
 
 
 def _structure_metric(data: Any, _: Any) -> UserMetric:
+    if not isinstance(data, Mapping) or "name" not in data or "limit" not in data:
+        raise ConfigurationError(
+            'a user metric is {"name": ..., "fn": {"metric": NAME, "params": {...}}, '
+            f'"limit": NUMBER, "direction": "higher"|"lower", "path": ...}}, got {data!r}'
+        )
     direction: Direction = data.get("direction", "higher")
     return UserMetric(
         name=data["name"],
         fn=_rebuild_fn(data.get("fn")),
-        limit=float(data["limit"]),
+        limit=data["limit"],
         direction=direction,
         path=data.get("path"),
     )
