@@ -11,16 +11,14 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import attrs
 import pytest
 
 from dlopt.errors import ConfigurationError
-from dlopt.hookspecs import hookimpl
-from dlopt.providers.contract import PLUGIN_API_VERSION
 from dlopt.providers.loader import PluginSettings, load_providers
 from dlopt.serialization import dumps, loads
+from dlopt.testing.plugins import plugin_module
 from dlopt.validation import QualityPolicy, UserMetric, psnr, top1_agreement
 from dlopt.validation.user_metrics import (
     PsnrFn,
@@ -147,21 +145,8 @@ class CountAbove:
         return float((candidate > self.threshold).float().mean())
 
 
-def _metrics_plugin(name, *metrics):
-    module = types.ModuleType(name)
-    module.DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
-
-    @hookimpl
-    def dlopt_register_metrics(register):
-        for metric_name, metric_type in metrics:
-            register(metric_name, metric_type)
-
-    module.dlopt_register_metrics = dlopt_register_metrics
-    return module
-
-
 def test_a_plugin_registers_a_metric_by_name():
-    plugin = _metrics_plugin("count_plugin", ("count_above_test", CountAbove))
+    plugin = plugin_module("count_plugin", metrics={"count_above_test": CountAbove})
     registry = load_providers(
         PluginSettings(autoload=False), extra_plugins=[("count_plugin", plugin)]
     )
@@ -186,7 +171,7 @@ def test_a_plugin_registers_a_metric_by_name():
     ],
 )
 def test_bad_metric_registrations_are_reported_per_plugin(name, metric_type, expected):
-    plugin = _metrics_plugin("bad_metrics", (name, metric_type))
+    plugin = plugin_module("bad_metrics", metrics={name: metric_type})
     registry = load_providers(
         PluginSettings(autoload=False), extra_plugins=[("bad_metrics", plugin)]
     )

@@ -7,16 +7,15 @@ Plan names are checked where they enter (``register()``, explicit providers) and
 from __future__ import annotations
 
 import os
-import types
 
 import pytest
 
 from dlopt.errors import ConfigurationError, ProviderBuildError
-from dlopt.hookspecs import hookimpl
 from dlopt.providers.boundary import check_built_plan, check_plan_name, is_plain_name
-from dlopt.providers.contract import PLUGIN_API_VERSION, BuiltPlan, ProviderContext
+from dlopt.providers.contract import BuiltPlan, ProviderContext
 from dlopt.providers.loader import PluginSettings, load_providers
 from dlopt.testing import FakeProvider
+from dlopt.testing.plugins import plugin_module
 
 BAD_NAMES = ["../../x", "a/b", "a\\b", "..", ".", "", ".hidden", "-flag", "a..b", "x" * 101]
 
@@ -39,21 +38,8 @@ def test_every_installed_plan_name_is_plain():
     assert all(is_plain_name(info.name) for info in registry.providers)
 
 
-def _plugin(*providers):
-    module = types.ModuleType("pathy")
-    module.DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
-
-    @hookimpl
-    def dlopt_register_providers(register):
-        for provider in providers:
-            register(provider)
-
-    module.dlopt_register_providers = dlopt_register_providers
-    return module
-
-
 def test_register_refuses_a_plan_named_like_a_path():
-    plugin = _plugin(FakeProvider("fine_plan"), FakeProvider("../../x"))
+    plugin = plugin_module("pathy", FakeProvider("fine_plan"), FakeProvider("../../x"))
     registry = load_providers(PluginSettings(autoload=False), extra_plugins=[("pathy", plugin)])
     (failure,) = registry.failures
     assert failure.plugin == "pathy" and failure.stage == "register"

@@ -7,16 +7,15 @@ plugin, with its name; ``dlopt providers`` goes on. Ctrl-C (KeyboardInterrupt) s
 from __future__ import annotations
 
 import sys
-import types
 
 import pytest
 
 from dlopt.cli import main
-from dlopt.hookspecs import hookimpl
 from dlopt.providers import loader
-from dlopt.providers.contract import PLUGIN_API_VERSION, ProviderContext, ProviderInfo
+from dlopt.providers.contract import ProviderContext, ProviderInfo
 from dlopt.providers.loader import PluginSettings, load_providers, probe_provider
 from dlopt.testing import FakeProvider
+from dlopt.testing.plugins import plugin_module
 
 
 class _EntryPoint:
@@ -33,21 +32,6 @@ def _exits_at_import():
     sys.exit("plugin gave up at import")
 
 
-def _plugin(name, register_raises=None, *providers):
-    module = types.ModuleType(name)
-    module.DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
-
-    @hookimpl
-    def dlopt_register_providers(register):
-        for provider in providers:
-            register(provider)
-        if register_raises is not None:
-            raise register_raises
-
-    module.dlopt_register_providers = dlopt_register_providers
-    return module
-
-
 def test_sys_exit_at_import_is_a_load_failure():
     registry = load_providers(
         PluginSettings(), entry_points=[_EntryPoint("quitter", _exits_at_import)]
@@ -59,7 +43,7 @@ def test_sys_exit_at_import_is_a_load_failure():
 
 
 def test_sys_exit_while_registering_is_a_register_failure():
-    plugin = _plugin("quits_registering", SystemExit(3), FakeProvider("q_plan"))
+    plugin = plugin_module("quits_registering", FakeProvider("q_plan"), raises=SystemExit(3))
     registry = load_providers(
         PluginSettings(autoload=False), extra_plugins=[("quits_registering", plugin)]
     )
@@ -75,7 +59,7 @@ def test_keyboard_interrupt_still_stops_loading():
 
     with pytest.raises(KeyboardInterrupt):
         load_providers(PluginSettings(), entry_points=[_EntryPoint("ctrl_c", interrupted)])
-    plugin = _plugin("ctrl_c_register", KeyboardInterrupt())
+    plugin = plugin_module("ctrl_c_register", raises=KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         load_providers(PluginSettings(autoload=False), extra_plugins=[("ctrl_c", plugin)])
 

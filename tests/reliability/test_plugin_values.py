@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import types
 from pathlib import Path
 
 import attrs
@@ -19,12 +18,10 @@ import torch
 
 from dlopt.cli import main
 from dlopt.errors import ProviderBuildError
-from dlopt.hookspecs import hookimpl
 from dlopt.precision import Precision
 from dlopt.providers import loader
 from dlopt.providers.boundary import check_built_plan
 from dlopt.providers.contract import (
-    PLUGIN_API_VERSION,
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
@@ -32,6 +29,7 @@ from dlopt.providers.contract import (
 )
 from dlopt.providers.loader import PluginSettings, probe_provider
 from dlopt.serialization import strict_jsonable
+from dlopt.testing.plugins import plugin_module
 
 
 class _Unprintable:
@@ -60,19 +58,6 @@ class _OddProvider:
         return BuiltPlan(model)
 
 
-def _plugin(*providers):
-    module = types.ModuleType("odd_plugin")
-    module.DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
-
-    @hookimpl
-    def dlopt_register_providers(register):
-        for provider in providers:
-            register(provider)
-
-    module.dlopt_register_providers = dlopt_register_providers
-    return module
-
-
 @pytest.fixture
 def odd_plugin_installed(monkeypatch):
     """Every ``load_providers()`` (the CLI's too) also sees the odd plugin's providers."""
@@ -94,7 +79,10 @@ def odd_plugin_installed(monkeypatch):
     ]
 
     def load_with_odd_plugin(settings=None, **kwargs):
-        extra = [*kwargs.pop("extra_plugins", ()), ("odd_plugin", _plugin(*providers))]
+        extra = [
+            *kwargs.pop("extra_plugins", ()),
+            ("odd_plugin", plugin_module("odd_plugin", *providers)),
+        ]
         return real(settings or PluginSettings(autoload=False), extra_plugins=extra, **kwargs)
 
     monkeypatch.setattr(loader, "load_providers", load_with_odd_plugin)

@@ -50,6 +50,20 @@ def _bounds(
     return (" " + " and ".join(words)) if words else "", inside
 
 
+def _checked(
+    accepts: Callable[[Any], bool], what: str, optional: bool, error: type[Exception]
+) -> Validator:
+    what += " or None" if optional else ""
+
+    def check(instance: object, attribute: Any, value: object) -> None:
+        if value is None and optional:
+            return
+        if not accepts(value):
+            raise error(f"{field_name(instance, attribute)} must be {what}, got {value!r}")
+
+    return check
+
+
 def integer(
     *,
     minimum: int | None = None,
@@ -59,15 +73,7 @@ def integer(
 ) -> Validator:
     """An ``int`` (not a bool), at least ``minimum``; ``None`` too when ``optional``."""
     bound, inside = _bounds(minimum, None, False, False)
-    what = f"an integer{bound}" + (" or None" if optional else "") + hint
-
-    def check(instance: object, attribute: Any, value: object) -> None:
-        if value is None and optional:
-            return
-        if not (is_int(value) and inside(value)):  # type: ignore[arg-type]
-            raise error(f"{field_name(instance, attribute)} must be {what}, got {value!r}")
-
-    return check
+    return _checked(lambda v: is_int(v) and inside(v), f"an integer{bound}{hint}", optional, error)
 
 
 def number(
@@ -82,15 +88,9 @@ def number(
 ) -> Validator:
     """A finite ``int``/``float`` (not a bool) within the bounds; ``None`` when ``optional``."""
     bound, inside = _bounds(minimum, maximum, low_open, high_open)
-    what = f"a finite number{bound}" + (" or None" if optional else "") + hint
-
-    def check(instance: object, attribute: Any, value: object) -> None:
-        if value is None and optional:
-            return
-        if not (is_number(value) and inside(value)):  # type: ignore[arg-type]
-            raise error(f"{field_name(instance, attribute)} must be {what}, got {value!r}")
-
-    return check
+    return _checked(
+        lambda v: is_number(v) and inside(v), f"a finite number{bound}{hint}", optional, error
+    )
 
 
 def boolean(*, error: type[Exception] = ConfigurationError) -> Validator:

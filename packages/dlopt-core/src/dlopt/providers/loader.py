@@ -18,12 +18,13 @@ reported like any other failure; ``KeyboardInterrupt`` still stops the host.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -351,13 +352,31 @@ def load_providers(
             continue
         offered = _call_register_hook(registry, manager, name, plugin, distribution, version, fail)
         if offered is not None:
-            metrics = _call_metrics_hook(manager, name, plugin, distribution, version, fail)
+            metrics = _call_metrics_hook(
+                manager, name, plugin, functools.partial(_failed, fail, name, distribution, version)
+            )
             registry.plugins.append(
                 PluginRecord(
                     name, distribution, version, str(declared), tuple(offered), tuple(metrics)
                 )
             )
     return registry
+
+
+def _failed(
+    fail: Callable[[PluginFailure, BaseException], None],
+    plugin: str,
+    distribution: str | None,
+    version: str | None,
+    stage: str,
+    exc: BaseException,
+) -> None:
+    fail(PluginFailure(plugin, stage, _short_error(exc), distribution, version), exc)
+
+
+def _own_impls(hook: Any, plugin: object) -> list[Any]:
+    """One plugin's implementations of ``hook``: each plugin is called in its own boundary."""
+    return [impl for impl in hook.get_hookimpls() if impl.plugin is plugin]
 
 
 def _call_register_hook(
@@ -385,11 +404,7 @@ def _call_register_hook(
             raise ValueError(f"a provider named {provider.name!r} is already registered")
         offered.append(ProviderInfo(provider, name, distribution, version))
 
-    impls = [
-        impl
-        for impl in manager.hook.dlopt_register_providers.get_hookimpls()
-        if impl.plugin is plugin
-    ]
+    impls = _own_impls(manager.hook.dlopt_register_providers, plugin)
     try:
         for impl in impls:
             impl.function(register=register)
@@ -405,19 +420,13 @@ def _call_metrics_hook(
     manager: pluggy.PluginManager,
     name: str,
     plugin: object,
-    distribution: str | None,
-    version: str | None,
-    fail: Any,
+    failed: Callable[[str, BaseException], None],
 ) -> list[str]:
     """Call one plugin's ``dlopt_register_metrics``; its metrics become known only on success.
 
     A failure here is reported at stage ``register_metrics``; the plugin's providers stay.
     """
-    impls = [
-        impl
-        for impl in manager.hook.dlopt_register_metrics.get_hookimpls()
-        if impl.plugin is plugin
-    ]
+    impls = _own_impls(manager.hook.dlopt_register_metrics, plugin)
     if not impls:
         return []
     # Imported only for plugins that offer metrics: it needs torch.
@@ -438,7 +447,7 @@ def _call_metrics_hook(
             impl.function(register=register)
         add_plugin_metrics(offered, name)
     except PLUGIN_ERRORS as exc:
-        fail(PluginFailure(name, "register_metrics", _short_error(exc), distribution, version), exc)
+        failed("register_metrics", exc)
         return []
     return list(offered)
 
