@@ -44,3 +44,22 @@ def test_registered_names_pass_even_when_unavailable_here():
     check_plan_names(OptimizationPolicy(include=["tensorrt_fp16"]), REGISTERED)
     check_plan_names(OptimizationPolicy(), REGISTERED)
     check_plan_names(OptimizationPolicy(exclude=["eager_fp32"]), REGISTERED)
+
+
+def test_the_optimizer_refuses_an_include_typo_before_building_anything(race, x):
+    from dlopt.testing.models import StructuredMLP
+
+    fast = race.fake("fast", 1e-3)
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), fast, include=["fsat"])
+    with pytest.raises(ConfigurationError, match=r"'fsat'.*did you mean 'fast'"):
+        optimizer.select_signature(StructuredMLP(), x)
+    assert fast.builds == 0
+
+
+def test_the_cli_reports_an_include_typo_as_a_usage_error(capsys):
+    from dlopt.cli import main
+
+    code = main(["select", "--demo", "--include", "onnxruntime_cpuu", "--max-measure-time", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "'onnxruntime_cpuu'" in err and "Traceback" not in err

@@ -110,3 +110,43 @@ def test_artifact_paths_must_be_paths(tmp_path):
     plan = BuiltPlan(lambda x: x, artifacts={"engine": 42})
     with pytest.raises(ProviderBuildError, match="path"):
         check_built_plan(plan, context, plan_name="npu", plugin="npu_plugin")
+
+
+class _ArtifactOutside:
+    """A plan that writes its artifact outside its plan directory."""
+
+    name = "escaper"
+    precision = "fp32"
+
+    def probe(self, context):
+        from dlopt.providers.contract import ProviderAvailability
+
+        return ProviderAvailability.ok()
+
+    def build(self, model, context):
+        escaped = context.artifact_dir.parent / "escaped.bin"
+        escaped.write_bytes(b"x")
+        return BuiltPlan(runner=model, artifacts={"engine": escaped})
+
+
+def test_a_race_rejects_a_plan_with_an_artifact_outside_its_directory_and_goes_on(
+    race, x, tmp_path
+):
+    from dlopt.testing.models import StructuredMLP
+
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), _ArtifactOutside())
+    optimizer.artifact_dir = tmp_path / "artifacts"
+    decision = optimizer.select_signature(StructuredMLP(), x)
+    evidence = decision.report.candidate("escaper")
+    assert evidence.status == "rejected" and evidence.error.stage == "build"
+    assert "outside the plan's directory" in evidence.error.message
+    assert "'escaper'" in evidence.error.message and "'explicit'" in evidence.error.message
+    decision.save_report(tmp_path / "report.json")
+
+
+def test_an_explicit_provider_named_like_a_path_is_refused(race, x):
+    from dlopt.testing.models import StructuredMLP
+
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("../../x", 1e-3))
+    with pytest.raises(ConfigurationError, match=r"'\.\./\.\./x'.*not a plain name"):
+        optimizer.select_signature(StructuredMLP(), x)

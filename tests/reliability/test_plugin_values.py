@@ -195,3 +195,35 @@ def test_check_built_plan_refuses_what_is_not_a_plan(tmp_path):
     context = ProviderContext(artifact_dir=tmp_path)
     with pytest.raises(ProviderBuildError, match="BuiltPlan"):
         check_built_plan(object(), context, plan_name="odd", plugin="odd_plugin")
+
+
+def test_a_race_with_non_finite_plan_metadata_still_saves_its_report(race, x, tmp_path):
+    import json
+
+    from dlopt.testing.models import StructuredMLP
+
+    class NanMetadata:
+        name = "nan_meta"
+        precision = "fp32"
+
+        def probe(self, context):
+            return ProviderAvailability.ok(sdk_versions={"sdk": float("nan")})
+
+        def build(self, model, context):
+            def runner(*args):
+                race.clock.advance(1e-3)
+                return model(*args)
+
+            return BuiltPlan(
+                runner=runner, metadata={"score": float("inf"), "dtype": torch.float16}
+            )
+
+    decision = race.optimizer(race.fake("eager_fp32", 3e-3), NanMetadata()).select_signature(
+        StructuredMLP(), x
+    )
+    path = decision.save_report(tmp_path / "report.json")
+    saved = json.loads(path.read_text())
+    evidence = next(c for c in saved["candidates"] if c["name"] == "nan_meta")
+    assert evidence["metadata"] == {"score": None, "dtype": "torch.float16"}
+    runtime = next(p for p in saved["runtime"]["providers"] if p["name"] == "nan_meta")
+    assert runtime["sdk_versions"] == {"sdk": None}

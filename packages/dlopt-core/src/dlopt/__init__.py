@@ -45,6 +45,11 @@ _LAZY: dict[str, str] = {
     "OptimizationDecision": "dlopt.decision",
     "OptimizationReport": "dlopt.report",
     "load_report": "dlopt.report",
+    # bundles
+    "Bundle": "dlopt.bundle",
+    "BundleError": "dlopt.bundle",
+    "load_bundle": "dlopt.bundle",
+    "verify_bundle": "dlopt.bundle",
 }
 
 __all__ = ["PLUGIN_API_VERSION", "__version__", "hookimpl", *_LAZY]
@@ -60,6 +65,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from dlopt.bundle import Bundle, BundleError, load_bundle, verify_bundle
     from dlopt.decision import OptimizationDecision
     from dlopt.events import Event, EventKind
     from dlopt.measurement import MeasurementPolicy

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -27,7 +29,7 @@ from dlopt.report import (
 )
 from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
 from dlopt.selection import EAGER, SelectionOutcome
-from dlopt.serialization import finite_or_none, to_jsonable
+from dlopt.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.workload import WorkloadProfile
@@ -150,8 +152,12 @@ def candidate_evidence(
         availability_reason=availability.reason if availability else None,
         install_hint=availability.install_hint if availability else None,
         error=cand.error,
-        metadata=_jsonable(cand.plan.metadata) if cand.plan else {},
-        artifacts={k: str(v) for k, v in cand.plan.artifacts.items()} if cand.plan else {},
+        metadata=_recordable(lambda: strict_jsonable(cand.plan.metadata)) if cand.plan else {},
+        artifacts=(
+            _recordable(lambda: {str(k): os.fspath(v) for k, v in cand.plan.artifacts.items()})
+            if cand.plan
+            else {}
+        ),
     )
     if availability is not None and not availability.available:
         return CandidateEvidence(status="unavailable", **base)
@@ -235,6 +241,15 @@ def candidate_evidence(
     )
 
 
+def _recordable(values: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A plan's metadata or artifacts as JSON, or nothing when the plugin's values cannot
+    be recorded (the plan was then rejected at build, and its error says why)."""
+    try:
+        return values()
+    except (ValueError, TypeError):
+        return {}
+
+
 def weighted_statistic(race: RaceResult, measured: Any, statistic: str) -> float | None:
     """Traffic-weighted average of a per-case statistic (``None`` if any case lacks it)."""
     if measured is None or not measured.cases:
@@ -299,17 +314,4 @@ def _quality_summary(policy: OptimizationPolicy) -> dict[str, Any]:
         "allow_nonfinite_reference": quality.allow_nonfinite_reference,
         "reference_rel_tolerance": quality.reference_rel_tolerance,
     }
-    return _jsonable(summary)
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON types only (strict: non-finite floats become None, unknowns become str)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return finite_or_none(value)
-    return str(value)
+    return strict_jsonable(summary)

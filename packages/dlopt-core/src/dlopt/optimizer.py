@@ -19,7 +19,12 @@ from typing import Any
 import torch
 
 from dlopt.decision import OptimizationDecision
-from dlopt.errors import ConfigurationError, DloptError, ReferenceCheckError
+from dlopt.errors import (
+    ConfigurationError,
+    DloptError,
+    ProviderBuildError,
+    ReferenceCheckError,
+)
 from dlopt.events import Event, EventKind
 from dlopt.evidence import CandidateState, build_report, weighted_statistic
 from dlopt.measurement import (
@@ -32,7 +37,8 @@ from dlopt.measurement import (
     time_call,
 )
 from dlopt.measurement.compare import paired_speedup
-from dlopt.policy import OptimizationPolicy
+from dlopt.policy import OptimizationPolicy, check_plan_names
+from dlopt.providers.boundary import check_built_plan, check_plan_name
 from dlopt.providers.contract import BuiltPlan, ExecutionProvider, ProviderContext, ProviderInfo
 from dlopt.providers.loader import ProviderRegistry, load_providers, probe_provider
 from dlopt.report import (
@@ -202,7 +208,7 @@ class InferenceOptimizer:
         return OptimizationDecision(selected.plan, report)
 
     def _providers(self, registry: ProviderRegistry) -> list[ProviderInfo]:
-        names = [p.name for p in self.explicit_providers]
+        names = [check_plan_name(p.name, plugin="explicit") for p in self.explicit_providers]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             # A dict keyed by name would keep the last one silently.
@@ -210,6 +216,8 @@ class InferenceOptimizer:
                 f"providers= holds more than one provider named {', '.join(map(repr, repeated))}; "
                 "plan names must be unique: rename one or pass only one"
             )
+        # A typo in include/exclude would silently race other plans than the user meant.
+        check_plan_names(self.policy, [*(i.name for i in registry.providers), *names])
         explicit = {p.name: ProviderInfo(p, plugin="explicit") for p in self.explicit_providers}
         infos: list[ProviderInfo] = []
         for info in registry.providers:
@@ -252,14 +260,12 @@ class InferenceOptimizer:
                 cand.setup_s = time_call(
                     lambda: built.append(cand.info.provider.build(model, context)), self.clock, sync
                 )
-                # Only a real BuiltPlan is kept: everything later closes and reads it.
-                if not isinstance(built[0], BuiltPlan):
-                    self._check_model(cand, model, guard, stage)
-                    raise TypeError(
-                        f"build() returned {type(built[0]).__name__}, expected BuiltPlan"
-                    )
-                cand.plan = built[0]
+                # Only a real BuiltPlan is kept (everything later closes and reads it), and
+                # only once its names, paths and values are checked at the plugin boundary.
+                if isinstance(built[0], BuiltPlan):
+                    cand.plan = built[0]
                 self._check_model(cand, model, guard, stage)
+                check_built_plan(built[0], context, plan_name=cand.name, plugin=cand.info.plugin)
                 stage = "first_call"
                 plan = cand.plan
                 with torch.inference_mode():
@@ -278,7 +284,7 @@ class InferenceOptimizer:
                 if cand.error is None:
                     message = (
                         str(exc)
-                        if isinstance(exc, InputsWrittenError)
+                        if isinstance(exc, (InputsWrittenError, ProviderBuildError))
                         else f"{type(exc).__name__}: {exc}"
                     )
                     # A plan can change the model and then fail: put the weights back too.
