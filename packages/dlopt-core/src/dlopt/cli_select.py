@@ -236,6 +236,19 @@ def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def quantized_share(metadata: dict[str, Any]) -> str | None:
+    """``"quantized 1 of 8 ops"`` when a quantizing plan left part of the model in full
+    precision (its label alone would overstate it); ``None`` otherwise."""
+    fraction = metadata.get("quantized_fraction")
+    if not isinstance(fraction, (int, float)) or fraction >= 1:
+        return None
+    for unit in ("ops", "layers"):
+        done, of = metadata.get(f"quantized_{unit}"), metadata.get(f"quantizable_{unit}")
+        if isinstance(done, int) and isinstance(of, int):
+            return f"quantized {done} of {of} {unit}"
+    return f"quantized {fraction:.0%}"
+
+
 def candidates_table(report: Any) -> str:
     from dlopt.cli import format_table
 
@@ -260,6 +273,9 @@ def candidates_table(report: Any) -> str:
             if faults >= PAGE_FAULT_HINT_THRESHOLD:
                 # glibc handing large buffers back to the OS every call: a real, fixable cost.
                 note += f"; {faults:.0f} page faults/call (allocator churn: see MALLOC_MMAP_THRESHOLD_ or jemalloc)"
+        coverage = quantized_share(c.metadata)
+        if coverage and c.status != "unavailable":
+            note = f"{coverage}; {note}" if note else coverage
         rows.append(
             (
                 c.name,
