@@ -143,7 +143,8 @@ def candidate_evidence(
         if cand.plan
         else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
     )
-    base = dict(
+    plan = cand.plan
+    base: dict[str, Any] = dict(
         name=cand.name,
         precision=precision,
         plugin=cand.info.plugin,
@@ -152,10 +153,10 @@ def candidate_evidence(
         availability_reason=availability.reason if availability else None,
         install_hint=availability.install_hint if availability else None,
         error=cand.error,
-        metadata=_recordable(lambda: strict_jsonable(cand.plan.metadata)) if cand.plan else {},
+        metadata=_recordable(lambda: strict_jsonable(plan.metadata)) if plan else {},
         artifacts=(
-            _recordable(lambda: {str(k): os.fspath(v) for k, v in cand.plan.artifacts.items()})
-            if cand.plan
+            _recordable(lambda: {str(k): os.fspath(v) for k, v in plan.artifacts.items()})
+            if plan
             else {}
         ),
     )

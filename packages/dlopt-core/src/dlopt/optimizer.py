@@ -265,9 +265,10 @@ class InferenceOptimizer:
                 if isinstance(built[0], BuiltPlan):
                     cand.plan = built[0]
                 self._check_model(cand, model, guard, stage)
-                check_built_plan(built[0], context, plan_name=cand.name, plugin=cand.info.plugin)
+                plan: BuiltPlan = check_built_plan(
+                    built[0], context, plan_name=cand.name, plugin=cand.info.plugin
+                )
                 stage = "first_call"
-                plan = cand.plan
                 with torch.inference_mode():
                     for case in reference.cases:
                         # Its own copy: a plan that writes into its inputs must not change
