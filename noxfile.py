@@ -41,7 +41,8 @@ def _install(session: nox.Session, *providers: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Core plus all four providers with their CPU-usable SDKs."""
+    """Core plus all four providers with their CPU-usable SDKs: every distribution's tests
+    and the cross-distribution tests in tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
     session.install(*TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
@@ -52,7 +53,7 @@ def tests_core(session: nox.Session) -> None:
     """Core alone: proves dlopt-core works with no provider distribution installed."""
     _install(session)
     session.install(*TEST_DEPS)
-    session.run("pytest", "tests", *session.posargs)
+    session.run("pytest", f"{CORE}/tests", *session.posargs)
 
 
 @nox.session(python=PYTHON, name="tests-provider")

@@ -255,19 +255,3 @@ def test_torchao_scheme_reports_the_fraction_it_quantized(tmp_path: Path, scheme
         assert (mlp.metadata["quantized_layers"], mlp.metadata["quantized_fraction"]) == (2, 1.0)
     finally:
         mlp.close()
-
-
-def test_the_table_says_how_much_of_the_model_a_partial_plan_quantized():
-    from dlopt.cli_select import quantized_share
-
-    assert quantized_share(
-        {"quantized_fraction": 0.125, "quantized_ops": 1, "quantizable_ops": 8}
-    ) == ("quantized 1 of 8 ops")
-    assert quantized_share(
-        {"quantized_fraction": 0.5, "quantized_layers": 1, "quantizable_layers": 2}
-    ) == ("quantized 1 of 2 layers")
-    assert (
-        quantized_share({"quantized_fraction": 1.0, "quantized_ops": 2, "quantizable_ops": 2})
-        is None
-    )
-    assert quantized_share({}) is None
