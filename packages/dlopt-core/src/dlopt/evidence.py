@@ -15,7 +15,7 @@ from dlopt import __version__
 from dlopt.measurement import PeakMemory, RaceResult, RatioInterval
 from dlopt.measurement.compare import paired_speedup
 from dlopt.policy import OptimizationPolicy
-from dlopt.providers.contract import BuiltPlan, ProviderInfo
+from dlopt.providers.contract import BuiltPlan, ProviderInfo, Role
 from dlopt.providers.loader import ProviderRegistry, ProviderStatus
 from dlopt.report import (
     SCHEMA_VERSION,
@@ -28,7 +28,7 @@ from dlopt.report import (
     WorkloadSummary,
 )
 from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
-from dlopt.selection import EAGER, SelectionOutcome
+from dlopt.selection import SelectionOutcome
 from dlopt.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
@@ -45,6 +45,8 @@ class CandidateState:
     setup_s: float | None = None
     first_calls_s: list[float] = attrs.field(factory=list)
     memory: PeakMemory | None = None
+    options: Any = None
+    device_memory_mb: float | None = None
     validation: ValidationResult | None = None
     #: After the race: the outputs of the plan's last measured call per case, validated.
     revalidation: ValidationResult | None = None
@@ -55,6 +57,14 @@ class CandidateState:
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def role(self) -> Role:
+        return Role.of(self.info.provider)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.role is Role.REFERENCE
 
     @property
     def alive(self) -> bool:
@@ -147,6 +157,10 @@ def candidate_evidence(
     base: dict[str, Any] = dict(
         name=cand.name,
         precision=precision,
+        role=cand.role.value,
+        options=_recordable(lambda: to_jsonable(cand.options))
+        if cand.options is not None
+        else None,
         plugin=cand.info.plugin,
         distribution=cand.info.distribution,
         version=cand.info.version,
@@ -187,12 +201,17 @@ def candidate_evidence(
         status = "baseline"
     else:
         status = "lost"
-    versus_eager = comparisons.get((cand.name, EAGER))
+    versus_eager = comparisons.get((cand.name, outcome.reference))
     versus_base = comparisons.get((cand.name, outcome.baseline))
     judged = versus_base or versus_eager
-    steady_eager = measured.speedup_vs_baseline if measured and cand.name != EAGER else None
+    steady_eager = measured.speedup_vs_baseline if measured and not cand.is_reference else None
     steady_native = None
-    if measured and cand.alive and outcome.baseline != EAGER and cand.name != outcome.baseline:
+    if (
+        measured
+        and cand.alive
+        and outcome.baseline != outcome.reference
+        and cand.name != outcome.baseline
+    ):
         steady_native = paired_speedup(race, cand.name, outcome.baseline)
     mean = measured.weighted_mean_ms if measured else None
     total = finite_or_none(outcome.projected_total_ms.get(cand.name))
@@ -223,6 +242,7 @@ def candidate_evidence(
         peak_memory_mb=cand.memory.mb if cand.memory else None,
         peak_memory_method=cand.memory.method if cand.memory else None,
         peak_memory_note=cand.memory.note if cand.memory else None,
+        device_memory_mb=cand.device_memory_mb,
         setup_time_s=cand.setup_s,
         first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
         projected_total_ms=finite_or_none(total),

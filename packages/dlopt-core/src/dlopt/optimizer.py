@@ -10,12 +10,15 @@ One data flow, stage by stage (each stage lives in its own module):
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
+import logging
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from dlopt.decision import OptimizationDecision
@@ -37,14 +40,22 @@ from dlopt.measurement import (
     time_call,
 )
 from dlopt.measurement.compare import paired_speedup
-from dlopt.policy import OptimizationPolicy, check_plan_names
+from dlopt.policy import OptimizationPolicy, check_plan_names, structure_options
 from dlopt.providers.boundary import check_built_plan, check_plan_name
-from dlopt.providers.contract import BuiltPlan, ExecutionProvider, ProviderContext, ProviderInfo
+from dlopt.providers.contract import (
+    BuiltPlan,
+    ExecutionProvider,
+    PreparedCase,
+    ProviderContext,
+    ProviderInfo,
+    Role,
+)
 from dlopt.providers.loader import ProviderRegistry, load_providers, probe_provider
 from dlopt.report import (
     StageError,
 )
-from dlopt.selection import EAGER, Costs, SelectionOutcome, choose
+from dlopt.selection import Costs, SelectionOutcome, choose
+from dlopt.serialization import finite_or_none
 from dlopt.target import ExecutionTarget
 from dlopt.validation import (
     InputFingerprint,
@@ -59,6 +70,7 @@ from dlopt.validation import (
 from dlopt.workload import WorkloadCase, WorkloadProfile
 
 Observer = Callable[[Event], None]
+log = logging.getLogger(__name__)
 
 
 class InferenceOptimizer:
@@ -176,8 +188,8 @@ class InferenceOptimizer:
             # eager_fp32 comes first: if its plan cannot serve, nothing else is built.
             for cand in candidates:
                 self._prepare(cand, model, context, reference, guard, emit)
-                if cand.name == EAGER and not cand.alive:
-                    raise ReferenceCheckError(_eager_failure(cand))
+                if cand.is_reference and not cand.alive:
+                    raise ReferenceCheckError(_reference_failure(cand))
 
             race, last_outputs = self._race(candidates, reference, workload, emit)
             self._check_model_after_race(model, guard)
@@ -223,11 +235,21 @@ class InferenceOptimizer:
         for info in registry.providers:
             infos.append(explicit.pop(info.name, info))
         infos.extend(explicit.values())
-        # eager_fp32 is the reference: it always races, whatever include/exclude say.
-        chosen = [i for i in infos if i.name == EAGER or self.policy.wants(i.name)]
-        chosen.sort(key=lambda i: i.name != EAGER)
-        if not chosen or chosen[0].name != EAGER:
-            raise ConfigurationError("no eager_fp32 provider: it is required as the reference plan")
+        # The reference (eager fp32) always races, whatever include/exclude say, and first.
+        roles = {i.name: _declared_role(i) for i in infos}
+        chosen = [i for i in infos if roles[i.name] is Role.REFERENCE or self.policy.wants(i.name)]
+        references = [i.name for i in chosen if roles[i.name] is Role.REFERENCE]
+        if len(references) != 1:
+            raise ConfigurationError(
+                "no provider declares the reference role (core's eager_fp32 does): reinstall "
+                "dlopt-core"
+                if not references
+                else f"more than one provider declares the reference role: "
+                f"{', '.join(references)}; only one plan (eager fp32) can be the reference: "
+                "a plugin's plan declares Role.NATIVE or Role.CHALLENGER"
+            )
+        chosen.sort(key=lambda i: roles[i.name] is not Role.REFERENCE)
+        self._check_plan_options(chosen)
         return chosen
 
     def _prepare(
@@ -240,6 +262,8 @@ class InferenceOptimizer:
         emit: Callable[[Event], None],
     ) -> None:
         """Probe, build (timed), first-call every case (timed), check the model, validate."""
+        context = attrs.evolve(context, options=self._plan_options(cand.info))
+        cand.options = context.options
         cand.status = probe_provider(cand.info, context)
         if not cand.status.availability.available:
             emit(
@@ -250,7 +274,14 @@ class InferenceOptimizer:
                 )
             )
             return
-        sync = self._synchronize()
+        # Build gets what core knows: the inputs as plans are called with them, the
+        # reference outputs and the probe's answer (no second probe, no second eager run).
+        context = attrs.evolve(
+            context,
+            cases=_prepared_cases(reference),
+            availability=cand.status.availability,
+        )
+        sync = self._synchronize(None)
         outputs: list[Any] = []
         memory_probe = MemoryProbe(self.target.device).start()
         try:
@@ -269,6 +300,7 @@ class InferenceOptimizer:
                     built[0], context, plan_name=cand.name, plugin=cand.info.plugin
                 )
                 stage = "first_call"
+                sync = self._synchronize(plan)
                 with torch.inference_mode():
                     for case in reference.cases:
                         # Its own copy: a plan that writes into its inputs must not change
@@ -296,6 +328,7 @@ class InferenceOptimizer:
                     cand.error = StageError(stage, message)
         finally:
             cand.memory = memory_probe.stop()
+            cand.device_memory_mb = _device_memory(cand.plan)
         if cand.error is None:
             cand.validation = self._validate_calls(cand, outputs, reference)
             if not cand.validation.passed:
@@ -360,7 +393,42 @@ class InferenceOptimizer:
                 "max_peak_memory_mb",
                 " MB",
             ),
+            (
+                "device memory (as the plan's runtime reports it)",
+                cand.device_memory_mb,
+                limits.max_peak_memory_mb,
+                "max_peak_memory_mb",
+                " MB",
+            ),
         )
+
+    def _plan_options(self, info: ProviderInfo) -> Any:
+        """The plan's options: the user's values for it, over the provider's defaults."""
+        options_type = getattr(info.provider, "options_type", None)
+        if options_type is None:
+            return None
+        return structure_options(
+            options_type, self.policy.plan_options.get(info.name, {}), plan=info.name
+        )
+
+    def _check_plan_options(self, chosen: list[ProviderInfo]) -> None:
+        """Options for a plan that is not raced, or that takes none, are a user's mistake."""
+        by_name = {i.name: i for i in chosen}
+        for name, values in self.policy.plan_options.items():
+            info = by_name.get(name)
+            if info is None:
+                close = difflib.get_close_matches(name, list(by_name), n=3, cutoff=0.6)
+                hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+                raise ConfigurationError(
+                    f"plan_options names {name!r}, which is not a plan of this race{hint} "
+                    f"(raced: {', '.join(by_name)})"
+                )
+            if getattr(info.provider, "options_type", None) is None and values:
+                raise ConfigurationError(
+                    f"plan {name!r} takes no options, but plan_options gives it "
+                    f"{', '.join(map(repr, values))}"
+                )
+            self._plan_options(info)  # refuses unknown or ill-typed values now, not mid-race
 
     def _race(
         self,
@@ -399,11 +467,11 @@ class InferenceOptimizer:
                 race = run_race(
                     callables,
                     weights=workload.weights,
-                    baseline=EAGER,
+                    baseline=alive[0].name,  # the reference, first and alive
                     min_speedup=self.policy.constraints.min_speedup,
                     policy=self.policy.measurement,
                     clock=self.clock,
-                    synchronize=self._synchronize(),
+                    synchronize={c.name: self._synchronize(c.plan) for c in alive},
                     on_round=on_round,
                     case_names=[case.name for case in reference.cases],
                 )
@@ -413,7 +481,7 @@ class InferenceOptimizer:
             # run_race records a failing challenger and goes on; only the baseline's own
             # error propagates: the reference cannot serve, so no decision can be made.
             raise ReferenceCheckError(
-                f"the eager_fp32 reference plan raised while being measured: "
+                f"the reference plan {alive[0].name!r} raised while being measured: "
                 f"{type(exc).__name__}: {exc}; the model must serve the workload inputs on "
                 "every call: fix the model or the inputs"
             ) from exc
@@ -474,9 +542,9 @@ class InferenceOptimizer:
                 "the outputs of its last measured calls failed validation: "
                 f"{cand.revalidation.reason}"
             )
-            if cand.name == EAGER:
+            if cand.is_reference:
                 raise ReferenceCheckError(
-                    f"the eager_fp32 reference plan drifted during the race: {message}; "
+                    f"the reference plan {cand.name!r} drifted during the race: {message}; "
                     "the model is not deterministic across calls"
                 )
             cand.error = StageError("revalidation", message)
@@ -499,8 +567,8 @@ class InferenceOptimizer:
             if chosen.final_check.passed:
                 return outcome
             message = f"a fresh call after the race failed validation: {chosen.final_check.reason}"
-            if chosen.name == EAGER:
-                raise ReferenceCheckError(f"the eager_fp32 reference plan: {message}")
+            if chosen.is_reference:
+                raise ReferenceCheckError(f"the reference plan {chosen.name!r}: {message}")
             chosen.error = StageError("revalidation", message)
             self._reject(chosen, emit)
 
@@ -508,7 +576,7 @@ class InferenceOptimizer:
         self, cand: CandidateState, reference: ReferenceOutputs
     ) -> ValidationResult:
         assert cand.plan is not None
-        sync = self._synchronize()
+        sync = self._synchronize(cand.plan)
         outputs = []
         try:
             with torch.inference_mode():
@@ -526,7 +594,7 @@ class InferenceOptimizer:
     ) -> None:
         limits = self.policy.constraints
         for cand in candidates:
-            if not cand.alive or cand.name == EAGER:
+            if not cand.alive or cand.is_reference:
                 continue
             measured = race.candidate(cand.name)
             cand.error = _first_violation(
@@ -557,7 +625,7 @@ class InferenceOptimizer:
             if not cand.alive:
                 continue
             steady = race.candidate(cand.name).weighted_mean_ms
-            if steady is None and cand.name != EAGER:
+            if steady is None and not cand.is_reference:
                 unmeasured.append(cand.name)
                 continue
             eligible.append(
@@ -570,8 +638,10 @@ class InferenceOptimizer:
                 )
             )
 
+        reference = candidates[0].name
+
         def steady_speedup(name: str, against: str) -> RatioInterval | None:
-            if against == EAGER:
+            if against == reference:
                 return race.candidate(name).speedup_vs_baseline
             return paired_speedup(race, name, against)
 
@@ -584,12 +654,14 @@ class InferenceOptimizer:
             confidence=race.confidence,
             unmeasured=unmeasured,
             budget_note=race.budget_overrun() if race.stop_reason == "time_budget" else None,
+            reference=reference,
+            natives=[c.name for c in candidates if c.role is Role.NATIVE],
         )
 
     # -- helpers ---------------------------------------------------------------------
     def _reject(self, cand: CandidateState, emit: Callable[[Event], None]) -> None:
         assert cand.error is not None
-        if cand.plan is not None and cand.name != EAGER:
+        if cand.plan is not None and not cand.is_reference:
             cand.plan.close()
         emit(
             Event(
@@ -611,7 +683,11 @@ class InferenceOptimizer:
             with contextlib.suppress(Exception):
                 observer(event)
 
-    def _synchronize(self) -> Callable[[], None] | None:
+    def _synchronize(self, plan: BuiltPlan | None) -> Callable[[], None] | None:
+        """What waits for a plan's queued work before a timer stops: the plan's own
+        ``synchronize`` if it has one, else the target's torch device (CUDA)."""
+        if plan is not None and plan.synchronize is not None:
+            return plan.synchronize
         if self.target.is_cuda:
             device = self.target.torch_device()
             return functools.partial(torch.cuda.synchronize, device)
@@ -651,14 +727,43 @@ def _restore(guard: ModelGuard, model: torch.nn.Module, problem: str) -> None:
         raise ModelMutatedError(f"{problem}; {exc}") from exc
 
 
-def _eager_failure(cand: CandidateState) -> str:
-    """Why the eager_fp32 reference plan cannot serve, for the error the user sees."""
+def _prepared_cases(reference: ReferenceOutputs) -> tuple[PreparedCase, ...]:
+    """Each case as plans see it, on a private copy so a build cannot change the inputs
+    the race and the validation use."""
+    prepared = []
+    for case in reference.cases:
+        args, kwargs = copy_inputs(case.args, case.kwargs)
+        prepared.append(PreparedCase(case.name, args, kwargs, case.outputs, case.weight))
+    return tuple(prepared)
+
+
+def _device_memory(plan: BuiltPlan | None) -> float | None:
+    """The plan runtime's own device-memory figure (MiB), when it reports one."""
+    if plan is None or plan.device_memory_mb is None:
+        return None
+    try:
+        return finite_or_none(plan.device_memory_mb())
+    except Exception:
+        log.warning("reading the device memory of a plan failed", exc_info=True)
+        return None
+
+
+def _reference_failure(cand: CandidateState) -> str:
+    """Why the reference plan cannot serve, for the error the user sees."""
+    what = f"the reference plan {cand.name!r}"
     if cand.status is not None and not cand.status.availability.available:
         reason = cand.status.availability.reason or "no reason given"
-        return f"the eager_fp32 reference plan is unavailable: {reason}"
+        return f"{what} is unavailable: {reason}"
     if cand.error is not None:
-        return f"the eager_fp32 reference plan failed at {cand.error.stage}: {cand.error.message}"
-    return "the eager_fp32 reference plan was not built"
+        return f"{what} failed at {cand.error.stage}: {cand.error.message}"
+    return f"{what} was not built"
+
+
+def _declared_role(info: ProviderInfo) -> Role:
+    try:
+        return Role.of(info.provider)
+    except TypeError as exc:
+        raise ConfigurationError(f"{exc} (plugin {info.plugin!r})") from None
 
 
 def _first_violation(

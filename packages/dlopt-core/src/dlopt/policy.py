@@ -130,7 +130,10 @@ class OptimizationPolicy:
     (:func:`check_plan_names` refuses names that match no registered plan).
     ``probe_timeout_s``: how long one provider's probe may take before the provider is
     reported unavailable (default ``$DLOPT_PROBE_TIMEOUT_S`` or
-    :data:`DEFAULT_PROBE_TIMEOUT_S`).
+    :data:`DEFAULT_PROBE_TIMEOUT_S`). ``plan_options``: per plan name, the values of that
+    plan's options (``{"onnxruntime_cpu": {"graph_optimization_level": "basic"}}``);
+    unknown plans or options and ill-typed values are refused before anything is built
+    (``dlopt providers --options PLAN`` lists a plan's options).
     """
 
     objective: str = field(default="steady_state_latency", validator=one_of(OBJECTIVES))
@@ -148,6 +151,9 @@ class OptimizationPolicy:
     probe_timeout_s: float = field(
         factory=default_probe_timeout_s,
         validator=number(minimum=0, low_open=True, hint=" (seconds)"),
+    )
+    plan_options: dict[str, dict[str, Any]] = field(
+        factory=dict, converter=lambda v: v, validator=lambda _i, _a, v: _check_plan_options(v)
     )
 
     def wants(self, provider_name: str) -> bool:
@@ -178,3 +184,75 @@ def check_plan_names(policy: OptimizationPolicy, registered: Iterable[str]) -> N
             "; ".join(problems)
             + f". registered plans: {', '.join(known) or 'none'} (see `dlopt providers`)"
         )
+
+
+def _check_plan_options(value: object) -> None:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Mapping) for k, v in value.items()
+    ):
+        raise ConfigurationError(
+            "plan_options must map plan names to dicts of option values, e.g. "
+            f'{{"onnxruntime_cpu": {{"intra_op_threads": 2}}}}; got {value!r}'
+        )
+
+
+@frozen
+class OptionInfo:
+    """One declared plan option, for ``dlopt providers --options`` and the docs."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+
+
+def describe_options(options_type: type | None) -> list[OptionInfo]:
+    """The options an attrs ``options_type`` declares (help from ``metadata["help"]``)."""
+    import attrs
+
+    if options_type is None:
+        return []
+    described = []
+    for a in attrs.fields(options_type):
+        default = a.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()  # type: ignore[attr-defined]
+        kind = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", str(a.type))
+        described.append(OptionInfo(a.name, str(kind), default, str(a.metadata.get("help", ""))))
+    return described
+
+
+def structure_options(options_type: type, values: Mapping[str, Any], *, plan: str) -> Any:
+    """An instance of ``options_type`` from the user's ``values`` (defaults for the rest).
+
+    Unknown names and values of the wrong type are a ConfigurationError naming the plan,
+    the option and what it takes.
+    """
+    from dlopt.serialization import converter
+
+    known = {o.name: o for o in describe_options(options_type)}
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        listing = "; ".join(f"{o.name} ({o.type}, default {o.default!r})" for o in known.values())
+        raise ConfigurationError(
+            f"plan {plan!r} has no option {', '.join(map(repr, unknown))}; its options: "
+            f"{listing or 'none'}"
+        )
+    try:
+        return converter.structure(dict(values), options_type)
+    except Exception as exc:
+        details = _first_leaf(exc)
+        raise ConfigurationError(
+            f"plan {plan!r}: bad option value ({details}); options: "
+            + "; ".join(f"{o.name}: {o.type}" for o in known.values())
+        ) from None
+
+
+def _first_leaf(exc: BaseException) -> str:
+    """The innermost message of a cattrs error group (or the error itself)."""
+    inner = getattr(exc, "exceptions", None)
+    if inner:
+        notes = getattr(inner[0], "__notes__", None) or [""]
+        where = notes[0].rpartition("@ attribute ")[2]
+        return (f"{where}: " if where else "") + _first_leaf(inner[0])
+    return str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"

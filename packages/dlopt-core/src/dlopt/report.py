@@ -57,6 +57,10 @@ class CandidateEvidence:
     name: str
     status: str  # selected | baseline | lost | rejected | unavailable
     precision: str
+    #: reference | native | challenger, as the provider declared it.
+    role: str = "challenger"
+    #: The plan's options as raced (part of what identifies the plan).
+    options: dict[str, Any] | None = None
     plugin: str | None = None
     distribution: str | None = None
     version: str | None = None
@@ -77,6 +81,8 @@ class CandidateEvidence:
     peak_memory_mb: float | None = None
     peak_memory_method: str | None = None
     peak_memory_note: str | None = None
+    #: Peak device memory as the plan's own runtime reports it (``BuiltPlan.device_memory_mb``).
+    device_memory_mb: float | None = None
     setup_time_s: float | None = None
     first_call_time_s: float | None = None
     projected_total_ms: float | None = None

@@ -4,8 +4,9 @@ Pure functions over numbers, no torch: the optimizer gathers the evidence, this 
 decides and explains. The rules:
 
 * Only candidates that passed validation and every constraint take part (``eligible``).
-* The baseline is the native path: ``eager_fp32``, replaced by a ``native`` variant only
-  when that variant itself clears the gate against eager.
+* The baseline is the native path: the reference plan (eager fp32), replaced by a plan
+  of the ``native`` role only when that plan itself clears the gate against the reference.
+  Roles are declared by providers; names carry no meaning.
 * A challenger replaces the baseline only when the lower confidence bound of its speedup
   against the baseline, in the objective the user chose, is at least ``min_speedup``.
   Among several that clear it, the best point estimate wins.
@@ -14,19 +15,15 @@ decides and explains. The rules:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from attrs import frozen
 
 from dlopt.measurement import RatioInterval
 from dlopt.serialization import finite_or_none
 
+#: The name of core's built-in reference plan (the default ``reference`` of ``choose``).
 EAGER = "eager_fp32"
-NATIVE_PREFIX = "native"
-
-
-def is_native(name: str) -> bool:
-    return name == NATIVE_PREFIX or name.startswith(NATIVE_PREFIX + "_")
 
 
 @frozen
@@ -59,6 +56,8 @@ class SelectionOutcome:
     reason: str
     comparisons: tuple[Comparison, ...]
     projected_total_ms: dict[str, float]
+    #: The reference plan the baseline started from.
+    reference: str = EAGER
 
 
 def _steady(costs: Costs) -> float:
@@ -132,8 +131,13 @@ def choose(
     confidence: float,
     unmeasured: Sequence[str] = (),
     budget_note: str | None = None,
+    reference: str = EAGER,
+    natives: Collection[str] = (),
 ) -> SelectionOutcome:
-    """Pick the serving plan among ``eligible`` (which must include ``eager_fp32``).
+    """Pick the serving plan among ``eligible`` (which must include ``reference``).
+
+    ``reference`` names the reference plan (eager fp32); ``natives`` the plans whose
+    provider declares the native role: they may become the baseline.
 
     ``steady_speedup(candidate, reference)`` returns the paired steady-state speedup
     interval of ``candidate`` over ``reference`` from the race. ``unmeasured`` names
@@ -143,23 +147,23 @@ def choose(
     then carries it instead of advice to raise the budget.
     """
     by_name = {c.name: c for c in eligible}
-    if EAGER not in by_name:
-        raise ValueError("eager_fp32 must be eligible: it is the reference plan")
+    if reference not in by_name:
+        raise ValueError(f"{reference} must be eligible: it is the reference plan")
     if objective == "lifecycle_latency" and expected_calls is None:
         raise ValueError("the lifecycle objective needs expected_calls")
     if len(eligible) == 1:
         reason = (
-            "Kept eager_fp32: no other candidate passed validation and the constraints, so "
+            f"Kept {reference}: no other candidate passed validation and the constraints, so "
             "there was nothing to race."
         )
         if unmeasured:
             advice = budget_note or "raise MeasurementPolicy.max_time_s"
             reason = (
-                f"Kept eager_fp32: the measurement budget ran out before any round compared "
+                f"Kept {reference}: the measurement budget ran out before any round compared "
                 f"{', '.join(unmeasured)} with it, so no challenger could clear the "
                 f"{min_speedup:g}x bar; {advice}."
             )
-        return SelectionOutcome(EAGER, EAGER, reason, (), {})
+        return SelectionOutcome(reference, reference, reason, (), {}, reference)
     calls = expected_calls or 0
     totals = (
         {c.name: projected_total_ms(c, calls) for c in eligible}
@@ -178,30 +182,31 @@ def choose(
         return Comparison(name, against, speedup, passed, calls_needed, note)
 
     comparisons: list[Comparison] = []
-    natives = [judge(c.name, EAGER) for c in eligible if is_native(c.name)]
-    comparisons.extend(natives)
-    native_winners = [c for c in natives if c.gate_passed]
-    baseline = max(native_winners, key=_point).candidate if native_winners else EAGER
+    natives_judged = [judge(c.name, reference) for c in eligible if c.name in natives]
+    comparisons.extend(natives_judged)
+    native_winners = [c for c in natives_judged if c.gate_passed]
+    baseline = max(native_winners, key=_point).candidate if native_winners else reference
 
     challengers = [
-        judge(c.name, baseline) for c in eligible if c.name != EAGER and not is_native(c.name)
+        judge(c.name, baseline) for c in eligible if c.name != reference and c.name not in natives
     ]
     comparisons.extend(challengers)
     winners = [c for c in challengers if c.gate_passed]
     selected = max(winners, key=_point).candidate if winners else baseline
     reason = _reason(
+        reference,
         budget_note,
         objective,
         min_speedup,
         confidence,
         baseline,
         selected,
-        natives,
+        natives_judged,
         challengers,
         by_name,
         totals,
     )
-    return SelectionOutcome(selected, baseline, reason, tuple(comparisons), totals)
+    return SelectionOutcome(selected, baseline, reason, tuple(comparisons), totals, reference)
 
 
 def _point(comparison: Comparison) -> float:
@@ -217,6 +222,7 @@ def _fmt(s: RatioInterval | None) -> str:
 
 
 def _reason(
+    reference: str,
     budget_note: str | None,
     objective: str,
     min_speedup: float,
@@ -233,18 +239,18 @@ def _reason(
     )
     level = f"{confidence:.0%}"
     bar = f"the {min_speedup:g}x bar at {level} confidence"
-    if baseline == EAGER:
-        base_text = "The baseline is eager_fp32"
+    if baseline == reference:
+        base_text = f"The baseline is {reference}"
         if natives:
             best = max(natives, key=_point)
             base_text += (
                 f": the best native variant, {best.candidate}, measured {_fmt(best.speedup)} "
-                f"vs eager, below {bar}"
+                f"vs {reference}, below {bar}"
             )
     else:
         won = next(c for c in natives if c.candidate == baseline)
         base_text = (
-            f"{baseline} replaced eager_fp32 as the baseline ({_fmt(won.speedup)} {metric} "
+            f"{baseline} replaced {reference} as the baseline ({_fmt(won.speedup)} {metric} "
             f"speedup, clearing {bar})"
         )
     base_ms = _steady(costs[baseline])

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlopt import PLUGIN_API_VERSION, hookimpl
+from dlopt.plugin import hookimpl
 
-DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+#: The plugin API this module was written for (a literal: it is checked against core's).
+DLOPT_PLUGIN_API_VERSION = "2.0"
 
 
 @hookimpl

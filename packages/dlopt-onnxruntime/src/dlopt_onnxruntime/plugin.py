@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlopt import hookimpl
+from dlopt.plugin import hookimpl
 from dlopt.precision import Precision
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
-DLOPT_PLUGIN_API_VERSION = "1.0"
+DLOPT_PLUGIN_API_VERSION = "2.0"
 
 
 def default_providers() -> list[OnnxRuntimeProvider]:

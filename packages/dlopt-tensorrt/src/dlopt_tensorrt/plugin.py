@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlopt import hookimpl
+from dlopt.plugin import hookimpl
 from dlopt_tensorrt.provider import all_providers
 
-DLOPT_PLUGIN_API_VERSION = "1.0"
+DLOPT_PLUGIN_API_VERSION = "2.0"
 
 
 @hookimpl

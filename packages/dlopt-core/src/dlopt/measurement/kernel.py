@@ -34,6 +34,9 @@ try:  # POSIX only; page faults are simply not recorded elsewhere.
 except ImportError:  # pragma: no cover - Windows
     _resource = None  # type: ignore[assignment]
 
+#: What waits for queued device work: one callable for all plans, or one per plan name.
+Synchronize = Callable[[], None] | Mapping[str, Callable[[], None] | None] | None
+
 #: A call taking at least this share of the time budget is said to overrun it.
 OVERRUN_SHARE = 0.5
 
@@ -168,9 +171,16 @@ class RaceResult:
 class _Candidate:
     """Mutable bookkeeping of one plan during a race."""
 
-    def __init__(self, name: str, fns: Sequence[Callable[[], object]], is_baseline: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        fns: Sequence[Callable[[], object]],
+        is_baseline: bool,
+        sync: Callable[[], None] | None = None,
+    ) -> None:
         n = len(fns)
         self.name = name
+        self.sync = sync
         self.fns = list(fns)
         self.is_baseline = is_baseline
         self.status: str = "racing"  # racing | faster | not_faster | futile | dropped | failed
@@ -214,7 +224,7 @@ class _Race:
         min_speedup: float,
         policy: MeasurementPolicy,
         clock: Clock,
-        synchronize: Callable[[], None] | None,
+        synchronize: Synchronize,
         case_names: Sequence[str] | None,
         cpu: CpuTimeSource | None = None,
     ) -> None:
@@ -232,13 +242,20 @@ class _Race:
         self.log_threshold = math.log(self.min_speedup)
         self.policy = policy
         self.clock = clock
-        self.sync = synchronize
         self.cpu = cpu if policy.quiesce_max_s > 0 else None
         self.seed = (
             policy.seed if policy.seed is not None else random.SystemRandom().randrange(2**32)
         )
         self.rng = random.Random(self.seed)
-        self.cands = [_Candidate(name, fns, name == baseline) for name, fns in candidates.items()]
+        syncs = (
+            synchronize
+            if isinstance(synchronize, Mapping)
+            else dict.fromkeys(candidates, synchronize)
+        )
+        self.cands = [
+            _Candidate(name, fns, name == baseline, syncs.get(name))
+            for name, fns in candidates.items()
+        ]
         self.by_name = {c.name: c for c in self.cands}
         self.base = next(c for c in self.cands if c.is_baseline)
         n_challengers = len(self.cands) - 1
@@ -266,7 +283,7 @@ class _Race:
 
     def _timed_block(self, cand: _Candidate, fn: Callable[[], object], k: int) -> float:
         """Seconds per call of ``k`` back-to-back calls, device work included."""
-        sync = self.sync
+        sync = cand.sync
         if sync is not None:
             sync()
         t0 = self.clock.now_ns()
@@ -777,7 +794,7 @@ def run_race(
     min_speedup: float,
     policy: MeasurementPolicy | None = None,
     clock: Clock | None = None,
-    synchronize: Callable[[], None] | None = None,
+    synchronize: Synchronize = None,
     on_round: Callable[[int, RaceResult], None] | None = None,
     should_continue: Callable[[], bool] | None = None,
     case_names: Sequence[str] | None = None,
@@ -797,7 +814,8 @@ def run_race(
     A challenger whose call raises is recorded as ``"failed"`` with its error and the race
     goes on; an exception from the baseline propagates. ``on_round(round, snapshot)`` gets
     a non-final ``RaceResult`` after every round. ``synchronize`` (e.g.
-    ``torch.cuda.synchronize``) is called around every timed region.
+    ``torch.cuda.synchronize``) is called around every timed region: one callable for every
+    plan, or a mapping from plan name to that plan's own (``None`` for none).
 
     ``cpu`` is the CPU-time source of the quiet-wait before each turn
     (``policy.quiesce_max_s``). ``None`` means ``ProcessCpuTime()`` with the real clock

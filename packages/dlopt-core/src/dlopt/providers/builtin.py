@@ -20,14 +20,14 @@ from attrs import frozen
 from dlopt.hookspecs import hookimpl
 from dlopt.precision import Precision
 from dlopt.providers.contract import (
-    PLUGIN_API_VERSION,
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
+    Role,
 )
 from dlopt.tree import iter_tensors, map_tensors
 
-DLOPT_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+DLOPT_PLUGIN_API_VERSION = "2.0"
 
 _FORMAT_BY_RANK = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -38,6 +38,7 @@ class EagerFp32Provider:
 
     name: str = "eager_fp32"
     precision: Precision = Precision.FP32
+    role: Role = Role.REFERENCE
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         return ProviderAvailability.ok(sdk_versions={"torch": torch.__version__})
@@ -53,6 +54,7 @@ class NativeProvider:
     name: str
     channels_last: bool
     autocast_dtype: torch.dtype | None
+    role: Role = Role.NATIVE
 
     @property
     def precision(self) -> Precision:
@@ -107,11 +109,11 @@ class NativeProvider:
         if self.channels_last:
             eligible = [
                 t
-                for case in (context.workload.cases if context.workload else ())
+                for case in context.cases
                 for t in iter_tensors((case.args, case.kwargs))
                 if t.dim() in _FORMAT_BY_RANK and t.is_floating_point()
             ]
-            if context.workload is not None and not eligible:
+            if context.cases and not eligible:
                 raise ValueError(
                     "channels-last needs 4-D or 5-D floating inputs (images, volumes); "
                     "this workload has none, so the plan would equal eager"

@@ -7,6 +7,7 @@ instance per plan variant it offers (TorchAO registers one per quantization sche
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,7 +28,33 @@ log = logging.getLogger(__name__)
 
 #: The plugin API this core implements, as "MAJOR.MINOR". A plugin declares the version
 #: it was written for; it is compatible when the majors match and its minor is not newer.
-PLUGIN_API_VERSION = "1.0"
+#: dlopt-core 0.1.x implements 1.0; 0.2.x implements 2.0 (see the dlopt-core README).
+PLUGIN_API_VERSION = "2.0"
+
+
+class Role(str, enum.Enum):
+    """What a plan is to the selection; a plan's name carries no meaning.
+
+    ``reference``: eager fp32, the ground truth and the first baseline (one per race).
+    ``native``: PyTorch's own optimized path; may replace the reference as the baseline
+    only by clearing the confidence gate against it. ``challenger``: everything else.
+    """
+
+    REFERENCE = "reference"
+    NATIVE = "native"
+    CHALLENGER = "challenger"
+
+    @classmethod
+    def of(cls, provider: object) -> Role:
+        """The role ``provider`` declares (``challenger`` when it declares none)."""
+        declared = getattr(provider, "role", cls.CHALLENGER)
+        try:
+            return cls(getattr(declared, "value", declared))
+        except ValueError:
+            raise TypeError(
+                f"provider {getattr(provider, 'name', provider)!r} declares role "
+                f"{declared!r}; use one of {', '.join(r.value for r in cls)}"
+            ) from None
 
 
 def api_version_problem(declared: object) -> str | None:
@@ -82,18 +109,46 @@ class ProviderAvailability:
         return cls(False, reason, install_hint, **kwargs)
 
 
+@define(eq=False)
+class PreparedCase:
+    """One workload case as plans see it: inputs on the device where plans are called,
+    and the eager fp32 reference outputs (detached CPU copies) they must reproduce."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    reference: Any
+    weight: float = 1.0
+
+
 @define
 class ProviderContext:
-    """What a provider gets to probe and build: target, policy, workload, artifact dir.
+    """What a provider gets to probe and build.
 
-    ``workload`` is ``None`` during a plain probe (``dlopt providers``) and set during a
-    race; providers use it for input shapes, dynamic axes and calibration.
+    Always set: ``target`` (where plans compute and where they are called), ``policy``,
+    ``artifact_dir``, and ``options``: this plan's options (an instance of the provider's
+    ``options_type``, defaults filled in; ``None`` for a provider without options).
+
+    Set during a race: ``workload`` (the user's cases as given), and at build time
+    ``cases`` (every case's inputs already prepared on ``target.input_device`` plus the
+    reference outputs: compile for, trace with and calibrate on these) and
+    ``availability`` (this provider's probe result from the same race: no need to probe
+    again). A plain probe (``dlopt providers``) has no workload and no cases.
     """
 
     target: ExecutionTarget = field(factory=ExecutionTarget)
     policy: OptimizationPolicy | None = None
     workload: WorkloadProfile | None = None
     artifact_dir: Path = field(factory=lambda: Path("dlopt-artifacts"), converter=Path)
+    options: Any = None
+    cases: tuple[PreparedCase, ...] = field(default=(), converter=tuple)
+    availability: ProviderAvailability | None = None
+
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The first prepared case's ``(args, kwargs)`` (for tracing and export)."""
+        if not self.cases:
+            raise ValueError("no prepared cases: example inputs exist only at build time")
+        return self.cases[0].args, self.cases[0].kwargs
 
     def plan_dir(self, plan_name: str) -> Path:
         """A directory owned by one plan inside the artifact directory (created).
@@ -122,8 +177,16 @@ class BuiltPlan:
     ``runner`` takes the same ``*args, **kwargs`` as the model and returns the same
     structure. ``output_dtype`` declares that floating outputs come back in a lower
     precision dtype (validation upcasts them); ``None`` means they match the reference.
-    ``artifacts`` names files the plan owns (engine, .onnx); ``metadata`` is JSON-able
-    evidence for the report. ``close()`` releases sessions, engines and threads.
+    ``artifacts`` names files the plan owns (engine, .onnx), all inside
+    ``context.plan_dir(name)``; ``metadata`` is JSON-able evidence for the report.
+    ``close()`` releases sessions, engines and threads.
+
+    ``synchronize``: waits until work the runner queued has finished; called before every
+    timer stop (an asynchronous NPU runner would otherwise be timed at enqueue). Without
+    it dlopt synchronizes the target's torch device (CUDA). ``device_memory_mb``: the
+    peak device memory the plan's runtime used, in MiB, as its SDK reports it (an NPU's
+    memory, an arena torch cannot see); reported beside the CPU/CUDA figures and held to
+    ``max_peak_memory_mb`` too.
     """
 
     runner: Callable[..., Any]
@@ -132,6 +195,8 @@ class BuiltPlan:
     metadata: dict[str, Any] = field(factory=dict)
     output_dtype: torch.dtype | None = None
     on_close: Callable[[], None] | None = None
+    synchronize: Callable[[], None] | None = None
+    device_memory_mb: Callable[[], float | None] | None = None
     closed: bool = field(default=False, init=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -168,6 +233,14 @@ class ExecutionProvider(Protocol):
     Implementations keep ``__init__`` and ``probe`` cheap and import their SDK inside
     ``probe``/``build`` only. ``build`` must not modify ``model`` (copy what you change);
     dlopt hashes the weights before and after to check.
+
+    Optional attributes: ``role`` (a :class:`Role`; default ``challenger``),
+    ``options_type`` (an attrs class of the plan's options, each field with a default
+    and ``metadata={"help": ...}``; users pass values per plan in
+    ``OptimizationPolicy(plan_options=...)``), and ``load(directory, metadata, context)
+    -> BuiltPlan`` for a provider that can serve a saved plan again without rebuilding it
+    from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
+    file names, ``metadata`` is the plan's recorded metadata).
     """
 
     @property
@@ -206,3 +279,50 @@ class ProviderInfo:
 def describe_sdk_versions(versions: Mapping[str, str | None]) -> str:
     """``"onnxruntime 1.20.1, onnx -"`` for tables."""
     return ", ".join(f"{k} {v or '-'}" for k, v in versions.items())
+
+
+class Register(Protocol):
+    """The ``register`` callback a ``dlopt_register_providers`` hook receives.
+
+    Call it once per plan: ``register(provider)``. It takes no other argument in plugin
+    API 2.0; an unknown keyword is an error naming the plugin.
+    """
+
+    def __call__(self, provider: ExecutionProvider, /) -> None: ...
+
+
+class Provider:
+    """A base class with the common plumbing; implementing the protocol directly is fine.
+
+    Subclasses set ``name``, ``precision`` (and ``role``, ``options_type`` when needed)
+    and implement :meth:`check` (the availability probe; it may raise) and ``build``.
+    :meth:`probe` guards ``check`` (an exception becomes "unavailable" with its message)
+    and caches the answer per target and options, so repeated probes cost nothing.
+    """
+
+    name: str
+    precision: Precision = Precision.FP32
+    role: Role = Role.CHALLENGER
+    options_type: type | None = None
+    #: The install hint used when ``check`` raises.
+    install_hint: str | None = None
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        """Whether this plan can be built on ``context.target``; may raise."""
+        raise NotImplementedError
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        key = (context.target, repr(context.options))
+        cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
+        if key not in cache:
+            try:
+                cache[key] = self.check(context)
+            except Exception as exc:
+                cache[key] = ProviderAvailability.unavailable(
+                    f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
+                )
+        return cache[key]
+
+    def plan_dir(self, context: ProviderContext) -> Path:
+        """This plan's own directory for artifacts (created)."""
+        return context.plan_dir(self.name)

@@ -16,7 +16,13 @@ import torch
 from attrs import define, field
 
 from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext, _precision
+from dlopt.providers.contract import (
+    BuiltPlan,
+    ProviderAvailability,
+    ProviderContext,
+    Role,
+    _precision,
+)
 from dlopt.tree import map_tensors
 
 
@@ -43,6 +49,7 @@ class FakeProvider:
     name: str
     latency_s: float | Callable[[int], float] = 1e-3
     precision: Precision = field(default=Precision.FP32, converter=_precision)
+    role: Role = field(default=Role.CHALLENGER, converter=Role)
     setup_time_s: float = 0.0
     first_call_time_s: float = 0.0
     fail: FailingStage = field(default=FailingStage.NONE, converter=FailingStage)

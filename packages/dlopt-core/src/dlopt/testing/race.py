@@ -17,6 +17,7 @@ from typing import Any
 from dlopt.measurement import FakeClock, MeasurementPolicy
 from dlopt.optimizer import InferenceOptimizer
 from dlopt.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.providers.contract import Role
 from dlopt.providers.loader import PluginSettings, load_providers
 from dlopt.testing.fakes import FakeProvider
 
@@ -34,7 +35,16 @@ class FakeRace:
         return lambda call: base_s * (1.0 + rng.uniform(-spread, spread))
 
     def fake(self, name: str, latency_s: float, **kwargs: Any) -> FakeProvider:
-        """A :class:`FakeProvider` on this race's clock."""
+        """A :class:`FakeProvider` on this race's clock.
+
+        For brevity in tests, a fake named ``eager_fp32`` stands in for the reference plan
+        and one named ``native_*`` declares the native role, unless ``role`` is given.
+        """
+        if "role" not in kwargs:
+            if name == "eager_fp32":
+                kwargs["role"] = Role.REFERENCE
+            elif name.startswith("native_"):
+                kwargs["role"] = Role.NATIVE
         return FakeProvider(
             name, latency_s=self.jitter(latency_s), advance=self.clock.advance, **kwargs
         )

@@ -1,0 +1,90 @@
+"""Everything a provider author imports, in one module (plugin API 2.0).
+
+A provider distribution imports from ``dlopt.plugin`` only; the rest of ``dlopt`` may
+move between releases, this module's names do not (they only grow). A plugin module::
+
+    from dlopt.plugin import (
+        BuiltPlan, Precision, Provider, ProviderAvailability, ProviderContext, hookimpl,
+    )
+
+    DLOPT_PLUGIN_API_VERSION = "2.0"  # the literal version this plugin was written for
+
+
+    class MyNpuProvider(Provider):
+        name = "mynpu_int8"
+        precision = Precision.INT8
+
+        def check(self, context): ...
+        def build(self, model, context) -> BuiltPlan: ...
+
+
+    @hookimpl
+    def dlopt_register_providers(register):
+        register(MyNpuProvider())
+
+Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implements 1.0,
+0.2.x implements 2.0 (require ``dlopt-core>=0.2,<0.3`` for 2.0).
+"""
+
+from __future__ import annotations
+
+from dlopt.errors import ConfigurationError, DloptError, ProviderBuildError, WorkloadError
+from dlopt.fileio import atomic_write_bytes
+from dlopt.hookspecs import hookimpl
+from dlopt.precision import Precision
+from dlopt.probing import (
+    base_version,
+    check_distribution,
+    distribution_version,
+    find_cxx_compiler,
+    try_import,
+    version_satisfies,
+)
+from dlopt.providers.boundary import is_plain_name
+from dlopt.providers.contract import (
+    PLUGIN_API_VERSION,
+    BuiltPlan,
+    ExecutionProvider,
+    PreparedCase,
+    Provider,
+    ProviderAvailability,
+    ProviderContext,
+    Register,
+    Role,
+)
+from dlopt.serialization import atomic_write_text
+from dlopt.target import ExecutionTarget
+from dlopt.tree import iter_tensors, map_tensors
+from dlopt.workload import WorkloadCase, WorkloadProfile
+
+__all__ = [
+    "PLUGIN_API_VERSION",
+    "BuiltPlan",
+    "ConfigurationError",
+    "DloptError",
+    "ExecutionProvider",
+    "ExecutionTarget",
+    "Precision",
+    "PreparedCase",
+    "Provider",
+    "ProviderAvailability",
+    "ProviderBuildError",
+    "ProviderContext",
+    "Register",
+    "Role",
+    "WorkloadCase",
+    "WorkloadError",
+    "WorkloadProfile",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "base_version",
+    "check_distribution",
+    "distribution_version",
+    "find_cxx_compiler",
+    "hookimpl",
+    "is_plain_name",
+    "iter_tensors",
+    "map_tensors",
+    "try_import",
+    "version_satisfies",
+]
