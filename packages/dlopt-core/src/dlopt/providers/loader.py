@@ -18,6 +18,7 @@ reported like any other failure; ``KeyboardInterrupt`` still stops the host.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
@@ -38,10 +39,12 @@ from dlopt.policy import default_probe_timeout_s
 from dlopt.probing import importlib_metadata
 from dlopt.providers.boundary import check_plan_name, normalize_availability
 from dlopt.providers.contract import (
+    PLUGIN_API_VERSION,
     ExecutionProvider,
     ProviderAvailability,
     ProviderContext,
     ProviderInfo,
+    Role,
     api_version_problem,
 )
 
@@ -140,12 +143,17 @@ class ProviderRegistry:
         raise KeyError(f"no provider named {name!r}; registered: {known}")
 
     def emit(self, event: Event) -> None:
-        """Deliver ``event`` to every ``dlopt_on_event`` observer; observer errors are logged."""
-        for impl in self.plugin_manager.hook.dlopt_on_event.get_hookimpls():
+        """Deliver ``event`` to every ``dlopt_on_event`` observer; observer errors are logged.
+
+        Each plugin is called through pluggy on its own (argument matching by name, so an
+        observer may take fewer arguments than the spec), in its own error boundary.
+        """
+        manager = self.plugin_manager
+        for plugin in _plugins_with(manager, "dlopt_on_event"):
             try:
-                impl.function(event=event)
+                _own_caller(manager, "dlopt_on_event", plugin)(event=event)
             except Exception:
-                log.warning("event observer %s failed", impl.plugin_name, exc_info=True)
+                log.warning("event observer %s failed", manager.get_name(plugin), exc_info=True)
 
     def probe_all(self, context: ProviderContext) -> list[ProviderStatus]:
         """Probe every provider on ``context.target``; a probe that raises is 'unavailable'."""
@@ -321,12 +329,27 @@ def load_providers(
             if entry_points is not None
             else importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
         )
+        eps = list(eps)
+        claims = _claims_by_name(eps)
         seen: set[str] = set()
         for ep in eps:
             if ep.name in seen or not settings.wants(ep.name):
                 continue
             seen.add(ep.name)
             distribution, version = _dist_of(ep)
+            if len(claims[ep.name]) > 1:
+                # Which one would load depends on install order: refuse to guess.
+                fail(
+                    PluginFailure(
+                        ep.name,
+                        "load",
+                        f"the entry point name {ep.name!r} in group {ENTRY_POINT_GROUP!r} is "
+                        f"claimed by {' and '.join(claims[ep.name])}; uninstall all but one",
+                        distribution,
+                        version,
+                    )
+                )
+                continue
             try:
                 plugin = ep.load()
             except PLUGIN_ERRORS as exc:
@@ -347,7 +370,10 @@ def load_providers(
             continue
         try:
             manager.register(plugin, name=name)
+            _check_hooks(manager, plugin)
         except PLUGIN_ERRORS as exc:
+            if manager.is_registered(plugin):
+                manager.unregister(plugin)
             fail(PluginFailure(name, "load", _short_error(exc), distribution, version), exc)
             continue
         offered = _call_register_hook(registry, manager, name, plugin, distribution, version, fail)
@@ -374,9 +400,52 @@ def _failed(
     fail(PluginFailure(plugin, stage, _short_error(exc), distribution, version), exc)
 
 
-def _own_impls(hook: Any, plugin: object) -> list[Any]:
-    """One plugin's implementations of ``hook``: each plugin is called in its own boundary."""
-    return [impl for impl in hook.get_hookimpls() if impl.plugin is plugin]
+def _plugins_with(manager: pluggy.PluginManager, hook_name: str) -> list[object]:
+    """The plugins implementing ``hook_name``, in registration order, each once."""
+    hook = getattr(manager.hook, hook_name)
+    return list(dict.fromkeys(impl.plugin for impl in hook.get_hookimpls()))
+
+
+def _own_caller(manager: pluggy.PluginManager, hook_name: str, plugin: object) -> Any:
+    """A pluggy caller of ``hook_name`` that reaches ``plugin`` only (its own boundary)."""
+    others = [p for p in manager.get_plugins() if p is not plugin]
+    return manager.subset_hook_caller(hook_name, remove_plugins=others)
+
+
+def _check_hooks(manager: pluggy.PluginManager, plugin: object) -> None:
+    """Refuse hook implementations that match no dlopt hook (a misspelled name would
+    otherwise load silently and do nothing), and hook-named functions without
+    ``@hookimpl`` (pluggy ignores them)."""
+    known = {n for n in dir(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_")}
+    for attr in dir(plugin):
+        if not attr.startswith(f"{hookspecs.PROJECT_NAME}_") or not callable(
+            getattr(plugin, attr, None)
+        ):
+            continue
+        if attr not in known:
+            close = difflib.get_close_matches(attr, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{attr!r} is not a dlopt hook{hint} (hooks: {', '.join(sorted(known))})"
+            )
+        if manager.parse_hookimpl_opts(plugin, attr) is None:
+            raise TypeError(
+                f"{attr!r} is not marked as a hook implementation: decorate it with "
+                "@hookimpl (from dlopt.plugin import hookimpl)"
+            )
+    manager.check_pending()
+
+
+def _claims_by_name(eps: Sequence[Any]) -> dict[str, list[str]]:
+    """Entry-point name -> the distinct distributions (``name version``) that claim it."""
+    claims: dict[str, list[str]] = {}
+    for ep in eps:
+        distribution, version = _dist_of(ep)
+        origin = distribution or getattr(ep, "value", None) or "an unknown distribution"
+        who = f"{origin} {version or ''}".strip()
+        if who not in claims.setdefault(ep.name, []):
+            claims[ep.name].append(who)
+    return claims
 
 
 def _call_register_hook(
@@ -391,7 +460,12 @@ def _call_register_hook(
     """Call one plugin's ``dlopt_register_providers``; keep what it registered only on success."""
     offered: list[ProviderInfo] = []
 
-    def register(provider: ExecutionProvider, **_future_options: Any) -> None:
+    def register(provider: ExecutionProvider, /, **keywords: Any) -> None:
+        if keywords:
+            raise TypeError(
+                f"register() got unknown keyword(s) {', '.join(map(repr, keywords))}; plugin "
+                f"API {PLUGIN_API_VERSION} takes only the provider: register(provider)"
+            )
         problems = [attr for attr in ("name", "probe", "build") if not hasattr(provider, attr)]
         if problems:
             raise TypeError(
@@ -399,15 +473,15 @@ def _call_register_hook(
                 "providers implement dlopt.ExecutionProvider"
             )
         check_plan_name(provider.name, plugin=name)
+        Role.of(provider)  # a role that is not one of the three is refused here
         taken = {info.name for info in registry.providers} | {info.name for info in offered}
         if provider.name in taken:
             raise ValueError(f"a provider named {provider.name!r} is already registered")
         offered.append(ProviderInfo(provider, name, distribution, version))
 
-    impls = _own_impls(manager.hook.dlopt_register_providers, plugin)
     try:
-        for impl in impls:
-            impl.function(register=register)
+        if plugin in _plugins_with(manager, "dlopt_register_providers"):
+            _own_caller(manager, "dlopt_register_providers", plugin)(register=register)
     except PLUGIN_ERRORS as exc:
         manager.unregister(plugin)
         fail(PluginFailure(name, "register", _short_error(exc), distribution, version), exc)
@@ -426,8 +500,7 @@ def _call_metrics_hook(
 
     A failure here is reported at stage ``register_metrics``; the plugin's providers stay.
     """
-    impls = _own_impls(manager.hook.dlopt_register_metrics, plugin)
-    if not impls:
+    if plugin not in _plugins_with(manager, "dlopt_register_metrics"):
         return []
     # Imported only for plugins that offer metrics: it needs torch.
     from dlopt.validation.user_metrics import (
@@ -438,13 +511,17 @@ def _call_metrics_hook(
 
     offered: dict[str, type] = {}
 
-    def register(metric_name: str, metric_class: type, **_future_options: Any) -> None:
+    def register(metric_name: str, metric_class: type, /, **keywords: Any) -> None:
+        if keywords:
+            raise TypeError(
+                f"register() got unknown keyword(s) {', '.join(map(repr, keywords))}; "
+                "register metrics as register(name, metric_class)"
+            )
         check_metric_registration(metric_name, metric_class, {**known_metrics(), **offered})
         offered[metric_name] = metric_class
 
     try:
-        for impl in impls:
-            impl.function(register=register)
+        _own_caller(manager, "dlopt_register_metrics", plugin)(register=register)
         add_plugin_metrics(offered, name)
     except PLUGIN_ERRORS as exc:
         failed("register_metrics", exc)
