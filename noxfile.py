@@ -14,6 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import nox
+import tomllib
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "lint"]
@@ -53,6 +56,40 @@ def tests_core(session: nox.Session) -> None:
     """Core alone: proves dlopt-core works with no provider distribution installed."""
     _install(session)
     session.install(*TEST_DEPS)
+    session.run("pytest", f"{CORE}/tests", *session.posargs)
+
+
+def _floors(pyproject: str) -> list[str]:
+    """``name>=X`` -> ``name==X`` for every dependency that applies to ``PYTHON``."""
+    with open(pyproject, "rb") as file:
+        dependencies = tomllib.load(file)["project"]["dependencies"]
+    pins = []
+    for line in dependencies:
+        requirement = Requirement(line)
+        if requirement.marker and not requirement.marker.evaluate({"python_version": PYTHON}):
+            continue
+        (floor,) = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        pins.append(f"{requirement.name}=={floor}")
+    return pins
+
+
+@nox.session(python=PYTHON, name="tests-min")
+def tests_min(session: nox.Session) -> None:
+    """Core's tests on the oldest release of every dependency its metadata allows.
+
+    torch's floor is the release the other sessions pin: older CPU wheels are not
+    reachable from the CI machines, so the metadata claims only what is tested.
+    """
+    floors = _floors(f"{CORE}/pyproject.toml")
+    torch_floor = next(pin for pin in floors if pin.startswith("torch=="))
+    if Version(torch_floor.split("==")[1]) != Version(TORCH.split("==")[1]):
+        session.error(f"dlopt-core allows {torch_floor} but the sessions test {TORCH}")
+    # torch first, as the tested CPU wheel; pytest and hypothesis then resolve to releases
+    # that accept the other floors (pluggy's, say).
+    session.install(TORCH)
+    session.install(*[pin for pin in floors if pin != torch_floor], *TEST_DEPS)
+    session.install("--no-deps", "-e", CORE)
+    session.run("python", "-m", "pip", "check")
     session.run("pytest", f"{CORE}/tests", *session.posargs)
 
 
