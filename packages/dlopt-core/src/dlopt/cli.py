@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dlopt.errors import DloptError
 
@@ -33,11 +34,31 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     return "\n".join([line(list(headers)), rule, *(line(row) for row in cells)])
 
 
+def cli_target(args: argparse.Namespace) -> Any:
+    """The ``--device``/``--host`` target of a command, checked against torch."""
+    from dlopt.target import ExecutionTarget
+
+    target = ExecutionTarget(args.device, host=getattr(args, "host", None))
+    target.check_known()
+    return target
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--device`` and ``--host``, shared by every command that names a target."""
+    parser.add_argument("--device", default="cpu", help=f"device to {verb} (default: cpu)")
+    parser.add_argument(
+        "--host",
+        default=None,
+        help="where the model and inputs live when plans compute elsewhere (an SDK that "
+        "takes host tensors: --device npu:0 --host cpu)",
+    )
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from dlopt.runtime import inspect_runtime
     from dlopt.serialization import dumps
 
-    info = inspect_runtime(args.device)
+    info = inspect_runtime(cli_target(args))
     if args.json:
         print(dumps(info))
         return EXIT_OK
@@ -74,10 +95,9 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     from dlopt.providers.contract import ProviderContext
     from dlopt.providers.loader import load_providers
     from dlopt.serialization import to_jsonable
-    from dlopt.target import ExecutionTarget
 
     registry = load_providers()
-    statuses = registry.probe_all(ProviderContext(target=ExecutionTarget(args.device)))
+    statuses = registry.probe_all(ProviderContext(target=cli_target(args)))
     if args.json:
         print(
             json.dumps(
@@ -135,16 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p_inspect = sub.add_parser("inspect", help="show runtime provenance (versions, device, ISA)")
-    p_inspect.add_argument(
-        "--device", default="cpu", help="torch device to describe (default: cpu)"
-    )
+    add_target_arguments(p_inspect, "describe")
     p_inspect.add_argument("--json", action="store_true", help="print the record as JSON")
     p_inspect.set_defaults(handler=_cmd_inspect)
 
     p_prov = sub.add_parser(
         "providers", help="list providers, their availability and install hints"
     )
-    p_prov.add_argument("--device", default="cpu", help="target device to probe (default: cpu)")
+    add_target_arguments(p_prov, "probe")
     p_prov.add_argument("--json", action="store_true", help="print as JSON")
     p_prov.set_defaults(handler=_cmd_providers)
 

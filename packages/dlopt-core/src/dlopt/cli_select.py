@@ -325,12 +325,13 @@ def _cmd_select(args: argparse.Namespace) -> int:
     from dlopt.optimizer import InferenceOptimizer
     from dlopt.policy import DeploymentConstraints, OptimizationPolicy
     from dlopt.providers.loader import load_providers
-    from dlopt.target import ExecutionTarget
     from dlopt.workload import WorkloadCase, WorkloadProfile
 
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
-    target = ExecutionTarget(args.device)
+    from dlopt.cli import cli_target
+
+    target = cli_target(args)
     # Everything the user typed is checked before anything is built or allocated.
     check_outputs(args.report, args.bundle)
     if args.demo:
@@ -426,7 +427,9 @@ def add_select_commands(sub: Any) -> None:
         metavar="NAME=SHAPE@WEIGHT",
         help="a workload case (repeatable), e.g. batch-1=1x3x224x224@70",
     )
-    p.add_argument("--device", default="cpu", help="target device (default: cpu)")
+    from dlopt.cli import add_target_arguments
+
+    add_target_arguments(p, "race on")
     p.add_argument(
         "--objective",
         default="steady_state_latency",

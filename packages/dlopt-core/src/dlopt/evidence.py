@@ -243,6 +243,7 @@ def candidate_evidence(
         peak_memory_method=cand.memory.method if cand.memory else None,
         peak_memory_note=cand.memory.note if cand.memory else None,
         device_memory_mb=cand.device_memory_mb,
+        device_wide_memory_mb=cand.memory.device_wide_mb if cand.memory else None,
         setup_time_s=cand.setup_s,
         first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
         projected_total_ms=finite_or_none(total),

@@ -115,6 +115,7 @@ class InferenceOptimizer:
         if not all(callable(o) for o in observers):
             raise ConfigurationError("observers= takes callables that receive each Event")
         self.target = target if isinstance(target, ExecutionTarget) else ExecutionTarget(target)
+        self.target.check_known()
         self.policy = policy if policy is not None else OptimizationPolicy()
         self.explicit_providers = tuple(providers)
         self._registry = registry
@@ -389,6 +390,13 @@ class InferenceOptimizer:
             (
                 "peak memory",
                 cand.memory.mb if cand.memory else None,
+                limits.max_peak_memory_mb,
+                "max_peak_memory_mb",
+                " MB",
+            ),
+            (
+                "device-wide memory growth",
+                cand.memory.device_wide_mb if cand.memory else None,
                 limits.max_peak_memory_mb,
                 "max_peak_memory_mb",
                 " MB",
@@ -689,8 +697,7 @@ class InferenceOptimizer:
         if plan is not None and plan.synchronize is not None:
             return plan.synchronize
         if self.target.is_cuda:
-            device = self.target.torch_device()
-            return functools.partial(torch.cuda.synchronize, device)
+            return functools.partial(torch.cuda.synchronize, torch.device(self.target.device))
         return None
 
     def _check_model_device(self, model: torch.nn.Module) -> None:
@@ -699,10 +706,11 @@ class InferenceOptimizer:
             tensor = next(iter(model.buffers()), None)
         if tensor is None:
             return
-        if tensor.device.type != self.target.device_type:
+        where = self.target.input_device
+        if tensor.device.type != where.partition(":")[0]:
             raise ConfigurationError(
-                f"the model's weights are on {tensor.device} but the target is {self.target.device}: "
-                f"move the model first (model.to({self.target.device!r})) or choose "
+                f"the model's weights are on {tensor.device} but the target expects the model "
+                f"on {where}: move the model first (model.to({where!r})) or choose "
                 f"ExecutionTarget({tensor.device.type!r})"
             )
 

@@ -83,6 +83,8 @@ class CandidateEvidence:
     peak_memory_note: str | None = None
     #: Peak device memory as the plan's own runtime reports it (``BuiltPlan.device_memory_mb``).
     device_memory_mb: float | None = None
+    #: CUDA: growth of the memory in use on the whole device over build and first calls.
+    device_wide_memory_mb: float | None = None
     setup_time_s: float | None = None
     first_call_time_s: float | None = None
     projected_total_ms: float | None = None

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from attrs import frozen
 
@@ -41,6 +42,11 @@ class PeakMemory:
     mb: float | None
     method: str
     note: str
+    #: CUDA only: growth of the memory in use on the whole device (``torch.cuda.mem_get_info``)
+    #: between the start and the end of the region. It sees what PyTorch's allocator does
+    #: not (ONNX Runtime's and TensorRT's arenas, cuBLAS workspaces), but also any other
+    #: process on the GPU, and only what is still held at the end (not a peak).
+    device_wide_mb: float | None = None
 
 
 # Resetting the process high-water mark is process-wide: a probe started inside another
@@ -168,7 +174,11 @@ class MemoryProbe:
             dev = torch.device(self.device)
             torch.cuda.synchronize(dev)
             torch.cuda.reset_peak_memory_stats(dev)
-            self._state = {"device": dev, "base": torch.cuda.memory_allocated(dev)}
+            self._state = {
+                "device": dev,
+                "base": torch.cuda.memory_allocated(dev),
+                "free": _cuda_free_bytes(torch, dev),
+            }
         except Exception as exc:  # a broken CUDA setup is reported, not raised
             self._state = {
                 "error": f"could not read CUDA memory stats: {type(exc).__name__}: {exc}"
@@ -184,15 +194,31 @@ class MemoryProbe:
             torch.cuda.synchronize(dev)  # type: ignore[arg-type]
             peak = torch.cuda.max_memory_allocated(dev)  # type: ignore[arg-type]
             base = int(self._state["base"])  # type: ignore[call-overload]
+            free_before, free_after = self._state["free"], _cuda_free_bytes(torch, dev)
         except Exception as exc:
             return PeakMemory(
                 None, "none", f"could not read CUDA memory stats: {type(exc).__name__}: {exc}"
             )
+        device_wide = (
+            finite_or_none(max(0, free_before - free_after) / _MB)  # type: ignore[operator]
+            if free_before is not None and free_after is not None
+            else None
+        )
         return PeakMemory(
             finite_or_none(max(0, peak - base) / _MB),
             "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory_allocated at start",
             CUDA_NOTE,
+            device_wide,
         )
+
+
+def _cuda_free_bytes(torch: Any, device: Any) -> int | None:
+    """Free bytes on the whole device (``None`` where the driver cannot say)."""
+    try:
+        free, _total = torch.cuda.mem_get_info(device)
+    except Exception:
+        return None
+    return int(free)
 
 
 @contextlib.contextmanager
