@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from dlopt.errors import DloptError
+from dlopt.errors import ConfigurationError, DloptError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -97,6 +97,8 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     from dlopt.serialization import to_jsonable
 
     registry = load_providers()
+    if args.options:
+        return _print_options(registry, args.options, as_json=args.json)
     statuses = registry.probe_all(ProviderContext(target=cli_target(args)))
     if args.json:
         print(
@@ -143,6 +145,38 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_options(registry: Any, plan: str, *, as_json: bool) -> int:
+    """``dlopt providers --options PLAN``: the options a plan declares."""
+    import difflib
+
+    from dlopt.policy import describe_options
+    from dlopt.serialization import strict_jsonable
+
+    names = [info.name for info in registry.providers]
+    if plan not in names:
+        close = difflib.get_close_matches(plan, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ConfigurationError(f"no plan named {plan!r}{hint} (see `dlopt providers`)")
+    options = describe_options(getattr(registry.get(plan).provider, "options_type", None))
+    if as_json:
+        rows = [
+            {"name": o.name, "type": o.type, "default": o.default, "help": o.help} for o in options
+        ]
+        print(json.dumps(strict_jsonable({"plan": plan, "options": rows}), indent=2))
+        return EXIT_OK
+    if not options:
+        print(f"{plan} takes no options")
+        return EXIT_OK
+    print(
+        format_table(
+            ("option", "type", "default", "help"),
+            [(o.name, o.type, repr(o.default), o.help) for o in options],
+        )
+    )
+    print(f"\npass them with: dlopt select ... --option {plan}.{options[0].name}=VALUE")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dlopt import __version__
 
@@ -164,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_target_arguments(p_prov, "probe")
     p_prov.add_argument("--json", action="store_true", help="print as JSON")
+    p_prov.add_argument(
+        "--options", metavar="PLAN", help="list the options PLAN takes (name, type, default)"
+    )
     p_prov.set_defaults(handler=_cmd_providers)
 
     try:

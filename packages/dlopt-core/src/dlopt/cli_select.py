@@ -50,6 +50,31 @@ def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
     return tuple(int(d) for d in shape_text.split("x")), dtype
 
 
+def parse_plan_options(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """``["onnxruntime_cpu.intra_op_threads=2"]`` -> ``{"onnxruntime_cpu": {"intra_op_threads": 2}}``.
+
+    A value is read as JSON when it parses (``2``, ``true``, ``"x"``, ``[1, 2]``) and kept
+    as text otherwise (``basic``); the plan's option types then check it.
+    """
+    import json
+
+    options: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        key, sep, text = spec.partition("=")
+        plan, dot, name = key.partition(".")
+        if not sep or not dot or not plan or not name:
+            raise ConfigurationError(
+                f"bad --option {spec!r}: write PLAN.OPTION=VALUE, e.g. "
+                "onnxruntime_cpu.intra_op_threads=2 (`dlopt providers --options PLAN` lists them)"
+            )
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        options.setdefault(plan, {})[name] = value
+    return options
+
+
 def parse_case_spec(spec: str) -> tuple[str, tuple[int, ...], str, float]:
     """``"NAME=SHAPE[:dtype]@WEIGHT"`` -> ``(name, shape, dtype, weight)``."""
     name, sep, rest = spec.partition("=")
@@ -367,6 +392,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         measurement=measurement,
         include=tuple(args.include) if args.include else None,
         exclude=tuple(args.exclude),
+        plan_options=parse_plan_options(args.option),
     )
     registry = load_providers()
     registry.plugin_manager.register(ProgressPrinter(), name="dlopt.cli.progress")
@@ -450,6 +476,13 @@ def add_select_commands(sub: Any) -> None:
     )
     p.add_argument(
         "--exclude", action="append", default=[], metavar="PLAN", help="never race these plans"
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="PLAN.OPTION=VALUE",
+        help="a plan option (repeatable); `dlopt providers --options PLAN` lists them",
     )
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
