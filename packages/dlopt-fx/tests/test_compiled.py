@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from dlopt.providers.contract import BuiltPlan, ProviderContext
-from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt.plugin import BuiltPlan, ProviderContext, WorkloadCase, WorkloadProfile
 from dlopt_fx import probes
 from dlopt_fx.compiled import CACHE_SUBDIR, varying_dims
 from dlopt_fx.providers import InductorProvider
@@ -128,19 +127,16 @@ def test_closed_plan_refuses_to_run(compiled: Any) -> None:
         plan(torch.ones(1, 3, 10, 10))
 
 
-def test_varying_dims_follows_the_workload() -> None:
+def test_varying_dims_follows_the_cases() -> None:
     x = torch.ones(2, 3)
-    same = WorkloadProfile(cases=(WorkloadCase("a", args=(x,)), WorkloadCase("b", args=(x,))))
+    same = (WorkloadCase("a", args=(x,)), WorkloadCase("b", args=(x,)))
     assert varying_dims(same) == ("static", {})
-    mixed = WorkloadProfile(
-        cases=(
-            WorkloadCase("a", args=(torch.ones(1, 7), torch.ones(3))),
-            WorkloadCase("b", args=(torch.ones(4, 9), torch.ones(3))),
-        )
+    mixed = (
+        WorkloadCase("a", args=(torch.ones(1, 7), torch.ones(3))),
+        WorkloadCase("b", args=(torch.ones(4, 9), torch.ones(3))),
     )
     assert varying_dims(mixed) == ("marked", {0: (0, 1)})
-    ragged = WorkloadProfile(
-        cases=(WorkloadCase("a", args=(x,)), WorkloadCase("b", args=(x,), kwargs={"m": x}))
-    )
+    ragged = (WorkloadCase("a", args=(x,)), WorkloadCase("b", args=(x,), kwargs={"m": x}))
     assert varying_dims(ragged) == ("automatic", {})
     assert varying_dims(None) == ("automatic", {})
+    assert varying_dims(()) == ("automatic", {})

@@ -11,6 +11,9 @@ class TestFxContract(ProviderContractSuite):
     distribution = "dlopt-fx"
     entry_point = "fx"
     heavy_modules = ()
+    supports_dynamic_shapes = True
+    supports_keyword_inputs = True
+    supports_nested_outputs = True
 
     def make_provider(self) -> FxProvider:
         return FxProvider()
@@ -23,6 +26,9 @@ class TestInductorFreezingContract(ProviderContractSuite):
     entry_point = "fx"
     # Loading the plugin must not import Dynamo/Inductor; hiding them must disable the plan.
     heavy_modules = ("torch._dynamo", "torch._inductor")
+    supports_dynamic_shapes = True
+    supports_keyword_inputs = True
+    supports_nested_outputs = True
 
     def make_provider(self) -> InductorProvider:
         return InductorProvider("inductor_freezing", freezing=True)

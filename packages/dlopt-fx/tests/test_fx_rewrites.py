@@ -8,9 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from dlopt.errors import ProviderBuildError
-from dlopt.providers.contract import ProviderContext
-from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt.plugin import ProviderBuildError, ProviderContext, WorkloadCase, WorkloadProfile
 from dlopt_fx.providers import FxProvider
 from dlopt_fx.rewrites import simplify, trace
 

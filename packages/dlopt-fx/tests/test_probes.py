@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
-from dlopt.workload import WorkloadProfile
+from dlopt.plugin import ExecutionTarget, ProviderContext, WorkloadProfile
 from dlopt_fx import probes
 from dlopt_fx.providers import InductorProvider, default_providers
 
@@ -65,7 +63,9 @@ def test_cuda_target_without_gpu_or_triton(monkeypatch: Any) -> None:
         assert not availability.available and "no CUDA device" in availability.reason
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(sys.modules, "triton", None)
-    availability = provider.probe(_context("cuda"))
+    # A provider caches its probe per target: a changed machine needs a fresh instance.
+    assert provider.probe(_context("cuda")) is availability
+    availability = InductorProvider("inductor").probe(_context("cuda"))
     assert not availability.available
     assert "triton is not installed" in availability.reason
     assert "pip install triton" in availability.install_hint
@@ -90,7 +90,7 @@ def test_max_autotune_declines_short_deployments() -> None:
 def test_probe_does_not_import_dynamo() -> None:
     code = (
         "import sys\n"
-        "from dlopt.providers.contract import ProviderContext\n"
+        "from dlopt.plugin import ProviderContext\n"
         "from dlopt_fx.providers import default_providers\n"
         "for p in default_providers(): p.probe(ProviderContext())\n"
         "print('torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"

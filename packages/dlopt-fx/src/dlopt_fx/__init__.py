@@ -12,6 +12,7 @@ from typing import Any
 _LAZY = {
     "FxProvider": "dlopt_fx.providers",
     "InductorProvider": "dlopt_fx.providers",
+    "InductorOptions": "dlopt_fx.providers",
     "default_providers": "dlopt_fx.providers",
     "build_fx_graph": "dlopt_fx.providers",
     "simplify": "dlopt_fx.rewrites",

@@ -23,15 +23,14 @@ import itertools
 import os
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
-    from dlopt.providers.contract import ProviderContext
-    from dlopt.workload import WorkloadProfile
+    from dlopt.plugin import PreparedCase, ProviderContext, WorkloadCase
 
 #: Sub-directory of a plan's artifact directory that holds Inductor's caches.
 CACHE_SUBDIR = "inductor-cache"
@@ -87,21 +86,24 @@ def _leaf_shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, li
     return spec, leaves
 
 
-def varying_dims(workload: WorkloadProfile | None) -> tuple[str, dict[int, tuple[int, ...]]]:
-    """How to treat shapes for ``workload``: ``(policy, {leaf index: dims})``.
+def varying_dims(
+    cases: Iterable[PreparedCase | WorkloadCase] | None,
+) -> tuple[str, dict[int, tuple[int, ...]]]:
+    """How to treat shapes for ``cases``: ``(policy, {leaf index: dims})``.
 
     ``"static"``: every case has the same input shapes, so compile for exactly those.
     ``"marked"``: the cases share a structure and differ in some dims; only those dims
     are marked dynamic, so one artifact can serve them (dims of size 0/1 stay
     specialised by Dynamo and cost an honest recompile).
-    ``"automatic"``: structures differ (or no workload); Dynamo's automatic dynamic
+    ``"automatic"``: structures differ (or no cases); Dynamo's automatic dynamic
     shapes decide after the first recompile.
     """
-    if workload is None:
+    cases = list(cases or ())
+    if not cases:
         return "automatic", {}
     specs = []
     leaves_per_case = []
-    for case in workload.cases:
+    for case in cases:
         spec, leaves = _leaf_shapes(case.args, case.kwargs)
         specs.append(spec)
         leaves_per_case.append(leaves)
@@ -139,7 +141,7 @@ class CompiledRunner:
     """Calls one plan's compiled entry under ``no_grad`` (Inductor freezing needs grad off,
     and one grad mode keeps Dynamo's guards stable).
 
-    On the first call, the dims that vary across the workload are marked dynamic on
+    On the first call, the dims that vary across the cases are marked dynamic on
     aliases of the inputs (the caller's tensors are not annotated, so other plans that
     see the same tensors are not affected). With ``cache_dir``, every call with a new
     input signature (the calls that can compile) runs inside :func:`inductor_cache_scope`.
@@ -178,7 +180,7 @@ class CompiledRunner:
         leaves, spec = tree_flatten((args, kwargs))
         for index, dims in marks.items():
             if index >= len(leaves) or not isinstance(leaves[index], torch.Tensor):
-                return args, kwargs  # not the workload's structure: leave it to Dynamo
+                return args, kwargs  # not the cases' structure: leave it to Dynamo
             if max(dims) >= leaves[index].dim():
                 return args, kwargs
         for index, dims in marks.items():
@@ -220,20 +222,20 @@ def compile_lazily(
     *,
     tag: str,
     options: dict[str, Any],
-    workload: WorkloadProfile | None,
+    cases: Iterable[PreparedCase | WorkloadCase] | None,
     dynamic_policy: str = "auto",
     cache_dir: Path | None = None,
 ) -> tuple[CompiledRunner, dict[str, Any]]:
     """``torch.compile`` ``module`` behind a per-plan entry; nothing compiles until called.
 
-    ``dynamic_policy``: ``"auto"`` follows the workload (see :func:`varying_dims`),
+    ``dynamic_policy``: ``"auto"`` follows ``cases`` (see :func:`varying_dims`),
     ``"static"`` compiles each shape on its own, ``"automatic"`` leaves it to Dynamo.
     Returns the runner and metadata describing the choices.
     """
     import torch._dynamo  # heavy: imported only when a plan is built
 
     if dynamic_policy == "auto":
-        policy, marks = varying_dims(workload)
+        policy, marks = varying_dims(cases)
     elif dynamic_policy in {"static", "automatic"}:
         policy, marks = dynamic_policy, {}
     else:

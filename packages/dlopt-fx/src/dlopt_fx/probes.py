@@ -16,8 +16,12 @@ from pathlib import Path
 
 from attrs import frozen
 
-from dlopt.probing import check_distribution, distribution_version, find_cxx_compiler
-from dlopt.providers.contract import ProviderAvailability
+from dlopt.plugin import (
+    ProviderAvailability,
+    check_distribution,
+    distribution_version,
+    find_cxx_compiler,
+)
 
 TORCH_SPEC = ">=2.4"
 TORCH_HINT = "pip install 'torch>=2.4'"

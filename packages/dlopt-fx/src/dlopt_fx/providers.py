@@ -3,19 +3,31 @@
 Every plan works on a deep copy of the caller's model. All are fp32 plans: the fx
 rewrites fold in float64 and keep fp32 results, and Inductor computes in the model's
 dtype (results differ by reduction order and fused kernels, within fp32 tolerances).
+
+Builds trace, check and mark dynamic dims on ``context.cases``: the inputs as the race
+prepared them, on the device plans are called with.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from attrs import field, frozen
 
-from dlopt.errors import ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt.plugin import (
+    BuiltPlan,
+    Precision,
+    PreparedCase,
+    Provider,
+    ProviderAvailability,
+    ProviderBuildError,
+    ProviderContext,
+    Role,
+    WorkloadCase,
+)
 from dlopt_fx import probes
 from dlopt_fx.rewrites import (
     REWRITES,
@@ -26,16 +38,35 @@ from dlopt_fx.rewrites import (
     trace,
 )
 
+#: ``torch.compile`` modes a plan may use. The modes with CUDA graphs ("reduce-overhead",
+#: "max-autotune") are not offered: a CUDA-graph plan's outputs are overwritten by its
+#: next call, so a caller that keeps one output while making another call reads garbage.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+#: How a compiled plan treats input shapes (see :func:`dlopt_fx.compiled.varying_dims`).
+DYNAMIC_POLICIES = ("auto", "static", "automatic")
+
+
+def build_cases(context: ProviderContext) -> Sequence[PreparedCase | WorkloadCase]:
+    """The cases a build traces and compiles for.
+
+    In a race: ``context.cases``, already on the device plans are called with. A direct
+    ``build`` call without prepared cases falls back to the workload as given.
+    """
+    if context.cases:
+        return context.cases
+    return context.workload.cases if context.workload is not None else ()
+
 
 def build_fx_graph(
     model: torch.nn.Module, context: ProviderContext, rewrites: tuple[str, ...], plan: str
 ) -> tuple[torch.fx.GraphModule, dict[str, Any]]:
     """Trace a copy of ``model`` and apply ``rewrites``; returns the graph and evidence.
 
-    The workload cases (when given) run once through the traced graph: that records the
-    activation ranks the BatchNorm1d folds need, and proves the trace runs on them.
+    The prepared cases (:func:`build_cases`) run once through the traced graph: that
+    records the activation ranks the BatchNorm1d folds need, and proves the trace runs on
+    the inputs plans are called with.
     """
-    cases = [(c.args, c.kwargs) for c in context.workload.cases] if context.workload else []
+    cases = [(c.args, c.kwargs) for c in build_cases(context)]
     specialized = constant_arguments(model, cases) if cases else {}
     try:
         gm = trace(model, specialized)
@@ -55,19 +86,71 @@ def build_fx_graph(
     return gm, {**report.as_metadata(), "traced_as_constants": sorted(specialized)}
 
 
+def _one_of(name: str, value: str | None, choices: tuple[str, ...], why: str = "") -> None:
+    if value is not None and value not in choices:
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(repr, choices))} or None, got {value!r}{why}"
+        )
+
+
 @frozen
-class FxProvider:
+class InductorOptions:
+    """What a user may set per Inductor plan (``OptimizationPolicy(plan_options=...)``).
+
+    ``None`` keeps the plan's own choice, so each variant stays what its name says
+    unless an option refines it.
+    """
+
+    mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "torch.compile mode: 'default' (no autotuning) or "
+            "'max-autotune-no-cudagraphs' (benchmark kernel choices while compiling: long "
+            "compiles); None keeps the plan's own (autotuning for inductor_max_autotune "
+            "only). Modes with CUDA graphs are not offered: their outputs are overwritten "
+            "by the next call"
+        },
+    )
+    freezing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "fold the weights into the compiled graph as constants; None keeps the "
+            "plan's own choice (on for inductor_freezing, and on CPU with autotuning)"
+        },
+    )
+    dynamic: str | None = field(
+        default=None,
+        metadata={
+            "help": "input shapes: 'auto' marks only the dims that vary across the "
+            "workload's cases dynamic, 'static' compiles every shape on its own, "
+            "'automatic' leaves it to Dynamo; None keeps the plan's own ('auto')"
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        _one_of(
+            "mode",
+            self.mode,
+            COMPILE_MODES,
+            " ('reduce-overhead' and 'max-autotune' use CUDA graphs, whose outputs the "
+            "next call overwrites)"
+            if self.mode in ("reduce-overhead", "max-autotune")
+            else "",
+        )
+        _one_of("dynamic", self.dynamic, DYNAMIC_POLICIES)
+
+
+@frozen
+class FxProvider(Provider):
     """``torch.fx`` trace plus fp32-preserving rewrites, run as a plain GraphModule."""
 
     name: str = "fx"
     rewrites: tuple[str, ...] = REWRITES
     precision: Precision = Precision.FP32
+    role = Role.CHALLENGER
 
-    def probe(self, context: ProviderContext) -> ProviderAvailability:
-        try:
-            return probes.probe_fx()
-        except Exception as exc:  # a probe never raises
-            return ProviderAvailability.unavailable(f"probe failed: {type(exc).__name__}: {exc}")
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        return probes.probe_fx()
 
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         gm, evidence = build_fx_graph(model, context, self.rewrites, self.name)
@@ -79,7 +162,7 @@ class FxProvider:
 
 
 @frozen
-class InductorProvider:
+class InductorProvider(Provider):
     """``torch.compile`` with TorchInductor, of the model or of its ``fx`` rewrite.
 
     ``graph``: ``"model"`` compiles a copy of the model, ``"fx"`` the rewritten fx graph.
@@ -88,8 +171,10 @@ class InductorProvider:
     ``max_autotune``: benchmark kernel/GEMM choices while compiling (slow compiles; on
     CPU the C++ GEMM templates need frozen weights, so freezing is switched on with it;
     CUDA graphs stay off because their outputs are overwritten by the next call).
-    ``dynamic``: ``"auto"`` marks only the dims that vary across the workload's cases,
+    ``dynamic``: ``"auto"`` marks only the dims that vary across the prepared cases,
     ``"static"`` compiles each shape separately, ``"automatic"`` leaves it to Dynamo.
+    These three are the plan's own choices; :class:`InductorOptions` in
+    ``context.options`` refine them per race.
     ``min_expected_calls``: when the workload says fewer calls are expected, the probe
     declines the plan (its compile cannot be repaid).
     ``cache_in_plan_dir``: keep Inductor's caches under the plan's artifact directory
@@ -107,26 +192,36 @@ class InductorProvider:
     rewrites: tuple[str, ...] = REWRITES
     extra_options: tuple[tuple[str, Any], ...] = field(default=())
     precision: Precision = Precision.FP32
+    role = Role.CHALLENGER
+    options_type = InductorOptions
 
-    def options_for(self, device_type: str) -> dict[str, Any]:
+    def options_for(
+        self, device_type: str, options: InductorOptions | None = None
+    ) -> dict[str, Any]:
         """The Inductor config options this plan compiles with on ``device_type``."""
-        options: dict[str, Any] = {}
-        if self.freezing:
-            options["freezing"] = True
-        if self.max_autotune:
-            options["max_autotune"] = True
+        options = options or InductorOptions()
+        max_autotune = self.max_autotune if options.mode is None else options.mode != "default"
+        freezing = self.freezing if options.freezing is None else options.freezing
+        compile_options: dict[str, Any] = {}
+        if max_autotune:
+            compile_options["max_autotune"] = True
             if device_type == "cpu":
-                options["freezing"] = True
+                # The C++ GEMM templates need frozen weights, unless the user said no.
+                freezing = freezing or options.freezing is None
             else:
-                options["coordinate_descent_tuning"] = True
-        options.update(dict(self.extra_options))
-        return options
+                compile_options["coordinate_descent_tuning"] = True
+        if freezing:
+            compile_options["freezing"] = True
+        compile_options.update(dict(self.extra_options))
+        return compile_options
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        return probes.probe_inductor(context.target.device_type)
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
-        try:
-            availability = probes.probe_inductor(context.target.device_type)
-        except Exception as exc:  # a probe never raises
-            return ProviderAvailability.unavailable(f"probe failed: {type(exc).__name__}: {exc}")
+        # The device check is cached by the base class; the workload check is not (the
+        # same plan is probed for workloads that expect different call counts).
+        availability = super().probe(context)
         workload = context.workload
         if (
             availability.available
@@ -145,6 +240,7 @@ class InductorProvider:
         return availability
 
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        options: InductorOptions = context.options or InductorOptions()
         device_type = context.target.device_type
         metadata: dict[str, Any] = {"plan": self.name, "graph": self.graph}
         module: torch.nn.Module
@@ -174,9 +270,9 @@ class InductorProvider:
             runner, compile_metadata = compile_lazily(
                 module,
                 tag=self.name,
-                options=self.options_for(device_type),
-                workload=context.workload,
-                dynamic_policy=self.dynamic,
+                options=self.options_for(device_type, options),
+                cases=build_cases(context),
+                dynamic_policy=options.dynamic or self.dynamic,
                 cache_dir=cache_dir,
             )
         except Exception as exc:
