@@ -10,13 +10,20 @@ from dlopt.testing import ProviderContractSuite
 
 class TestEagerFp32Contract(ProviderContractSuite):
     distribution = "dlopt-core"
+    # The model itself: whatever eager PyTorch serves.
+    supports_dynamic_shapes = True
+    supports_keyword_inputs = True
+    supports_nested_outputs = True
 
     def make_provider(self):
         return EagerFp32Provider()
 
 
 class TestNativeChannelsLastContract(ProviderContractSuite):
+    """Channels-last needs image inputs: the keyword and nested checks' MLPs have none."""
+
     distribution = "dlopt-core"
+    supports_dynamic_shapes = True
 
     def make_provider(self):
         return NativeProvider("native_channels_last", channels_last=True, autocast_dtype=None)
@@ -26,6 +33,7 @@ class TestNativeBf16ChannelsLastContract(ProviderContractSuite):
     """Skips its build checks with the probe's reason on CPUs without native bf16."""
 
     distribution = "dlopt-core"
+    supports_dynamic_shapes = True
 
     def make_provider(self):
         return NativeProvider(

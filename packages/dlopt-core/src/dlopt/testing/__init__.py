@@ -11,9 +11,57 @@ A third-party provider (a private NPU SDK, say) runs the same checks as dlopt's 
 
         def make_provider(self):
             return MyNpuProvider()
+
+The contract suite (:mod:`dlopt.testing.contract`, :mod:`dlopt.testing.fixtures`) needs
+pytest; it is imported only when ``ProviderContractSuite`` is first asked for. The fakes
+(:mod:`dlopt.testing.fakes`), the fake-clock race (:mod:`dlopt.testing.race`), the
+in-process plugin modules (:mod:`dlopt.testing.plugins`) and the small models
+(:mod:`dlopt.testing.models`) import without pytest.
 """
 
-from dlopt.testing.contract import ProviderContractSuite
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from dlopt.testing.fakes import FailingStage, FakeProvider
 
-__all__ = ["FailingStage", "FakeProvider", "ProviderContractSuite"]
+if TYPE_CHECKING:
+    from dlopt.testing.contract import (
+        REQUIRE_AVAILABLE_ENV,
+        BuildSetup,
+        ProviderContractSuite,
+        check_entry_point_claims,
+    )
+
+__all__ = [
+    "REQUIRE_AVAILABLE_ENV",
+    "BuildSetup",
+    "FailingStage",
+    "FakeProvider",
+    "ProviderContractSuite",
+    "check_entry_point_claims",
+]
+
+_FROM_CONTRACT = {
+    "REQUIRE_AVAILABLE_ENV",
+    "BuildSetup",
+    "ProviderContractSuite",
+    "check_entry_point_claims",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The suite imports pytest: load it on first use, so the fakes work without pytest.
+    if name in _FROM_CONTRACT:
+        try:
+            from dlopt.testing import contract
+        except ImportError as exc:
+            if exc.name != "pytest":
+                raise
+            raise ImportError(
+                f"dlopt.testing.{name} is part of the provider contract suite, which runs "
+                "under pytest: pip install pytest (the fakes in dlopt.testing need no pytest)",
+                name="pytest",
+            ) from exc
+        return getattr(contract, name)
+    raise AttributeError(f"module 'dlopt.testing' has no attribute {name!r}")

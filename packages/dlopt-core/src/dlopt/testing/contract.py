@@ -1,36 +1,151 @@
 """The provider contract suite: subclass :class:`ProviderContractSuite` in your tests.
 
-pytest collects every ``test_*`` method of the subclass. Checks that need a build skip
-with the probe's reason when the provider is unavailable on this machine, so one suite
-runs everywhere: on a laptop without the SDK and on the GPU box with it.
+This module needs pytest (``pip install pytest``); the rest of :mod:`dlopt.testing`
+(fakes, the fake race, in-process plugin modules) does not. A provider distribution
+runs the same checks as dlopt's own plans::
+
+    from dlopt.testing import ProviderContractSuite
+
+    class TestMyNpuContract(ProviderContractSuite):
+        distribution = "dlopt-mynpu"        # the distribution that ships the provider
+        entry_point = "mynpu"               # its name in the ``dlopt.providers`` group
+        heavy_modules = ("mynpu_sdk",)      # SDK modules the plugin must not import on load
+        supports_keyword_inputs = True      # declared capabilities switch checks on
+        supports_nested_outputs = True
+
+        def make_provider(self):
+            return MyNpuProvider()
+
+pytest collects every ``test_*`` method of the subclass. **Override points** (methods,
+the way fsspec's and SQLAlchemy's suites do it): :meth:`~ProviderContractSuite.make_provider`
+(required), :meth:`~ProviderContractSuite.make_model` and
+:meth:`~ProviderContractSuite.make_workload` (the main case: a small conv net on batch 1
+and 4), ``make_keyword_model``/``make_keyword_workload``, ``make_nested_model``/
+``make_nested_workload``, ``make_unseen_workload`` (shapes the build never saw),
+:meth:`~ProviderContractSuite.make_options` (the plan's options; default: its defaults),
+and the class attribute ``target`` (an :class:`~dlopt.target.ExecutionTarget`).
+
+**Declared capabilities** (class attributes) switch checks on: ``supports_dynamic_shapes``,
+``supports_keyword_inputs``, ``supports_nested_outputs`` (default off) and
+``supports_save_load`` (default: on when the provider has a ``load`` method); ``device``
+is where inputs live and outputs must come back (default: the target's input device).
+
+**Unavailable providers** skip their build checks with the probe's reason, so one suite
+runs everywhere. On the machine where the provider must work (the vendor's CI with the
+SDK and the device), set ``DLOPT_CONTRACT_REQUIRE_AVAILABLE=1``: "unavailable" is then
+a failure, so a probe that can never succeed (a misspelled SDK module) cannot pass as
+skipped.
+
+Every build check goes through the race's own gate: the provider gets the context the
+race gives it (prepared cases with the eager fp32 reference, the probe's answer, its
+options, an artifact directory), the plan passes the plugin boundary
+(:func:`~dlopt.providers.boundary.check_built_plan`), and its outputs are held to
+:func:`~dlopt.validation.validate_outputs` with the plan's declared precision and
+``output_dtype`` and the default limits.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, ClassVar, NoReturn
 
+import attrs
 import pytest
 import torch
 
+from dlopt.errors import ProviderBuildError
+from dlopt.optimizer import _prepared_cases
+from dlopt.policy import OptimizationPolicy, structure_options
 from dlopt.precision import Precision
 from dlopt.probing import distribution_version, importlib_metadata
+from dlopt.providers.boundary import check_built_plan, is_plain_name, normalize_availability
 from dlopt.providers.contract import (
     BuiltPlan,
     ExecutionProvider,
     ProviderAvailability,
     ProviderContext,
+    Role,
     api_version_problem,
 )
 from dlopt.providers.loader import ENTRY_POINT_GROUP
+from dlopt.serialization import to_jsonable
 from dlopt.target import ExecutionTarget
+from dlopt.testing.models import StructuredMLP
+from dlopt.tree import iter_tensors
+from dlopt.validation import (
+    InputFingerprint,
+    ModelGuard,
+    QualityPolicy,
+    ReferenceOutputs,
+    capture_reference,
+    copy_inputs,
+    validate_outputs,
+)
 from dlopt.workload import WorkloadCase, WorkloadProfile
 
 #: Modules no plugin may import at load time (each provider's SDK).
 ALL_HEAVY_SDKS = ("torch_tensorrt", "tensorrt", "onnxruntime", "torchao", "onnx", "onnxscript")
+
+#: Set to ``1`` where the provider must work: "unavailable" then fails instead of skipping.
+REQUIRE_AVAILABLE_ENV = "DLOPT_CONTRACT_REQUIRE_AVAILABLE"
+
+
+def _fail(message: str) -> NoReturn:
+    pytest.fail(message, pytrace=False)
+
+
+def require_available_from_env(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    """Whether :data:`REQUIRE_AVAILABLE_ENV` asks for an available provider."""
+    value = (os.environ if environ is None else environ).get(REQUIRE_AVAILABLE_ENV, "")
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def check_entry_point_claims(name: str, distribution: str, entry_points: Iterable[Any]) -> Any:
+    """The one ``dlopt.providers`` entry point named ``name``, shipped by ``distribution``.
+
+    Fails (naming every claimant) when no distribution, another distribution, or more
+    than one distribution claims the name: which one the loader would load then depends
+    on install order. Returns the entry point.
+    """
+    found = [ep for ep in entry_points if ep.name == name]
+    if not found:
+        _fail(
+            f"no {ENTRY_POINT_GROUP!r} entry point named {name!r} is installed; declare "
+            f'[project.entry-points."{ENTRY_POINT_GROUP}"] {name} = "<your_package>.plugin" in '
+            f"{distribution}'s pyproject.toml and reinstall it (pip install -e .)"
+        )
+    claimants = sorted({_dist_name(ep) for ep in found})
+    if len(claimants) > 1:
+        _fail(
+            f"the {ENTRY_POINT_GROUP!r} entry point name {name!r} is claimed by "
+            f"{len(claimants)} distributions: {', '.join(claimants)}; each plugin needs a "
+            "name of its own: rename the entry point in one of them (or uninstall the other)"
+        )
+    if claimants != [distribution]:
+        _fail(
+            f"the {ENTRY_POINT_GROUP!r} entry point {name!r} comes from {claimants[0]}, not "
+            f"from {distribution}; set the suite's distribution/entry_point to match"
+        )
+    return found[0]
+
+
+def _dist_name(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    name = dist.metadata["Name"] if dist is not None else None
+    return str(name) if name else f"an unknown distribution ({getattr(ep, 'value', '?')})"
+
+
+def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
+    if tensor.device.type != device.type:
+        return False
+    return device.index is None or tensor.device.index in (None, device.index)
 
 
 class _ContractModel(torch.nn.Module):
@@ -45,9 +160,27 @@ class _ContractModel(torch.nn.Module):
         return self.head(y.mean(dim=(2, 3)))
 
 
+@attrs.define(eq=False)
+class BuildSetup:
+    """Everything one contract build uses, made the way the race makes it.
+
+    ``reference`` holds the eager fp32 outputs (run twice) and the inputs plans are
+    called with; ``context`` is the build context (its ``cases`` are private copies);
+    ``guard`` fingerprints the model before anything is built.
+    """
+
+    provider: Any
+    model: torch.nn.Module
+    workload: WorkloadProfile
+    reference: ReferenceOutputs
+    guard: ModelGuard
+    context: ProviderContext
+
+
 class ProviderContractSuite:
     """Checks every dlopt provider must pass. Set the class attributes, implement
-    :meth:`make_provider`, and optionally override :meth:`make_model` / :meth:`make_workload`.
+    :meth:`make_provider`, declare what the provider supports, and override the other
+    ``make_*`` methods where the defaults do not fit (see the module docstring).
     """
 
     #: Distribution that ships the provider, e.g. ``"dlopt-onnxruntime"``.
@@ -59,22 +192,40 @@ class ProviderContractSuite:
     heavy_modules: ClassVar[tuple[str, ...]] = ()
     #: Seconds a probe may take (a probe runs for every ``dlopt providers`` call).
     max_probe_seconds: ClassVar[float] = 5.0
-    #: Device the build checks run on.
+    #: Where plans compute (and, unless it says otherwise, where inputs live).
     target: ClassVar[ExecutionTarget] = ExecutionTarget("cpu")
 
-    # -- hooks for subclasses ------------------------------------------------------
+    # -- declared capabilities --------------------------------------------------------
+    #: Where the plan's inputs live and its outputs must come back (``None``: the
+    #: target's input device, e.g. ``"cpu"`` for a CPU target).
+    device: ClassVar[str | None] = None
+    #: A plan built on the workload's shapes serves other batch sizes too.
+    supports_dynamic_shapes: ClassVar[bool] = False
+    #: The model may take tensors by keyword (``model(x, mask=m)``).
+    supports_keyword_inputs: ClassVar[bool] = False
+    #: The model may return nested structures (a dict holding a list of tensors).
+    supports_nested_outputs: ClassVar[bool] = False
+    #: A built plan's artifacts reload with ``provider.load(directory, metadata, context)``
+    #: (``None``: whether the provider has a ``load`` method).
+    supports_save_load: ClassVar[bool | None] = None
+    #: Whether "unavailable" fails instead of skipping (``None``: read
+    #: ``DLOPT_CONTRACT_REQUIRE_AVAILABLE`` from the environment).
+    require_available: ClassVar[bool | None] = None
+
+    # -- override points ------------------------------------------------------------
     def make_provider(self) -> ExecutionProvider:
+        """One provider instance to check (required)."""
         raise NotImplementedError("return one provider instance to check")
 
     def make_model(self) -> torch.nn.Module:
-        """A small conv net (Conv-BN-ReLU, pooling, Linear) on the suite's target device."""
+        """A small conv net (Conv-BN-ReLU, pooling, Linear) on the input device."""
         torch.manual_seed(0)
-        return _ContractModel().eval().to(self.target.device)
+        return _ContractModel().eval().to(self.input_device())
 
     def make_workload(self) -> WorkloadProfile:
-        """Batch 1 and batch 4 images on the suite's target device."""
+        """Batch 1 and batch 4 images on the input device."""
         gen = torch.Generator().manual_seed(1)
-        device = self.target.device
+        device = self.input_device()
         return WorkloadProfile(
             cases=(
                 WorkloadCase(
@@ -87,46 +238,358 @@ class ProviderContractSuite:
             name="contract",
         )
 
-    def make_context(
-        self, tmp_path: Any, workload: WorkloadProfile | None = None
-    ) -> ProviderContext:
-        return ProviderContext(target=self.target, workload=workload, artifact_dir=tmp_path)
+    def make_options(self, provider: ExecutionProvider) -> Any:
+        """The plan's options for every build: its ``options_type``'s defaults, built the
+        way the race builds them (``None`` for a provider without options)."""
+        options_type = getattr(provider, "options_type", None)
+        if options_type is None:
+            return None
+        return structure_options(options_type, {}, plan=provider.name)
 
-    # -- helpers -------------------------------------------------------------------
-    def _available_or_skip(self, provider: ExecutionProvider, context: ProviderContext) -> None:
+    def make_keyword_model(self) -> torch.nn.Module:
+        """An MLP taking ``x`` and a boolean ``mask`` keyword (used when
+        ``supports_keyword_inputs``)."""
+        return StructuredMLP(output="tensor").to(self.input_device())
+
+    def make_keyword_workload(self) -> WorkloadProfile:
+        """Batch 1 and 4 with a ``mask`` keyword hiding about half of the outputs."""
+        gen = torch.Generator().manual_seed(2)
+        device = self.input_device()
+        cases = tuple(
+            WorkloadCase(
+                f"batch-{n}",
+                args=(torch.randn(n, 16, generator=gen).to(device),),
+                kwargs={"mask": (torch.rand(n, 8, generator=gen) > 0.5).to(device)},
+            )
+            for n in (1, 4)
+        )
+        return WorkloadProfile(cases=cases, name="contract-keywords")
+
+    def make_nested_model(self) -> torch.nn.Module:
+        """An MLP returning ``{"logits": t, "pooled": [t, t]}`` (used when
+        ``supports_nested_outputs``)."""
+        return StructuredMLP(output="dict").to(self.input_device())
+
+    def make_nested_workload(self) -> WorkloadProfile:
+        """Batch 1 and 4 inputs of :meth:`make_nested_model`."""
+        gen = torch.Generator().manual_seed(3)
+        device = self.input_device()
+        cases = tuple(
+            WorkloadCase(f"batch-{n}", args=(torch.randn(n, 16, generator=gen).to(device),))
+            for n in (1, 4)
+        )
+        return WorkloadProfile(cases=cases, name="contract-nested")
+
+    def make_unseen_workload(self, workload: WorkloadProfile) -> WorkloadProfile:
+        """Inputs of a batch size the build never saw (used when ``supports_dynamic_shapes``):
+        the case with the most rows, with one more row on dimension 0 of every tensor
+        (override when dimension 0 is not the batch)."""
+        largest = max(workload.cases, key=_rows)
+
+        def grow(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                return torch.cat([value, value[:1]])
+            return value
+
+        case = WorkloadCase(
+            f"unseen-batch-{_rows(largest) + 1}",
+            args=tuple(grow(a) for a in largest.args),
+            kwargs={k: grow(v) for k, v in largest.kwargs.items()},
+        )
+        return WorkloadProfile(cases=(case,), name="contract-unseen")
+
+    def _forget_probe_caches(self) -> None:
+        """Override when the provider caches probe results between calls (outside the
+        provider instance)."""
+
+    # -- machinery a subclass may reuse in its own tests ------------------------------
+    def input_device(self) -> torch.device:
+        """Where inputs live and outputs must come back (see :attr:`device`)."""
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device(getattr(self.target, "input_device", None) or self.target.device)
+
+    def requires_available(self) -> bool:
+        """Whether an unavailable provider fails (see :attr:`require_available`)."""
+        if self.require_available is not None:
+            return self.require_available
+        return require_available_from_env()
+
+    @property
+    def plugin_name(self) -> str:
+        """The name the plugin boundary reports this provider under."""
+        return self.entry_point or self.distribution
+
+    def probe_context(self, tmp_path: Path) -> ProviderContext:
+        """The context of a plain probe (``dlopt providers``): no workload, no cases."""
+        return ProviderContext(target=self.target, artifact_dir=Path(tmp_path) / "artifacts")
+
+    def available_or_skip(
+        self, provider: ExecutionProvider, context: ProviderContext
+    ) -> ProviderAvailability:
+        """The probe's answer; skips (or fails, when availability is required) if the
+        provider is unavailable."""
         availability = provider.probe(context)
-        if not availability.available:
-            pytest.skip(f"{provider.name} unavailable here: {availability.reason}")
+        if not isinstance(availability, ProviderAvailability):
+            _fail(
+                f"{provider.name}.probe() returned {type(availability).__name__}, expected "
+                "ProviderAvailability"
+            )
+        if availability.available:
+            return availability
+        self._unavailable(provider, availability)
 
-    def _prepare_build(
-        self, tmp_path: Any
-    ) -> tuple[ExecutionProvider, WorkloadProfile, ProviderContext, torch.nn.Module]:
-        """Probe first (skip with its reason), then make inputs and model on the target.
+    def _unavailable(
+        self, provider: ExecutionProvider, availability: ProviderAvailability
+    ) -> NoReturn:
+        message = f"{provider.name} is unavailable here: {availability.reason}"
+        if availability.install_hint:
+            message += f" (install hint: {availability.install_hint})"
+        if self.requires_available():
+            _fail(
+                f"{message}; {REQUIRE_AVAILABLE_ENV}=1 (or require_available = True) says it "
+                "must be available on this machine: fix the probe or the installation"
+            )
+        pytest.skip(message)
 
-        The order matters: the workload and model live on ``target.device``, which may
-        not exist on this machine when the provider is unavailable.
+    def prepare(
+        self,
+        tmp_path: Path,
+        *,
+        make_model: Callable[[], torch.nn.Module] | None = None,
+        make_workload: Callable[[], WorkloadProfile] | None = None,
+    ) -> BuildSetup:
+        """Probe (skip with its reason), then make the model and inputs on the input
+        device, capture the eager fp32 reference (run twice, as the race does) and the
+        build context: prepared cases, the probe's answer, options, an artifact dir.
+
+        The order matters: the model and workload live on a device that may not exist on
+        this machine when the provider is unavailable.
         """
         provider = self.make_provider()
-        self._available_or_skip(provider, self.make_context(tmp_path))
-        workload = self.make_workload()
-        context = self.make_context(tmp_path, workload)
-        self._available_or_skip(provider, context)
-        return provider, workload, context, self.make_model()
+        self.available_or_skip(provider, self.probe_context(tmp_path))
+        model = (make_model or self.make_model)()
+        workload = (make_workload or self.make_workload)()
+        artifact_dir = Path(tmp_path) / "artifacts"
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        context = ProviderContext(
+            target=self.target,
+            policy=OptimizationPolicy(),
+            workload=workload,
+            artifact_dir=artifact_dir,
+            options=self.make_options(provider),
+        )
+        availability = normalize_availability(self.available_or_skip(provider, context))
+        guard = ModelGuard(model, snapshot=False)
+        reference = capture_reference(
+            model, workload, QualityPolicy(), target=self.input_device(), guard=guard
+        )
+        context = attrs.evolve(context, cases=_prepared_cases(reference), availability=availability)
+        return BuildSetup(provider, model, workload, reference, guard, context)
 
-    # -- discovery and loading -----------------------------------------------------
+    def build(self, setup: BuildSetup) -> BuiltPlan:
+        """Build a plan and check it as the race does right after ``build``: the model is
+        unchanged, the plan passes the plugin boundary (metadata strict JSON, artifacts
+        inside ``context.plan_dir(name)``) and declares the provider's precision."""
+        provider = setup.provider
+        plan = provider.build(setup.model, setup.context)
+        try:
+            self.check_model_unchanged(setup, "build")
+            if isinstance(plan, BuiltPlan) and isinstance(plan.metadata, dict):
+                try:
+                    json.dumps(plan.metadata, allow_nan=False)
+                except (TypeError, ValueError) as exc:
+                    _fail(
+                        f"plan {provider.name!r}: metadata is not strict JSON ({exc}); use "
+                        "str, finite numbers, bools, None, lists and dicts with str keys"
+                    )
+            try:
+                check_built_plan(
+                    plan, setup.context, plan_name=provider.name, plugin=self.plugin_name
+                )
+            except ProviderBuildError as exc:
+                _fail(str(exc))
+            declared = Precision.parse(provider.precision)
+            if plan.precision is not declared:
+                _fail(
+                    f"plan {provider.name!r} computes in {plan.precision.value} but the provider "
+                    f"declares {declared.value}: the race shows and judges the declared "
+                    "precision, so BuiltPlan.precision must equal provider.precision"
+                )
+            for name, path in plan.artifacts.items():
+                if not path.exists():
+                    _fail(f"plan {provider.name!r}: artifact {name!r} at {path} does not exist")
+        except BaseException:
+            if isinstance(plan, BuiltPlan):
+                plan.close()
+            raise
+        return plan
+
+    def check_model_unchanged(self, setup: BuildSetup, stage: str) -> None:
+        """Fail when the plan changed the caller's weights, buffers or training flags."""
+        problem = setup.guard.check(setup.model, stage=stage, plan=setup.provider.name)
+        if problem is not None:
+            _fail(f"{problem}; copy what you change (copy.deepcopy(model)) before changing it")
+
+    def serve(
+        self, setup: BuildSetup, plan: BuiltPlan, reference: ReferenceOutputs | None = None
+    ) -> list[Any]:
+        """Call ``plan`` on every case as the race's first calls do (a private copy of the
+        inputs, inference mode), checking each call: the inputs are unchanged and every
+        output tensor is on the inputs' device. Then the model must be unchanged, and every
+        case's outputs must pass :func:`validate_outputs` with the plan's precision and
+        ``output_dtype`` and the default limits. Returns the outputs."""
+        name = setup.provider.name
+        cases = (reference or setup.reference).cases
+        outputs = []
+        for case in cases:
+            args, kwargs = copy_inputs(case.args, case.kwargs)
+            before = InputFingerprint.of(args, kwargs)
+            with torch.inference_mode():
+                out = plan(*args, **kwargs)
+            changed = before.changed_paths(args, kwargs)
+            if changed:
+                _fail(
+                    f"plan {name!r} wrote into its inputs on case {case.name!r} "
+                    f"({', '.join(changed)} changed): treat inputs as read-only, copy before "
+                    "writing"
+                )
+            inputs = iter_tensors((case.args, case.kwargs))
+            device = inputs[0].device if inputs else self.input_device()
+            for index, tensor in enumerate(iter_tensors(out)):
+                if not _same_device(tensor, device):
+                    _fail(
+                        f"plan {name!r} returned output tensor {index} on {tensor.device} for "
+                        f"inputs on {device} (case {case.name!r}): plans return their outputs "
+                        "on the device of their inputs"
+                    )
+            outputs.append(out)
+        # As in the race: a changed model explains wrong outputs, so it is reported first.
+        self.check_model_unchanged(setup, "first_call")
+        for case, out in zip(cases, outputs):
+            self.check_outputs(plan, out, case, name)
+        return outputs
+
+    def check_outputs(self, plan: BuiltPlan, out: Any, case: Any, name: str) -> None:
+        """Fail unless ``out`` passes the race's gate against ``case``'s reference outputs."""
+        result = validate_outputs(
+            out,
+            case.outputs,
+            precision=plan.precision,
+            output_dtype=plan.output_dtype,
+            case_name=case.name,
+        )
+        if result.passed:
+            return
+        hint = ""
+        if result.structure and plan.output_dtype is None:
+            hint = (
+                " (a plan whose floating outputs come back in a lower precision dtype "
+                "declares it: BuiltPlan(output_dtype=torch.bfloat16))"
+            )
+        _fail(
+            f"plan {name!r} ({plan.precision.value}) failed the validation gate: "
+            f"{result.reason}{hint}"
+        )
+
+    def check_close(self, plan: BuiltPlan, name: str = "the plan") -> None:
+        """``close()`` twice: it never raises, ``on_close`` runs exactly once and raises
+        nothing (``BuiltPlan.close`` would only log that), and the plan is closed."""
+        release = plan.on_close
+        calls: list[BaseException | None] = []
+        if release is not None:
+
+            def counted() -> None:
+                try:
+                    release()
+                except BaseException as exc:
+                    calls.append(exc)
+                    raise
+                calls.append(None)
+
+            plan.on_close = counted
+        for attempt in (1, 2):
+            try:
+                plan.close()
+            except Exception as exc:
+                _fail(
+                    f"{name}: close() call {attempt} raised {type(exc).__name__}: {exc}; "
+                    "close() must release without raising and may be called again"
+                )
+        errors = [exc for exc in calls if exc is not None]
+        if errors:
+            _fail(
+                f"{name}: on_close raised {type(errors[0]).__name__}: {errors[0]}; release "
+                "what can be released and log the rest: closing must never raise"
+            )
+        if release is not None and len(calls) != 1:
+            _fail(
+                f"{name}: on_close ran {len(calls)} times over two close() calls; it must run "
+                "exactly once (close() is idempotent)"
+            )
+        if not plan.closed:
+            _fail(f"{name}: plan.closed is False after close()")
+
+    def reload(self, setup: BuildSetup, plan: BuiltPlan, tmp_path: Path) -> BuiltPlan:
+        """Copy ``plan``'s artifacts the way a bundle holds them, close it, delete its
+        plan directory, and load it back with ``provider.load(directory, metadata,
+        context)`` (the recorded metadata, a context without cases or model)."""
+        from dlopt.bundle import _copy_artifacts
+
+        provider = setup.provider
+        load = getattr(provider, "load", None)
+        if not callable(load):
+            _fail(
+                f"{type(self).__name__} declares supports_save_load, but provider "
+                f"{provider.name!r} has no load(directory, metadata, context) method"
+            )
+        staging = Path(tmp_path) / "saved"
+        saved = staging / provider.name
+        saved.mkdir(parents=True)
+        _copy_artifacts(plan.artifacts, staging, saved)
+        # The metadata as the report records it: strict JSON, read back.
+        metadata = json.loads(json.dumps(plan.metadata, allow_nan=False))
+        self.check_close(plan, f"plan {provider.name!r}")
+        shutil.rmtree(setup.context.artifact_dir / provider.name, ignore_errors=True)
+        load_dir = Path(tmp_path) / "load-artifacts"
+        load_dir.mkdir()
+        context = ProviderContext(
+            target=self.target,
+            policy=setup.context.policy,
+            artifact_dir=load_dir,
+            options=setup.context.options,
+            availability=setup.context.availability,
+        )
+        loaded = load(saved, metadata, context)
+        if not isinstance(loaded, BuiltPlan):
+            _fail(f"{provider.name}.load() returned {type(loaded).__name__}, expected BuiltPlan")
+        if loaded.precision is not plan.precision:
+            loaded.close()
+            _fail(
+                f"plan {provider.name!r} reloaded in {loaded.precision.value}, built in "
+                f"{plan.precision.value}"
+            )
+        return loaded
+
+    # -- discovery and loading --------------------------------------------------------
     def test_distribution_installed_and_registers_entry_point(self) -> None:
         if self.entry_point is None:
             pytest.skip("in-process provider: no entry point to resolve")
         assert distribution_version(self.distribution), f"{self.distribution} is not installed"
-        eps = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point)
-        assert eps, f"no {ENTRY_POINT_GROUP!r} entry point named {self.entry_point!r}"
-        dists = {ep.dist.metadata["Name"] for ep in eps if ep.dist is not None}
-        assert self.distribution in dists
+        check_entry_point_claims(
+            self.entry_point,
+            self.distribution,
+            importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
+        )
 
     def test_plugin_declares_compatible_api_version(self) -> None:
         if self.entry_point is None:
             pytest.skip("in-process provider: no plugin module")
-        (ep,) = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point)
+        ep = check_entry_point_claims(
+            self.entry_point,
+            self.distribution,
+            importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
+        )
         plugin = ep.load()
         problem = api_version_problem(getattr(plugin, "DLOPT_PLUGIN_API_VERSION", None))
         assert problem is None, problem
@@ -151,21 +614,71 @@ class ProviderContractSuite:
         assert result["failures"] == [], result["failures"]
         assert result["loaded"] == [], f"loading the plugin imported {result['loaded']}"
 
-    # -- probe ---------------------------------------------------------------------
-    def test_probe_is_typed_and_fast(self, tmp_path: Any) -> None:
+    # -- declarations -----------------------------------------------------------------
+    def test_declares_name_role_and_precision(self) -> None:
+        provider = self.make_provider()
+        if not is_plain_name(provider.name):
+            _fail(
+                f"plan name {provider.name!r} is not a plain name (names become directory "
+                "names): use letters, digits, '_', '.' and '-'"
+            )
+        try:
+            Precision.parse(provider.precision)
+        except (ValueError, TypeError) as exc:
+            _fail(f"provider {provider.name!r} declares an unknown precision: {exc}")
+        try:
+            Role.of(provider)
+        except TypeError as exc:
+            _fail(str(exc))
+
+    def test_options_are_attrs_with_defaults_and_help(self) -> None:
+        provider = self.make_provider()
+        options_type = getattr(provider, "options_type", None)
+        if options_type is None:
+            return
+        where = f"provider {provider.name!r}: options_type {getattr(options_type, '__name__', options_type)!r}"
+        if not (isinstance(options_type, type) and attrs.has(options_type)):
+            _fail(f"{where} must be an attrs class (@attrs.frozen)")
+        for a in attrs.fields(options_type):
+            if a.default is attrs.NOTHING:
+                _fail(f"{where}: option {a.name!r} has no default; every option needs one")
+            help_text = a.metadata.get("help")
+            if not isinstance(help_text, str) or not help_text.strip():
+                _fail(
+                    f"{where}: option {a.name!r} has no help; add "
+                    'metadata={"help": "what it does"} (dlopt providers --options shows it)'
+                )
+        options = self.make_options(provider)
+        fields = attrs.fields(options_type)
+        if fields:
+            try:
+                setattr(options, fields[0].name, getattr(options, fields[0].name))
+            except attrs.exceptions.FrozenInstanceError:
+                pass
+            else:
+                _fail(f"{where} must be frozen (@attrs.frozen): options identify a plan")
+        try:
+            json.dumps(to_jsonable(options), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            _fail(f"{where}: the default options cannot be recorded as strict JSON: {exc}")
+
+    # -- probe ------------------------------------------------------------------------
+    def test_probe_is_typed_and_fast(self, tmp_path: Path) -> None:
         provider = self.make_provider()
         assert isinstance(provider.name, str) and provider.name
         assert isinstance(Precision.parse(provider.precision), Precision)
         start = time.perf_counter()
-        availability = provider.probe(self.make_context(tmp_path))
+        availability = provider.probe(self.probe_context(tmp_path))
         elapsed = time.perf_counter() - start
         assert isinstance(availability, ProviderAvailability)
         assert elapsed < self.max_probe_seconds, f"probe took {elapsed:.2f}s"
         if not availability.available:
             assert availability.reason, "an unavailable provider must say why"
+            if self.requires_available():
+                self._unavailable(provider, availability)
 
     def test_missing_sdk_gives_reason_and_install_hint(
-        self, tmp_path: Any, monkeypatch: Any
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         if not self.heavy_modules:
             pytest.skip("provider declares no SDK module")
@@ -176,59 +689,91 @@ class ProviderContractSuite:
             monkeypatch.setitem(sys.modules, module, None)
         self._forget_probe_caches()
         try:
-            availability = self.make_provider().probe(self.make_context(tmp_path))
+            availability = self.make_provider().probe(self.probe_context(tmp_path))
         finally:
             self._forget_probe_caches()
-        assert not availability.available
+        assert not availability.available, "the probe says available with its SDK missing"
         assert availability.reason
         assert availability.install_hint, "tell the user how to install what is missing"
 
-    def _forget_probe_caches(self) -> None:
-        """Override when the provider caches probe results between calls."""
-
-    # -- build ---------------------------------------------------------------------
-    def test_build_runs_every_case_and_keeps_structure(self, tmp_path: Any) -> None:
-        provider, workload, context, model = self._prepare_build(tmp_path)
-        plan = provider.build(model, context)
+    # -- build ------------------------------------------------------------------------
+    def test_build_serves_every_case_through_the_gate(self, tmp_path: Path) -> None:
+        setup = self.prepare(tmp_path)
+        plan = self.build(setup)
         try:
-            assert isinstance(plan, BuiltPlan)
-            assert isinstance(plan.precision, Precision)
-            with torch.inference_mode():
-                for case in workload.cases:
-                    expected = model(*case.args, **case.kwargs)
-                    got = plan(*case.args, **case.kwargs)
-                    assert type(got) is type(expected)
-                    if isinstance(expected, torch.Tensor):
-                        assert got.shape == expected.shape
-                        tol = 1e-4 if plan.precision is Precision.FP32 else 0.25
-                        torch.testing.assert_close(
-                            got.float().cpu(), expected.float().cpu(), rtol=tol, atol=tol
-                        )
-        finally:
+            self.serve(setup, plan)
+        except BaseException:
             plan.close()
-        assert plan.closed
+            raise
+        self.check_close(plan, f"plan {setup.provider.name!r}")
 
-    def test_build_does_not_mutate_the_model(self, tmp_path: Any) -> None:
-        provider, workload, context, model = self._prepare_build(tmp_path)
-        before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        plan = provider.build(model, context)
-        try:
-            with torch.inference_mode():
-                plan(*workload.cases[0].args, **workload.cases[0].kwargs)
-        finally:
-            plan.close()
-        after = model.state_dict()
-        assert before.keys() == after.keys()
-        for key, value in before.items():
-            assert torch.equal(value, after[key]), f"build changed the model's {key}"
-        assert not model.training, "build switched the caller's model to training mode"
+    def test_build_and_close_twice(self, tmp_path: Path) -> None:
+        """A process races more than once: the provider builds again after a close."""
+        setup = self.prepare(tmp_path)
+        for attempt in (1, 2):
+            plan = self.build(setup)
+            try:
+                self.serve(setup, plan)
+            except BaseException:
+                plan.close()
+                raise
+            self.check_close(plan, f"plan {setup.provider.name!r} (build {attempt} of 2)")
 
-    def test_metadata_is_json(self, tmp_path: Any) -> None:
-        provider, _, context, model = self._prepare_build(tmp_path)
-        plan = provider.build(model, context)
+    def test_dynamic_shapes(self, tmp_path: Path) -> None:
+        if not self.supports_dynamic_shapes:
+            pytest.skip("supports_dynamic_shapes is not declared")
+        setup = self.prepare(tmp_path)
+        unseen = capture_reference(
+            setup.model,
+            self.make_unseen_workload(setup.workload),
+            QualityPolicy(),
+            target=self.input_device(),
+            guard=setup.guard,
+        )
+        with self.build(setup) as plan:
+            self.serve(setup, plan)
+            self.serve(setup, plan, unseen)
+
+    def test_keyword_inputs(self, tmp_path: Path) -> None:
+        if not self.supports_keyword_inputs:
+            pytest.skip("supports_keyword_inputs is not declared")
+        setup = self.prepare(
+            tmp_path, make_model=self.make_keyword_model, make_workload=self.make_keyword_workload
+        )
+        with self.build(setup) as plan:
+            self.serve(setup, plan)
+
+    def test_nested_outputs(self, tmp_path: Path) -> None:
+        if not self.supports_nested_outputs:
+            pytest.skip("supports_nested_outputs is not declared")
+        setup = self.prepare(
+            tmp_path, make_model=self.make_nested_model, make_workload=self.make_nested_workload
+        )
+        with self.build(setup) as plan:
+            self.serve(setup, plan)
+
+    def test_saved_plan_reloads(self, tmp_path: Path) -> None:
+        declared = self.supports_save_load
+        if declared is None:
+            declared = callable(getattr(self.make_provider(), "load", None))
+        if not declared:
+            pytest.skip("supports_save_load is not declared (the provider has no load method)")
+        setup = self.prepare(tmp_path)
+        plan = self.build(setup)
         try:
-            json.dumps(plan.metadata, allow_nan=False)
-            for name, path in plan.artifacts.items():
-                assert path.exists(), f"artifact {name} at {path} does not exist"
-        finally:
+            self.serve(setup, plan)
+        except BaseException:
             plan.close()
+            raise
+        loaded = self.reload(setup, plan, tmp_path)
+        try:
+            self.serve(setup, loaded)
+        except BaseException:
+            loaded.close()
+            raise
+        self.check_close(loaded, f"reloaded plan {setup.provider.name!r}")
+
+
+def _rows(case: WorkloadCase) -> int:
+    """Dimension 0 of the case's first tensor with one (0 when none has)."""
+    return next((int(t.shape[0]) for t in iter_tensors((case.args, case.kwargs)) if t.dim()), 0)
