@@ -7,11 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlopt.errors import ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
-from dlopt.workload import WorkloadProfile
+from dlopt.plugin import (
+    ExecutionTarget,
+    Precision,
+    ProviderBuildError,
+    ProviderContext,
+    WorkloadProfile,
+)
 from dlopt_torchao import Scheme, TorchAOProvider
 
 

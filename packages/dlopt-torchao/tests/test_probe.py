@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import dlopt.probing
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
+from dlopt.plugin import ExecutionTarget, ProviderContext
 from dlopt_torchao import Scheme, TorchAOProvider
 from dlopt_torchao import provider as provider_module
 

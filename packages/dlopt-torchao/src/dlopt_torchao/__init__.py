@@ -7,12 +7,19 @@ torchao itself is imported only when a plan is probed or built.
 from __future__ import annotations
 
 from dlopt_torchao.compat import Compatibility, check_torch_pairing, recommended_torchao
-from dlopt_torchao.provider import TorchAOProvider, all_providers
+from dlopt_torchao.provider import (
+    TorchAOInt4Options,
+    TorchAOOptions,
+    TorchAOProvider,
+    all_providers,
+)
 from dlopt_torchao.schemes import Scheme
 
 __all__ = [
     "Compatibility",
     "Scheme",
+    "TorchAOInt4Options",
+    "TorchAOOptions",
     "TorchAOProvider",
     "all_providers",
     "check_torch_pairing",

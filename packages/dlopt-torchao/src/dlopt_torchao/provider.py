@@ -5,7 +5,9 @@ published table; no import) -> import (torchao imports; which of its C++ extensi
 loaded) -> device (the scheme's kernels exist for this device and GPU generation).
 
 Build: deep-copy the model, ``torchao.quantization.quantize_(copy, <Config>)``, run the
-copy. The caller's model is never touched.
+copy. The caller's model is never touched. In a race, build trusts the probe's answer
+(``context.availability``) and only resolves the scheme's config; quantizing weights needs
+no inputs, so the prepared cases are left to the race's validation.
 """
 
 from __future__ import annotations
@@ -19,13 +21,28 @@ from typing import Any
 import torch
 from attrs import field, frozen
 
-from dlopt.errors import ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.probing import check_distribution, try_import
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
-from dlopt.tree import map_tensors
+from dlopt.plugin import (
+    BuiltPlan,
+    Precision,
+    Provider,
+    ProviderAvailability,
+    ProviderBuildError,
+    ProviderContext,
+    Role,
+    check_distribution,
+    distribution_version,
+    map_tensors,
+    try_import,
+)
 from dlopt_torchao.compat import check_torch_pairing, recommended_torchao
-from dlopt_torchao.schemes import Recipe, Scheme, Unavailable, choose_group_size, resolve_recipe
+from dlopt_torchao.schemes import (
+    INT4_GROUP_SIZES,
+    Recipe,
+    Scheme,
+    Unavailable,
+    choose_group_size,
+    resolve_recipe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +185,54 @@ def _only(eligible: set[str]) -> Any:
 
 
 @frozen
-class TorchAOProvider:
-    """One torchao quantization scheme as a dlopt plan (``torchao_<scheme>``)."""
+class TorchAOOptions:
+    """What a user may set for every torchao plan (``OptimizationPolicy(plan_options=...)``)."""
+
+    exclude_layers: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "qualified names of torch.nn.Linear layers (as model.named_modules() "
+            "names them, e.g. 'head' or 'blocks.0.proj') to keep in full precision, such as "
+            "a classifier head that quantizes badly"
+        },
+    )
+
+
+@frozen
+class TorchAOInt4Options(TorchAOOptions):
+    """The int4 weight-only plan's options: those of every scheme plus the group size."""
+
+    group_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "int4 group size, one of 32, 64, 128 (smaller: more scales, closer to "
+            "fp, a little slower); a layer whose in_features it does not divide stays in "
+            "full precision. None picks the largest size that quantizes the most layers"
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.group_size is not None and self.group_size not in INT4_GROUP_SIZES:
+            sizes = ", ".join(map(str, sorted(INT4_GROUP_SIZES)))
+            raise ValueError(
+                f"group_size must be one of {sizes} or None (torchao's int4 kernels take "
+                f"these), got {self.group_size!r}"
+            )
+
+
+@frozen
+class TorchAOProvider(Provider):
+    """One torchao quantization scheme as a dlopt plan (``torchao_<scheme>``).
+
+    ``options_type`` follows the scheme: :class:`TorchAOInt4Options` for int4 weight-only
+    (it adds the group size), :class:`TorchAOOptions` for the others.
+    """
 
     scheme: Scheme = field(converter=Scheme)
     name: str = field()
     precision: Precision = field()
+    options_type: type[TorchAOOptions] = field(init=False, repr=False, eq=False)
+    role = Role.CHALLENGER
 
     @name.default
     def _default_name(self) -> str:
@@ -182,6 +241,10 @@ class TorchAOProvider:
     @precision.default
     def _default_precision(self) -> Precision:
         return self.scheme.precision
+
+    @options_type.default
+    def _default_options_type(self) -> type[TorchAOOptions]:
+        return TorchAOInt4Options if self.scheme is Scheme.INT4_WEIGHT_ONLY else TorchAOOptions
 
     # -- probe -----------------------------------------------------------------
     def _resolve(
@@ -229,7 +292,24 @@ class TorchAOProvider:
         details["layout"] = recipe.layout
         return recipe, None, quantization, details
 
-    def probe(self, context: ProviderContext) -> ProviderAvailability:
+    def _resolve_after_probe(
+        self, context: ProviderContext, availability: ProviderAvailability
+    ) -> tuple[Recipe | None, ProviderAvailability | None, Any, dict[str, str]]:
+        """What :meth:`_resolve` returns, for a build after the race's probe said yes:
+        the metadata and pairing layers are not checked again, only the scheme's recipe
+        is resolved (it holds the config class, which a probe answer cannot carry)."""
+        details = {k: str(v) for k, v in availability.details.items()}
+        version = availability.sdk_versions.get(DISTRIBUTION) or _torchao_version() or "?"
+        quantization, error = try_import("torchao.quantization")
+        if quantization is None:
+            reason = f"torchao {version} no longer imports: {error}"
+            return None, ProviderAvailability.unavailable(reason), None, details
+        recipe = resolve_recipe(self.scheme, context.target, quantization, version)
+        if isinstance(recipe, Unavailable):
+            return None, ProviderAvailability.unavailable(recipe.reason), None, details
+        return recipe, None, quantization, details
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             _, refusal, _, details = self._resolve(context)
@@ -247,7 +327,16 @@ class TorchAOProvider:
     # -- build -----------------------------------------------------------------
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         """Quantize a deep copy of ``model`` with the scheme's torchao config."""
-        recipe, refusal, quantization, details = self._resolve(context)
+        options: TorchAOOptions = context.options or self.options_type()
+        availability = context.availability
+        if availability is None:  # a direct call, outside a race: probe now
+            recipe, refusal, quantization, details = self._resolve(context)
+        elif not availability.available:
+            recipe, refusal, quantization, details = None, availability, None, {}
+        else:
+            recipe, refusal, quantization, details = self._resolve_after_probe(
+                context, availability
+            )
         if refusal is not None or recipe is None:
             reason = refusal.reason if refusal is not None else "unknown"
             raise ProviderBuildError(f"{self.name} cannot build here: {reason}")
@@ -273,11 +362,25 @@ class TorchAOProvider:
                 "torchao quantizes torch.nn.Linear weights only and the model has no "
                 "torch.nn.Linear layers",
             )
+        excluded = set(options.exclude_layers)
+        unknown = sorted(excluded - set(linears))
+        if unknown:
+            raise ProviderBuildError(
+                f"{self.name}: option exclude_layers names {', '.join(map(repr, unknown))}, "
+                "which this model has no torch.nn.Linear layer called; its Linear layers: "
+                + ", ".join(map(repr, list(linears)[:20]))
+                + (" ..." if len(linears) > 20 else "")
+            )
         group_size: int | None = None
         if recipe.grouped:
-            group_size, _ = choose_group_size(recipe, list(linears.values()))
+            group_size = getattr(options, "group_size", None)
+            if group_size is None:
+                kept = [m for n, m in linears.items() if n not in excluded]
+                group_size, _ = choose_group_size(recipe, kept)
         problems = {
-            n: "attention output projection (torchao leaves it)"
+            n: "excluded by the exclude_layers option"
+            if n in excluded
+            else "attention output projection (torchao leaves it)"
             if isinstance(m, torch.nn.modules.linear.NonDynamicallyQuantizableLinear)
             else recipe.layer_problem(m, group_size)
             for n, m in linears.items()
@@ -357,8 +460,6 @@ class TorchAOProvider:
 
 
 def _torchao_version() -> str | None:
-    from dlopt.probing import distribution_version
-
     return distribution_version(DISTRIBUTION)
 
 

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from dlopt.precision import Precision
-from dlopt.target import ExecutionTarget
+from dlopt.plugin import ExecutionTarget, Precision
 
 #: torch's CPU int4 packing (_convert_weight_to_int4pack_for_cpu) needs N % 16 == 0.
 _CPU_INT4_N_TILE = 16
