@@ -551,3 +551,60 @@ def test_the_suite_refuses_a_duplicated_entry_point_name(monkeypatch):
     ):
         with pytest.raises(FAILED, match="claimed by 2 distributions: acme-npu, dlopt-core"):
             check()
+
+
+# ----------------------------------------------------------------- asynchronous runners
+
+
+class Asynchronous(GoodProvider):
+    """An asynchronous runner: a call enqueues, the outputs are written by synchronize()."""
+
+    def make_plan(self, plan_model, **fields):
+        queue: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        def runner(*args, **kwargs):
+            result = plan_model(*args, **kwargs)
+            out = torch.full_like(result, float("nan"))  # not computed yet
+            queue.append((out, result))
+            return out
+
+        def synchronize():
+            while queue:
+                out, result = queue.pop()
+                out.copy_(result)
+
+        return BuiltPlan(runner=runner, synchronize=synchronize, **fields)
+
+
+def test_an_asynchronous_runner_with_its_synchronize_passes(tmp_path):
+    checks = ("test_build_serves_every_case_through_the_gate", "test_build_and_close_twice")
+    run_checks(suite(Asynchronous), tmp_path, checks)
+
+
+def test_an_asynchronous_runner_without_synchronize_fails(tmp_path):
+    class NoSynchronize(Asynchronous):
+        def make_plan(self, plan_model, **fields):
+            plan = super().make_plan(plan_model, **fields)
+            plan.synchronize = None
+            return plan
+
+    with pytest.raises(FAILED, match="non-finite"):
+        suite(NoSynchronize).test_build_serves_every_case_through_the_gate(tmp_path)
+
+
+@pytest.mark.parametrize("reading", [float("nan"), -1.0, "12 MiB"])
+def test_a_device_memory_reading_that_is_not_mib_fails(tmp_path, reading):
+    class BadReading(GoodProvider):
+        def make_plan(self, plan_model, **fields):
+            return super().make_plan(plan_model, device_memory_mb=lambda: reading, **fields)
+
+    with pytest.raises(FAILED, match=r"device_memory_mb\(\) returned"):
+        suite(BadReading).test_build_serves_every_case_through_the_gate(tmp_path)
+
+
+def test_a_device_memory_reading_in_mib_passes(tmp_path):
+    class Reading(GoodProvider):
+        def make_plan(self, plan_model, **fields):
+            return super().make_plan(plan_model, device_memory_mb=lambda: 12.5, **fields)
+
+    suite(Reading).test_build_serves_every_case_through_the_gate(tmp_path)

@@ -47,12 +47,13 @@ options, an artifact directory), the plan passes the plugin boundary
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -101,7 +102,7 @@ def _fail(message: str) -> NoReturn:
     pytest.fail(message, pytrace=False)
 
 
-def require_available_from_env(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+def require_available_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """Whether :data:`REQUIRE_AVAILABLE_ENV` asks for an available provider."""
     value = (os.environ if environ is None else environ).get(REQUIRE_AVAILABLE_ENV, "")
     return value.strip().lower() in {"1", "true", "yes", "on"}
@@ -372,19 +373,23 @@ class ProviderContractSuite:
         workload = (make_workload or self.make_workload)()
         artifact_dir = Path(tmp_path) / "artifacts"
         artifact_dir.mkdir(parents=True, exist_ok=True)
-        context = ProviderContext(
-            target=self.target,
-            policy=OptimizationPolicy(),
-            workload=workload,
-            artifact_dir=artifact_dir,
-            options=self.make_options(provider),
-        )
-        availability = normalize_availability(self.available_or_skip(provider, context))
+        race = {
+            "target": self.target,
+            "policy": OptimizationPolicy(),
+            "workload": workload,
+            "artifact_dir": artifact_dir,
+            "options": self.make_options(provider),
+        }
+        probed = self.available_or_skip(provider, ProviderContext(**race))
         guard = ModelGuard(model, snapshot=False)
         reference = capture_reference(
             model, workload, QualityPolicy(), target=self.input_device(), guard=guard
         )
-        context = attrs.evolve(context, cases=_prepared_cases(reference), availability=availability)
+        context = ProviderContext(
+            **race,
+            cases=_prepared_cases(reference),
+            availability=normalize_availability(probed),
+        )
         return BuildSetup(provider, model, workload, reference, guard, context)
 
     def build(self, setup: BuildSetup) -> BuiltPlan:
@@ -447,6 +452,8 @@ class ProviderContractSuite:
             before = InputFingerprint.of(args, kwargs)
             with torch.inference_mode():
                 out = plan(*args, **kwargs)
+                if plan.synchronize is not None:
+                    plan.synchronize()  # an asynchronous runner's outputs are ready after it
             changed = before.changed_paths(args, kwargs)
             if changed:
                 _fail(
@@ -468,7 +475,24 @@ class ProviderContractSuite:
         self.check_model_unchanged(setup, "first_call")
         for case, out in zip(cases, outputs):
             self.check_outputs(plan, out, case, name)
+        self.check_device_memory(plan, name)
         return outputs
+
+    def check_device_memory(self, plan: BuiltPlan, name: str) -> None:
+        """A plan's own device-memory reading is ``None`` or a finite number of MiB >= 0."""
+        if plan.device_memory_mb is None:
+            return
+        value = plan.device_memory_mb()
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            _fail(
+                f"plan {name!r}: device_memory_mb() returned {value!r}; return the peak device "
+                "memory in MiB as a finite number >= 0, or None when it is not known"
+            )
 
     def check_outputs(self, plan: BuiltPlan, out: Any, case: Any, name: str) -> None:
         """Fail unless ``out`` passes the race's gate against ``case``'s reference outputs."""
