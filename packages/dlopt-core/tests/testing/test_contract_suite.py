@@ -521,7 +521,7 @@ def test_two_distributions_claiming_one_entry_point_name_fail_clearly():
 
 def test_one_distribution_seen_twice_is_one_claim():
     ep = _ep("npu", "dlopt-npu")
-    assert check_entry_point_claims("npu", "dlopt-npu", [ep, _ep("npu", "dlopt-npu")]) is ep
+    assert check_entry_point_claims("npu", "dlopt-npu", [ep, _ep("npu", "dlopt_npu")]) is ep
 
 
 @pytest.mark.parametrize(

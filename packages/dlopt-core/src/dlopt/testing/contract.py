@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,19 +123,26 @@ def check_entry_point_claims(name: str, distribution: str, entry_points: Iterabl
             f'[project.entry-points."{ENTRY_POINT_GROUP}"] {name} = "<your_package>.plugin" in '
             f"{distribution}'s pyproject.toml and reinstall it (pip install -e .)"
         )
-    claimants = sorted({_dist_name(ep) for ep in found})
+    # One distribution seen twice (an editable install beside stale metadata) is one claim.
+    claimants = sorted({_dist_name(ep) for ep in found}, key=_canonical)
+    claimants = list({_canonical(c): c for c in claimants}.values())
     if len(claimants) > 1:
         _fail(
             f"the {ENTRY_POINT_GROUP!r} entry point name {name!r} is claimed by "
             f"{len(claimants)} distributions: {', '.join(claimants)}; each plugin needs a "
             "name of its own: rename the entry point in one of them (or uninstall the other)"
         )
-    if claimants != [distribution]:
+    if _canonical(claimants[0]) != _canonical(distribution):
         _fail(
             f"the {ENTRY_POINT_GROUP!r} entry point {name!r} comes from {claimants[0]}, not "
             f"from {distribution}; set the suite's distribution/entry_point to match"
         )
     return found[0]
+
+
+def _canonical(distribution: str) -> str:
+    """A distribution name as pip compares them (``Dlopt_Core`` is ``dlopt-core``)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def _dist_name(ep: Any) -> str:
@@ -577,9 +585,9 @@ class ProviderContractSuite:
         shutil.rmtree(setup.context.artifact_dir / provider.name, ignore_errors=True)
         load_dir = Path(tmp_path) / "load-artifacts"
         load_dir.mkdir()
+        # What dlopt.load_bundle gives: no policy, workload, cases or model.
         context = ProviderContext(
             target=self.target,
-            policy=setup.context.policy,
             artifact_dir=load_dir,
             options=setup.context.options,
             availability=setup.context.availability,
