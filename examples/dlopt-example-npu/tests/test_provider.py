@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import attrs
 import pytest
 import tinynpu
 import torch
@@ -79,8 +80,22 @@ def test_layer_3_no_visible_device(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(tinynpu.VISIBLE_DEVICES_ENV, "")
     availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
     assert not availability.available
-    assert "no tinynpu device" in (availability.reason or "")
+    assert "tinynpu device 0 is not visible (visible: none" in (availability.reason or "")
     assert tinynpu.VISIBLE_DEVICES_ENV in (availability.install_hint or "")
+
+
+def test_the_host_side_npu_target_picks_its_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(tinynpu.VISIBLE_DEVICES_ENV, "0,1")
+    target = ExecutionTarget("tinynpu:1", host="cpu")
+    availability = ExampleNpuProvider().probe(ProviderContext(target, artifact_dir=tmp_path))
+    assert availability.available, availability.reason
+    assert availability.details["device"] == "tinynpu1"
+    model = SmallNet()
+    context = attrs.evolve(_context(tmp_path, model), target=target)
+    with ExampleNpuProvider().build(model, context) as plan:
+        assert plan.runner.device.info.name == "tinynpu1"
 
 
 def test_layer_3_a_device_that_does_not_answer(
@@ -96,11 +111,18 @@ def test_layer_3_a_device_that_does_not_answer(
     assert availability.install_hint == npu.INSTALL_HINT
 
 
-def test_a_device_target_is_refused_the_sdk_takes_host_tensors(tmp_path: Path) -> None:
-    context = ProviderContext(target=ExecutionTarget("cuda"), artifact_dir=tmp_path)
-    availability = ExampleNpuProvider().probe(context)
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        (ExecutionTarget("cuda"), "tinynpu takes host tensors"),
+        (ExecutionTarget("npu:0", host="cpu"), "compute on a tinynpu device, not on 'npu:0'"),
+    ],
+)
+def test_targets_the_sdk_cannot_serve(tmp_path: Path, target: ExecutionTarget, reason: str) -> None:
+    availability = ExampleNpuProvider().probe(ProviderContext(target, artifact_dir=tmp_path))
     assert not availability.available
-    assert "host tensors" in (availability.reason or "")
+    assert reason in (availability.reason or "")
+    assert "--device tinynpu:0 --host cpu" in (availability.install_hint or "")
 
 
 # -- options ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dlopt_example_npu.provider import ExampleNpuFastProvider, ExampleNpuProvide
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
 from dlopt.measurement import MeasurementPolicy, MonotonicClock
-from dlopt.plugin import BuiltPlan, ProviderContext
+from dlopt.plugin import BuiltPlan, ExecutionTarget, ProviderContext
 
 PLANS = ("examplenpu_fp32", "examplenpu_fast")
 
@@ -77,11 +77,17 @@ def _recording(provider_type: type[ExampleNpuProvider], opened: Opened, *, sync:
     return Recording()
 
 
-def _race(opened: Opened, providers: list[Any], tmp_path: Path, **policy: Any) -> Any:
+def _race(
+    opened: Opened,
+    providers: list[Any],
+    tmp_path: Path,
+    target: ExecutionTarget | str = "cpu",
+    **policy: Any,
+) -> Any:
     """Race ``providers`` (and the reference) on one batch of a small conv net."""
     clock = CheckingClock(opened)
     optimizer = InferenceOptimizer(
-        "cpu",
+        target,
         OptimizationPolicy(
             include=tuple(p.name for p in providers),
             measurement=MeasurementPolicy(max_time_s=1.0, seed=3),
@@ -110,7 +116,10 @@ def test_race_synchronizes_before_validating_and_before_every_timer_stop(
         _recording(ExampleNpuFastProvider, opened),
     ]
     options = {"examplenpu_fast": {"worker_threads": 2, "optimize_numerics": False}}
-    decision, clock = _race(opened, providers, tmp_path, plan_options=options)
+    # The host-side NPU target: plans compute on tinynpu0, the model and inputs stay on
+    # the host (the reference runs there).
+    target = ExecutionTarget("tinynpu:0", host="cpu")
+    decision, clock = _race(opened, providers, tmp_path, target, plan_options=options)
     with decision:
         candidates = {c.name: c for c in decision.report.candidates}
         for name in PLANS:

@@ -19,6 +19,7 @@ import attrs
 
 from dlopt.plugin import (
     BuiltPlan,
+    ExecutionTarget,
     Precision,
     PreparedCase,
     Provider,
@@ -112,27 +113,28 @@ class ExampleNpuProvider(Provider):
                 f"install a matching SDK: {INSTALL_HINT}",
                 sdk_versions=versions,
             )
-        if context.target.device_type != "cpu":
-            # The SDK takes host tensors: the race calls its plans with inputs on the host.
+        index, problem = device_index(context.target)
+        if index is None:
             return ProviderAvailability.unavailable(
-                f"tinynpu takes host tensors, so its plans race on a host-side target "
-                f"('cpu'), not {context.target.device!r}",
-                "select with --device cpu (ExecutionTarget('cpu'))",
+                problem or "unsupported target",
+                "race on --device tinynpu:0 --host cpu (ExecutionTarget('tinynpu:0', "
+                "host='cpu')), or on --device cpu",
                 sdk_versions=versions,
             )
-        found = sdk.devices()  # layer 3: a device is visible and answers
-        if not found:
+        found = {d.index: d for d in sdk.devices()}  # layer 3: the device is there, answers
+        if index not in found:
             return ProviderAvailability.unavailable(
-                f"no tinynpu device is visible ({sdk.VISIBLE_DEVICES_ENV} hides them all)",
-                f"unset {sdk.VISIBLE_DEVICES_ENV} or list a device index in it",
+                f"tinynpu device {index} is not visible (visible: {sorted(found) or 'none'}; "
+                f"{sdk.VISIBLE_DEVICES_ENV} selects them)",
+                f"unset {sdk.VISIBLE_DEVICES_ENV} or list device {index} in it",
                 sdk_versions=versions,
             )
-        round_trip_s = sdk.ping(found[0].index, timeout_s=2.0)
+        round_trip_s = sdk.ping(index, timeout_s=2.0)
         return ProviderAvailability.ok(
             sdk_versions=versions,
             details={
-                "device": found[0].name,
-                "device_memory_mb": found[0].memory_bytes / 2**20,
+                "device": found[index].name,
+                "device_memory_mb": found[index].memory_bytes / 2**20,
                 "ping_ms": round(round_trip_s * 1e3, 3),
             },
         )
@@ -161,7 +163,7 @@ class ExampleNpuProvider(Provider):
         except sdk.NpuError as exc:
             raise ProviderBuildError(f"{self.name}: {exc}") from exc
         # Specialize every case's shapes now, so that first calls are already asynchronous.
-        return self._serve(program, options, path, context.cases)
+        return self._serve(program, context.target, options, path, context.cases)
 
     # -- load: serve a saved program again, without the model ----------------------
     def load(
@@ -186,7 +188,7 @@ class ExampleNpuProvider(Provider):
                 f"{self.name}: {path} holds a {'frozen' if program.frozen else 'plain'} "
                 f"program; it was built by the other example plan, load it with that one"
             )
-        return self._serve(program, self._options(context), path)
+        return self._serve(program, context.target, self._options(context), path)
 
     # -- shared plumbing ------------------------------------------------------------
     def _options(self, context: ProviderContext) -> NpuOptions:
@@ -197,6 +199,7 @@ class ExampleNpuProvider(Provider):
     def _serve(
         self,
         program: tinynpu.Program,
+        target: ExecutionTarget,
         options: NpuOptions,
         path: Path,
         cases: Sequence[PreparedCase] = (),
@@ -204,9 +207,12 @@ class ExampleNpuProvider(Provider):
         """A BuiltPlan running ``program`` on a device of its own, specialized for the
         shapes of ``cases``."""
         sdk = _sdk()
+        index, problem = device_index(target)
+        if index is None:
+            raise ProviderBuildError(f"{self.name}: {problem}")
         try:
             device = sdk.open_device(
-                0, worker_threads=options.worker_threads, queue_depth=options.queue_depth
+                index, worker_threads=options.worker_threads, queue_depth=options.queue_depth
             )
         except sdk.NpuError as exc:
             raise ProviderBuildError(f"{self.name}: {exc}") from exc
@@ -250,6 +256,26 @@ class ExampleNpuFastProvider(ExampleNpuProvider):
     name = "examplenpu_fast"
     options_type = FastNpuOptions
     freeze = True
+
+
+def device_index(target: ExecutionTarget) -> tuple[int | None, str | None]:
+    """The tinynpu device ``target`` names, or ``(None, why it names none)``.
+
+    The SDK takes host tensors: plans are called with inputs on the host, so the target
+    is ``ExecutionTarget("tinynpu:N", host="cpu")``. The fake device computes on host
+    threads, so a plain ``cpu`` target races it too (on device 0).
+    """
+    if target.input_device.partition(":")[0] != "cpu":
+        return None, (
+            f"tinynpu takes host tensors, but this target calls plans with inputs on "
+            f"{target.input_device!r}"
+        )
+    kind, _, index = target.device.partition(":")
+    if kind == "tinynpu":
+        return int(index or 0), None
+    if kind == "cpu":
+        return 0, None
+    return None, f"tinynpu plans compute on a tinynpu device, not on {target.device!r}"
 
 
 def _sdk() -> Any:
