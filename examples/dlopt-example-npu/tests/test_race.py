@@ -19,8 +19,10 @@ import torch
 from dlopt_example_npu.provider import ExampleNpuFastProvider, ExampleNpuProvider
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
+from dlopt.decision import OptimizationDecision
 from dlopt.measurement import MeasurementPolicy, MonotonicClock
-from dlopt.plugin import BuiltPlan, ExecutionTarget, ProviderContext
+from dlopt.plugin import BuiltPlan, ExecutionTarget, PreparedCase, ProviderContext
+from dlopt.testing.race import FakeRace
 
 PLANS = ("examplenpu_fp32", "examplenpu_fast")
 
@@ -150,3 +152,21 @@ def test_a_plan_without_its_synchronize_is_rejected(deferred: None, tmp_path: Pa
         assert evidence.status == "rejected"
         assert evidence.error is not None and evidence.error.stage == "validation"
     assert clock.readings_while_queued > 0
+
+
+@pytest.mark.xfail(
+    strict=True, reason="OptimizationDecision.__call__ does not synchronize the plan yet"
+)
+def test_a_served_decision_returns_finished_outputs(deferred: None, tmp_path: Path) -> None:
+    """Serving is a call too: the decision waits for the plan's queued work."""
+    model, x = ConvNet(), torch.randn(2, 3, 12, 12)
+    race = FakeRace()
+    report = race.optimizer(race.fake("eager_fp32", 1e-3)).select_signature(model, x).report
+    with torch.inference_mode():
+        case = PreparedCase("batch-2", (x,), {}, model(x))
+    plan = ExampleNpuFastProvider().build(
+        model, ProviderContext(artifact_dir=tmp_path, cases=(case,))
+    )
+    with OptimizationDecision(plan, report) as served:
+        out = served(x)  # this shape was specialized at build: the call is queued
+        torch.testing.assert_close(out, case.reference)
