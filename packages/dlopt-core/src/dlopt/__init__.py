@@ -48,6 +48,7 @@ _LAZY: dict[str, str] = {
     # bundles
     "Bundle": "dlopt.bundle",
     "BundleError": "dlopt.bundle",
+    "BundleLoadError": "dlopt.bundle",
     "load_bundle": "dlopt.bundle",
     "verify_bundle": "dlopt.bundle",
 }
@@ -65,7 +66,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from dlopt.bundle import Bundle, BundleError, load_bundle, verify_bundle
+    from dlopt.bundle import Bundle, BundleError, BundleLoadError, load_bundle, verify_bundle
     from dlopt.decision import OptimizationDecision
     from dlopt.events import Event, EventKind
     from dlopt.measurement import MeasurementPolicy

@@ -40,11 +40,14 @@ class OptimizationDecision:
     def save_bundle(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``report.json``, the selected plan's artifacts, and ``manifest.json``.
 
-        The manifest names the selected plan, its provider and precision, and the SHA-256
-        of the report and of each artifact file, so a deployment can verify what it loads
-        (:func:`dlopt.bundle.load_bundle`). The bundle is written whole or not at all: an
-        earlier bundle in ``directory`` is replaced whole; a directory that is not a
-        bundle (and not empty) is refused with :class:`dlopt.bundle.BundleError`.
+        The manifest names the selected plan, its provider (with the plan's options) and
+        precision, and the SHA-256 of the report and of each artifact file, so a
+        deployment can verify what it loads (:func:`dlopt.verify_bundle`) and, when the
+        plan's provider can load saved plans, serve it again without the model or a
+        rebuild (:func:`dlopt.load_bundle` returns a ready decision). The bundle is written
+        whole or not at all: an earlier bundle in ``directory`` is replaced whole; a
+        directory that is not a bundle (and not empty) is refused with
+        :class:`dlopt.bundle.BundleError`.
         """
         return write_bundle(directory, self.report, self.plan.artifacts)
 

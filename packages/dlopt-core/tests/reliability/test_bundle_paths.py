@@ -12,7 +12,7 @@ import json
 import attrs
 import pytest
 
-from dlopt.bundle import BundleError, load_bundle
+from dlopt.bundle import BundleError, verify_bundle
 from dlopt.decision import OptimizationDecision
 from dlopt.providers.contract import BuiltPlan
 
@@ -72,7 +72,7 @@ def test_a_manifest_naming_a_path_outside_the_bundle_is_refused(report, tmp_path
     manifest["artifacts"]["m"]["path"] = bad
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="outside the bundle"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
 
 
 def test_a_manifest_is_parsed_as_strict_json_only(report, tmp_path):
@@ -82,7 +82,7 @@ def test_a_manifest_is_parsed_as_strict_json_only(report, tmp_path):
     text = (bundle / "manifest.json").read_text()
     (bundle / "manifest.json").write_text(text.replace('"metadata": {', '"metadata": {"x": NaN,'))
     with pytest.raises(BundleError, match=r"manifest\.json is not a bundle manifest"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
     (bundle / "manifest.json").write_text("[" * 100_000)
     with pytest.raises(BundleError, match="nested too deeply"):
-        load_bundle(bundle)
+        verify_bundle(bundle)

@@ -1,8 +1,11 @@
-"""Fault class: torn and tampered bundles. A bundle is written whole or not at all.
+"""Fault class: torn and tampered bundles, and bundles that cannot be served here.
 
 Concurrent writers, a reused directory, a file changed after writing, and permissions:
 the bundle on disk is always one consistent bundle whose manifest hashes its files, the
 reader refuses one whose files disagree, and files get the user's umask permissions.
+Loading a bundle verifies it first, then serves it only through the plan's own provider
+after a probe on this machine; a missing plugin, an unavailable provider, a provider
+that cannot load and options that no longer fit are clear errors naming the plan.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from pathlib import Path
 
 import attrs
 import pytest
+import torch
+from attrs import frozen
 
-from dlopt.bundle import BundleError, load_bundle, verify_bundle
+from dlopt.bundle import BundleError, BundleLoadError, load_bundle, verify_bundle
 from dlopt.decision import OptimizationDecision
+from dlopt.plugin import ProviderAvailability
 from dlopt.providers.contract import BuiltPlan
+from dlopt.providers.loader import PluginSettings, load_providers
 from dlopt.report import load_report
+from dlopt.testing.plugins import plugin_module
 
 
 @pytest.fixture
@@ -44,7 +52,7 @@ def _artifacts(tmp_path: Path, tag: str) -> dict[str, Path]:
 
 def test_manifest_hashes_the_report_and_every_artifact_file(report, tmp_path):
     bundle = _decision(report, _artifacts(tmp_path, "a")).save_bundle(tmp_path / "bundle")
-    loaded = load_bundle(bundle)
+    loaded = verify_bundle(bundle)
     assert loaded.report == report
     manifest = loaded.manifest
     assert manifest["report"] == "report.json" and len(manifest["report_sha256"]) == 64
@@ -61,7 +69,7 @@ def test_reusing_a_directory_leaves_no_stale_artifacts(report, tmp_path):
     )
     files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
     assert files == ["artifacts/eager_fp32/b.bin", "manifest.json", "report.json"]
-    assert load_bundle(target).report.selected_plan == "eager_fp32"
+    assert verify_bundle(target).report.selected_plan == "eager_fp32"
     # Nothing is left beside it either (no staging or old directories).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "src-a", "src-b"]
 
@@ -89,7 +97,7 @@ def test_concurrent_saves_leave_one_consistent_bundle(report, tmp_path):
     for thread in threads:
         thread.join()
     assert errors == []
-    loaded = load_bundle(target)  # verifies every hash and that nothing else is there
+    loaded = verify_bundle(target)  # verifies every hash and that nothing else is there
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["selected_plan"] == load_report(target / "report.json").selected_plan
     assert set(manifest["artifacts"]) == (
@@ -109,12 +117,12 @@ def test_a_changed_report_fails_verification_naming_the_file(report, tmp_path):
 @pytest.mark.parametrize("victim", ["model", "engine"])
 def test_a_changed_artifact_fails_verification_naming_the_file(report, tmp_path, victim):
     bundle = _decision(report, _artifacts(tmp_path, "a")).save_bundle(tmp_path / "bundle")
-    path = load_bundle(bundle).artifact_path(victim)
+    path = verify_bundle(bundle).artifact_path(victim)
     if path.is_dir():
         path = path / "sub" / "weights"
     path.write_bytes(b"tampered")
     with pytest.raises(BundleError, match=rf"{path.name} does not match the SHA-256"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
 
 
 def test_a_file_added_to_a_bundle_or_removed_from_it_fails_verification(report, tmp_path):
@@ -122,11 +130,11 @@ def test_a_file_added_to_a_bundle_or_removed_from_it_fails_verification(report, 
     extra = bundle / "artifacts" / "fast" / "engine" / "plugin.so"
     extra.write_bytes(b"\x7fELF")
     with pytest.raises(BundleError, match=r"plugin\.so is not listed"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
     extra.unlink()
     (bundle / "artifacts" / "fast" / "a.bin").unlink()
     with pytest.raises(BundleError, match=r"a\.bin is missing"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
 
 
 def test_a_manifest_that_disagrees_with_the_report_is_refused(report, tmp_path):
@@ -135,7 +143,7 @@ def test_a_manifest_that_disagrees_with_the_report_is_refused(report, tmp_path):
     manifest["selected_plan"] = "eager_fp32"
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match=r"names plan 'eager_fp32'.*selected 'fast'"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
 
 
 def test_a_directory_that_is_not_a_bundle_is_never_replaced(report, tmp_path):
@@ -150,7 +158,7 @@ def test_a_directory_that_is_not_a_bundle_is_never_replaced(report, tmp_path):
         _decision(report).save_bundle(tmp_path / "file")
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert load_bundle(_decision(report).save_bundle(empty)).report == report
+    assert verify_bundle(_decision(report).save_bundle(empty)).report == report
 
 
 def test_a_failed_save_keeps_the_earlier_bundle_and_leaves_nothing_behind(report, tmp_path):
@@ -159,7 +167,7 @@ def test_a_failed_save_keeps_the_earlier_bundle_and_leaves_nothing_behind(report
     broken = attrs.evolve(report, selected_plan="eager_fp32", candidates=())
     with pytest.raises(KeyError):
         _decision(broken).save_bundle(target)
-    assert load_bundle(target).report == report
+    assert verify_bundle(target).report == report
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
 
 
@@ -198,4 +206,147 @@ def test_a_bundle_with_a_symbolic_link_is_refused(report, tmp_path):
     (bundle / "artifacts").mkdir(exist_ok=True)
     (bundle / "artifacts" / "link").symlink_to("/etc/passwd")
     with pytest.raises(BundleError, match="symbolic link"):
-        load_bundle(bundle)
+        verify_bundle(bundle)
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+@frozen
+class ScaleOptions:
+    factor: float = attrs.field(default=1.0, metadata={"help": "multiplies the outputs"})
+
+
+class LoadableFast:
+    """Serves the plan ``fast`` again from its saved file: ``x * scale * factor``."""
+
+    name = "fast"
+    precision = "fp32"
+    options_type = ScaleOptions
+
+    def __init__(self, available: bool = True) -> None:
+        self.available = available
+        self.calls: list[tuple[str, object]] = []
+
+    def probe(self, context):
+        self.calls.append(("probe", context))
+        if self.available:
+            return ProviderAvailability.ok()
+        return ProviderAvailability.unavailable("fake SDK missing", "pip install fake-sdk")
+
+    def build(self, model, context):
+        raise AssertionError("loading must not build")
+
+    def load(self, directory, metadata, context):
+        self.calls.append(("load", (directory, metadata, context)))
+        scale = float((directory / "scale.txt").read_text())
+        factor = context.options.factor
+        return BuiltPlan(runner=lambda x: x * scale * factor, metadata=dict(metadata))
+
+
+class CannotLoad(LoadableFast):
+    load = None  # type: ignore[assignment]
+
+
+def _owned(report, *, options=None):
+    """``report`` whose selected plan ``fast`` comes from plugin ``fakeplug``."""
+    candidates = tuple(
+        attrs.evolve(
+            c,
+            plugin="fakeplug",
+            distribution="dlopt-fake",
+            version="1.0",
+            options=options,
+            metadata={"kind": "scaled"},
+        )
+        if c.name == "fast"
+        else c
+        for c in report.candidates
+    )
+    return attrs.evolve(report, candidates=candidates)
+
+
+def _saved(report, tmp_path, *, options=None):
+    source = tmp_path / "src" / "scale.txt"
+    source.parent.mkdir()
+    source.write_text("3")
+    owned = _owned(report, options=options)
+    return _decision(owned, {"scale": source}).save_bundle(tmp_path / "bundle")
+
+
+def _registry(*providers):
+    return load_providers(
+        PluginSettings(autoload=False),
+        extra_plugins=[("fakeplug", plugin_module("fakeplug", *providers))],
+    )
+
+
+def test_load_bundle_returns_a_ready_decision(report, tmp_path):
+    bundle = _saved(report, tmp_path, options={"factor": 2.0})
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["provider"]["name"] == "fast"
+    assert manifest["provider"]["plugin"] == "fakeplug"
+    assert manifest["provider"]["options"] == {"factor": 2.0}
+    provider = LoadableFast()
+    decision = load_bundle(bundle, registry=_registry(provider))
+    with decision:
+        assert isinstance(decision, OptimizationDecision)
+        assert decision.selected_plan == "fast"
+        assert decision(torch.ones(2)).tolist() == [6.0, 6.0]
+    assert [kind for kind, _ in provider.calls] == ["probe", "load"]
+    directory, metadata, context = provider.calls[1][1]
+    assert directory == bundle / "artifacts" / "fast"
+    assert metadata == {"kind": "scaled"}
+    assert context.options == ScaleOptions(2.0)
+    assert context.target == decision.report.target
+    assert context.availability is not None and context.availability.available
+
+
+def test_a_tampered_bundle_is_refused_before_any_probe_or_load(report, tmp_path):
+    bundle = _saved(report, tmp_path)
+    (bundle / "artifacts" / "fast" / "scale.txt").write_text("1000")
+    provider = LoadableFast()
+    with pytest.raises(BundleError, match=r"scale\.txt does not match the SHA-256"):
+        load_bundle(bundle, registry=_registry(provider))
+    assert provider.calls == []
+
+
+def test_a_plan_whose_plugin_is_not_installed_names_the_distribution(report, tmp_path):
+    bundle = _saved(report, tmp_path)
+    with pytest.raises(BundleLoadError, match=r"'fast'.*pip install dlopt-fake"):
+        load_bundle(bundle, registry=load_providers(PluginSettings(autoload=False)))
+
+
+def test_an_unavailable_provider_is_reported_with_the_probe_reason(report, tmp_path):
+    bundle = _saved(report, tmp_path)
+    provider = LoadableFast(available=False)
+    with pytest.raises(BundleLoadError) as info:
+        load_bundle(bundle, registry=_registry(provider))
+    message = str(info.value)
+    assert "'fast'" in message and "dlopt-fake" in message
+    assert "fake SDK missing" in message and "pip install fake-sdk" in message
+    assert [kind for kind, _ in provider.calls] == ["probe"]
+
+
+def test_a_provider_that_cannot_load_says_so(report, tmp_path):
+    bundle = _saved(report, tmp_path)
+    with pytest.raises(BundleLoadError, match=r"'fast'.*cannot load saved plans"):
+        load_bundle(bundle, registry=_registry(CannotLoad()))
+
+
+def test_recorded_options_that_no_longer_fit_are_refused_naming_the_plan(report, tmp_path):
+    bundle = _saved(report, tmp_path, options={"factor": 2.0, "gone": True})
+    provider = LoadableFast()
+    with pytest.raises(BundleLoadError, match=r"'fast'.*gone"):
+        load_bundle(bundle, registry=_registry(provider))
+    assert provider.calls == []
+
+
+def test_a_failing_load_is_reported_naming_the_plan_and_distribution(report, tmp_path):
+    bundle = _saved(report, tmp_path)
+    (bundle / "artifacts" / "fast" / "scale.txt").unlink()  # what load needs is gone
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    del manifest["artifacts"]["scale"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleLoadError, match=r"dlopt-fake could not load plan 'fast'"):
+        load_bundle(bundle, registry=_registry(LoadableFast()))
