@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import torch
 
@@ -22,6 +23,7 @@ from dlopt.testing import ProviderContractSuite
 from dlopt.validation import validate_outputs
 from dlopt.workload import WorkloadCase, WorkloadProfile
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
+from dlopt_onnxruntime.options import OrtOptions
 from dlopt_onnxruntime.plugin import default_providers
 
 pytestmark = pytest.mark.slow
@@ -40,6 +42,10 @@ class TestOnnxRuntimeCpuContract(ProviderContractSuite):
     distribution = "dlopt-onnxruntime"
     entry_point = "onnxruntime"
     heavy_modules = ("onnxruntime",)
+    supports_dynamic_shapes = True
+    supports_keyword_inputs = True
+    supports_nested_outputs = True
+    supports_save_load = True
 
     def make_provider(self) -> OnnxRuntimeProvider:
         return _provider("onnxruntime_cpu")
@@ -223,14 +229,6 @@ def test_int8_plan_quantizes_and_passes_int8_limits(mlp: Any) -> None:
     assert not strict.passed
 
 
-def test_int8_without_quantizable_ops_is_rejected(tmp_path: Path) -> None:
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
-    workload = WorkloadProfile.single(torch.randn(1, 3, 8, 8))
-    provider = OnnxRuntimeProvider("onnxruntime_cpu_int8", CPU, "int8", exporter="torchscript")
-    with pytest.raises(ProviderBuildError, match=r"quantized 0 of 1 compute ops \(Conv x1\)"):
-        provider.build(model, ProviderContext(workload=workload, artifact_dir=tmp_path))
-
-
 def test_unexportable_model_is_rejected_with_exporter_messages(tmp_path: Path) -> None:
     workload = WorkloadProfile.single(torch.rand(2, 3) + 1.5)
     context = ProviderContext(workload=workload, artifact_dir=tmp_path)
@@ -362,10 +360,11 @@ def test_changed_weights_are_not_served_from_old_artifacts(nested: Any) -> None:
         export_module_calls.append("torchscript")
         original(*args)
 
-    provider = OnnxRuntimeProvider("onnxruntime_cpu", CPU, exporter="torchscript")
+    provider = OnnxRuntimeProvider("onnxruntime_cpu", CPU)
+    torchscript = attrs.evolve(context, options=OrtOptions(exporter="torchscript"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(export_module._EXPORT_FUNCS, "torchscript", counting)
-        plan = provider.build(changed, context)
+        plan = provider.build(changed, torchscript)
     try:
         assert export_module_calls == ["torchscript"]
         assert plan.metadata["reused_export"] is False

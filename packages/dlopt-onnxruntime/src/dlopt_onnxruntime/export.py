@@ -2,8 +2,9 @@
 
 Nested inputs (args and kwargs of any tuple/list/dict/namedtuple/dataclass nesting) are
 flattened to a list of tensors ``input_0..input_N`` and nested outputs to
-``output_0..output_M``; the structure is restored on the way out from a template kept
-from an eager run. Non-tensor arguments are baked into the graph as constants, so every
+``output_0..output_M``; the structure is restored on the way out from a template of the
+reference outputs (kept as JSON in the plan's metadata, so a saved plan loads without
+the model). Non-tensor arguments are baked into the graph as constants, so every
 case must pass the same ones.
 
 Only the dimensions that differ between cases are dynamic. Marking every dimension
@@ -17,21 +18,25 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import re
 import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from attrs import frozen
 
-from dlopt.errors import ProviderBuildError, WorkloadError
-from dlopt.serialization import atomic_write_text
-from dlopt.tree import iter_tensors, map_tensors
-from dlopt.workload import WorkloadProfile
+from dlopt.plugin import (
+    ProviderBuildError,
+    WorkloadError,
+    atomic_write_text,
+    iter_tensors,
+    map_tensors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,10 @@ _NUMPY_DTYPES = {
     torch.int8,
     torch.uint8,
     torch.bool,
+}
+#: Dtypes by name, for reading layouts and output templates back from JSON (never getattr).
+DTYPES_BY_NAME = {
+    str(d).removeprefix("torch."): d for d in (*_NUMPY_DTYPES, torch.bfloat16, torch.complex64)
 }
 
 T = TypeVar("T")
@@ -109,12 +118,21 @@ def _structure_text(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     return repr(map_tensors(lambda _: _SLOT, (args, dict(sorted(kwargs.items())))))
 
 
-def analyze_workload(workload: WorkloadProfile) -> InputLayout:
+class Case(Protocol):
+    """What the layout reads from a case (a prepared case or a workload case)."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    weight: float
+
+
+def analyze_cases(cases: Sequence[Case]) -> InputLayout:
     """Flatten every case, check they agree, and find the dimensions that vary."""
-    flats = [iter_tensors((case.args, case.kwargs)) for case in workload.cases]
-    structures = [_structure_text(case.args, case.kwargs) for case in workload.cases]
-    first = workload.cases[0]
-    for case, flat, structure in zip(workload.cases, flats, structures):
+    flats = [iter_tensors((case.args, case.kwargs)) for case in cases]
+    structures = [_structure_text(case.args, case.kwargs) for case in cases]
+    first = cases[0]
+    for case, flat, structure in zip(cases, flats, structures):
         if structure != structures[0]:
             raise WorkloadError(
                 f"cases {first.name!r} and {case.name!r} differ in argument structure or "
@@ -144,7 +162,7 @@ def analyze_workload(workload: WorkloadProfile) -> InputLayout:
     names = tuple(f"input_{i}" for i in range(count))
     shapes: list[tuple[int | None, ...]] = []
     ranges = []
-    heaviest = max(range(len(workload.cases)), key=lambda i: workload.cases[i].weight)
+    heaviest = max(range(len(cases)), key=lambda i: cases[i].weight)
     for i in range(count):
         sizes = [tuple(int(s) for s in flat[i].shape) for flat in flats]
         shapes.append(
@@ -173,7 +191,7 @@ def analyze_workload(workload: WorkloadProfile) -> InputLayout:
         numel = sum(t.numel() for t in flats[case_index])
         return (sum(v > 1 for v in varying), len(set(varying)), numel)
 
-    example = max(range(len(workload.cases)), key=example_score)
+    example = max(range(len(cases)), key=example_score)
     return InputLayout(
         names=names,
         dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in flats[0]),
@@ -208,6 +226,110 @@ def restore_outputs(template: Any, tensors: Sequence[torch.Tensor]) -> Any:
     """Put flat output tensors back into the structure recorded by :func:`output_template`."""
     leaves = iter(tensors)
     return map_tensors(lambda _: next(leaves), template)
+
+
+class NotLoadable(ValueError):
+    """A value a saved plan's JSON metadata cannot describe (so the plan cannot be loaded)."""
+
+
+_PLAIN_LEAVES = (type(None), bool, int, float, str)
+
+
+def template_to_json(template: Any) -> Any:
+    """The JSON form of an output template: tensors by dtype, containers by kind.
+
+    Plain tuples, lists, dicts (with JSON scalar keys) and JSON scalar leaves only: a
+    namedtuple, dataclass or any other class could only be rebuilt by importing code,
+    which loading never does, so it raises :class:`NotLoadable` naming the type.
+    """
+    if isinstance(template, torch.Tensor):
+        return {"tensor": str(template.dtype).removeprefix("torch.")}
+    kind = type(template)
+    if kind in (tuple, list):
+        return {kind.__name__: [template_to_json(item) for item in template]}
+    if kind is dict:
+        for key in template:
+            if type(key) not in _PLAIN_LEAVES:
+                raise NotLoadable(f"an output dict has a {type(key).__qualname__} key")
+        return {"dict": [[key, template_to_json(value)] for key, value in template.items()]}
+    if kind in _PLAIN_LEAVES:
+        if kind is float and not math.isfinite(template):
+            raise NotLoadable(f"an output holds the non-finite constant {template!r}")
+        return {"value": template}
+    raise NotLoadable(
+        f"the outputs hold a {kind.__module__}.{kind.__qualname__}, which only its own code "
+        "could rebuild"
+    )
+
+
+def template_from_json(data: Any) -> Any:
+    """The template :func:`template_to_json` described (``ValueError`` when malformed)."""
+    if not isinstance(data, dict) or len(data) != 1:
+        raise ValueError(f"not an output template entry: {data!r:.100}")
+    ((kind, value),) = data.items()
+    if kind == "tensor":
+        if value not in DTYPES_BY_NAME:
+            raise ValueError(f"unknown output dtype {value!r}")
+        return torch.empty(0, dtype=DTYPES_BY_NAME[value])
+    if kind in ("tuple", "list") and isinstance(value, list):
+        items = [template_from_json(item) for item in value]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict" and isinstance(value, list):
+        pairs = []
+        for pair in value:
+            if not (isinstance(pair, list) and len(pair) == 2):
+                raise ValueError(f"not a key/value pair: {pair!r:.100}")
+            pairs.append((pair[0], template_from_json(pair[1])))
+        return dict(pairs)
+    if kind == "value" and type(value) in _PLAIN_LEAVES:
+        return value
+    raise ValueError(f"not an output template entry: {data!r:.100}")
+
+
+def layout_to_json(layout: InputLayout) -> dict[str, Any]:
+    """The input layout as plain JSON values (what a loaded plan feeds the session with)."""
+    return {
+        "names": list(layout.names),
+        "dtypes": list(layout.dtypes),
+        "shapes": [list(shape) for shape in layout.shapes],
+        "shape_ranges": [[list(s) for s in ranges] for ranges in layout.shape_ranges],
+        "structure": layout.structure,
+        "example_case": layout.example_case,
+    }
+
+
+def layout_from_json(data: Any) -> InputLayout:
+    """The layout :func:`layout_to_json` wrote (``ValueError`` when malformed)."""
+    try:
+
+        def sizes(values: Any, allow_none: bool) -> tuple[Any, ...]:
+            if not isinstance(values, list) or not all(
+                (type(v) is int and v >= 0) or (allow_none and v is None) for v in values
+            ):
+                raise ValueError(f"bad sizes {values!r:.100}")
+            return tuple(values)
+
+        names = tuple(str(n) for n in data["names"])
+        dtypes = tuple(data["dtypes"])
+        if any(d not in DTYPES_BY_NAME for d in dtypes) or len(dtypes) != len(names):
+            raise ValueError(f"bad input dtypes {data['dtypes']!r:.100}")
+        shapes = tuple(sizes(shape, True) for shape in data["shapes"])
+        ranges = tuple(
+            (sizes(lo, False), sizes(opt, False), sizes(hi, False))
+            for lo, opt, hi in data["shape_ranges"]
+        )
+        if not len(shapes) == len(ranges) == len(names):
+            raise ValueError("inputs, shapes and shape ranges differ in number")
+        return InputLayout(
+            names=names,
+            dtypes=dtypes,
+            shapes=shapes,
+            shape_ranges=ranges,
+            structure=str(data["structure"]),
+            example_case=int(data["example_case"]),
+        )
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not an input layout ({type(exc).__name__}: {exc})") from None
 
 
 @frozen

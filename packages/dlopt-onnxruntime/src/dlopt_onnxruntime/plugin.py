@@ -5,10 +5,7 @@ Imports nothing heavy: onnxruntime, onnx and onnxscript are imported inside prob
 
 from __future__ import annotations
 
-from typing import Any
-
-from dlopt.plugin import hookimpl
-from dlopt.precision import Precision
+from dlopt.plugin import Precision, Register, hookimpl
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
 DLOPT_PLUGIN_API_VERSION = "2.0"
@@ -32,6 +29,6 @@ def default_providers() -> list[OnnxRuntimeProvider]:
 
 
 @hookimpl
-def dlopt_register_providers(register: Any) -> None:
+def dlopt_register_providers(register: Register) -> None:
     for provider in default_providers():
         register(provider)

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from attrs import field, frozen
 
-from dlopt.errors import DloptError, ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
-from dlopt.tree import iter_tensors
+from dlopt.plugin import (
+    BuiltPlan,
+    DloptError,
+    Precision,
+    PreparedCase,
+    ProviderAvailability,
+    ProviderBuildError,
+    ProviderContext,
+    Role,
+    is_plain_name,
+    iter_tensors,
+    try_import,
+)
 from dlopt_onnxruntime import probe as _probe
 from dlopt_onnxruntime.export import (
     MANIFEST_FORMAT,
@@ -22,18 +33,24 @@ from dlopt_onnxruntime.export import (
     ExportedModelDoesNotServe,
     ExportRecord,
     InputLayout,
-    analyze_workload,
+    NotLoadable,
+    analyze_cases,
     copy_model,
     export_with_fallback,
     exporter_order,
+    layout_from_json,
+    layout_to_json,
     model_files,
     output_template,
     read_manifest,
     save_with_external_data,
     signature_hash,
     summarize_error,
+    template_from_json,
+    template_to_json,
     write_manifest,
 )
+from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
 from dlopt_onnxruntime.quantization import coverage as quantization_coverage
 from dlopt_onnxruntime.quantization import describe as describe_ops
 
@@ -58,7 +75,7 @@ _TRAINING_SENSITIVE = (
 )
 
 # Exported fp32 models of this process, by export signature: plans of one race share one
-# export (copied/hard-linked into each plan's directory) instead of exporting again.
+# export (copied into each plan's directory) instead of exporting again.
 _SHARED_EXPORTS: dict[str, tuple[Path, ExportRecord]] = {}
 
 
@@ -66,7 +83,7 @@ def _precision(value: str | Precision) -> Precision:
     return Precision.parse(value)
 
 
-def _options(value: Mapping[str, Any] | None) -> dict[str, str]:
+def _text_map(value: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
 
 
@@ -83,33 +100,31 @@ class OnnxRuntimeProvider:
     ``"OpenVINOExecutionProvider"``...). ``precision`` selects the variant: ``INT8``
     quantizes dynamically (CPU), ``FP16`` converts the model (CUDA) or enables fp16
     engines (TensorRT). ``provider_options`` are passed to the EP on top of the ones
-    set here; ``session_config`` are session config entries (CPU sessions default to
-    ``session.intra_op.allow_spinning = "0"``; see docs/providers/onnxruntime.md).
-    ``exporter`` is ``"auto"``
-    (dynamo, then TorchScript), ``"dynamo"`` or ``"torchscript"``.
+    set here and ``session_config`` are session config entries, both fixed for a variant
+    registered in code. What users tune per race are the plan's options
+    (:attr:`options_type`: graph optimization level, threads, spinning, exporter, opset,
+    int8 op types...), passed in ``OptimizationPolicy(plan_options=...)``.
+
+    A built plan can be saved (``decision.save_bundle``) and served again without the
+    model by :meth:`load` (``dlopt.load_bundle``).
     """
 
     name: str
     execution_provider: str = "CPUExecutionProvider"
     precision: Precision = field(default=Precision.FP32, converter=_precision)
-    provider_options: dict[str, str] = field(factory=dict, converter=_options)
-    session_config: dict[str, str] = field(factory=dict, converter=_options)
-    graph_optimization: str = "all"
-    exporter: str = "auto"
-    opset: int | None = None
-    #: Node types quantized by the INT8 plan ("MatMul" covers Gemm: quantize_dynamic
-    #: rewrites Gemm as MatMul + Add). Conv is left out on purpose: ONNX Runtime's
-    #: ConvInteger ran the demo conv net 8x slower than fp32 Conv on x86 here (it passed the
-    #: int8 limits). The plan's metadata counts what was quantized.
-    int8_op_types: tuple[str, ...] = ("MatMul", "Attention", "LSTM")
-    int8_per_channel: bool = False
-    #: 7-bit weights. ``None`` = automatic: on with x86 CPUs without VNNI, where the
-    #: u8 x s8 multiply saturates (measured relative L2 error 7.5% -> 1.6% on an MLP).
-    int8_reduce_range: bool | None = None
+    provider_options: dict[str, str] = field(factory=dict, converter=_text_map)
+    session_config: dict[str, str] = field(factory=dict, converter=_text_map)
     #: Device type the plan's inputs live on; derived from the EP when ``None``.
     device_type: str | None = None
 
+    role: ClassVar[Role] = Role.CHALLENGER
+
     # ------------------------------------------------------------------ description
+    @property
+    def options_type(self) -> type[OrtOptions]:
+        """The plan's options: :class:`OrtOptions`, plus int8's own for the int8 plan."""
+        return OrtInt8Options if self._transform_kind() == "quantize_dynamic" else OrtOptions
+
     @property
     def plan_device_type(self) -> str:
         if self.device_type:
@@ -155,6 +170,19 @@ class OnnxRuntimeProvider:
             return {"device_type": "CPU"}
         return {}
 
+    def _options(self, context: ProviderContext) -> OrtOptions:
+        """This plan's options from the context (the defaults when none were given)."""
+        options = context.options
+        if options is None:
+            return self.options_type()
+        if not isinstance(options, self.options_type):
+            raise ProviderBuildError(
+                f"{self.name}: its options must be a {self.options_type.__name__}, got "
+                f"{type(options).__name__}; pass them as OptimizationPolicy(plan_options="
+                f"{{{self.name!r}: {{...}}}})"
+            )
+        return options
+
     # ------------------------------------------------------------------------ probe
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         try:
@@ -185,7 +213,7 @@ class OnnxRuntimeProvider:
                 sdk_versions=versions,
                 details=details,
             )
-        problem = _tool_problem(self._transform_record()["kind"])
+        problem = _tool_problem(self._transform_kind())
         if problem is not None:
             return ProviderAvailability.unavailable(
                 problem, hint, sdk_versions=versions, details=details
@@ -225,14 +253,18 @@ class OnnxRuntimeProvider:
 
     # ------------------------------------------------------------------------ build
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
-        availability = self.probe(context)
+        """Export ``model`` for the prepared cases, transform it, open a session.
+
+        Exports with the example inputs of ``context.cases`` (on the device plans are
+        called with), makes dynamic exactly the dimensions that vary between the cases,
+        and takes the output structure and shapes from their reference outputs. Uses the
+        race's probe result (``context.availability``) when given.
+        """
+        options = self._options(context)
+        availability = context.availability or self.probe(context)
         if not availability.available:
             raise ProviderBuildError(f"{self.name} is unavailable: {availability.reason}")
-        workload = context.workload
-        if workload is None:
-            raise ProviderBuildError(
-                f"{self.name} exports the model for the workload's inputs; pass a workload"
-            )
+        cases = _prepared_cases(model, context, self.name)
         training = [
             name
             for name, module in model.named_modules()
@@ -247,48 +279,42 @@ class OnnxRuntimeProvider:
         import onnxruntime as ort
 
         try:
-            layout = analyze_workload(workload)
+            layout = analyze_cases(cases)
         except DloptError as exc:
             raise ProviderBuildError(str(exc)) from exc
-        start = time.perf_counter()
-        with torch.no_grad():
-            eager = [model(*case.args, **case.kwargs) for case in workload.cases]
-        example = workload.cases[layout.example_case]
-        template = output_template(eager[layout.example_case])
-        expected = [[tuple(t.shape) for t in iter_tensors(out)] for out in eager]
+        example = cases[layout.example_case]
+        template = output_template(example.reference)
+        expected = [[tuple(t.shape) for t in iter_tensors(case.reference)] for case in cases]
         output_count = len(expected[layout.example_case])
         if output_count == 0:
             raise ProviderBuildError("the model returns no tensors; nothing to export")
         output_names = [f"output_{i}" for i in range(output_count)]
-        eager_seconds = time.perf_counter() - start
-
-        from dlopt.validation import ModelFingerprint
 
         plan_dir = context.plan_dir(self.name)
         export_signature = {
             "format": MANIFEST_FORMAT,
             "model": {
                 "class": f"{type(model).__module__}.{type(model).__qualname__}",
-                "weights": ModelFingerprint.of(model).digest,
+                "weights": weights_digest(model),
             },
             "inputs": layout.signature(),
             "outputs": output_count,
             "torch": torch.__version__,
-            "exporter": self.exporter,
-            "opset": self.opset,
+            "exporter": options.exporter,
+            "opset": options.opset,
         }
         export_key = signature_hash(export_signature)
         plan_signature = {
             "export": export_key,
-            "plan": self._transform_record(),
+            "plan": self._transform_record(options),
             "onnxruntime": ort.__version__,
         }
         plan_key = signature_hash(plan_signature)
 
         def finish(record: ExportRecord, source: str, transform: bool) -> dict[str, Any]:
             return self._finish(
-                ort, context, plan_dir, layout, template, output_names, expected,
-                record, source, transform,
+                ort, context, options, plan_dir, layout, template, output_names, cases,
+                expected, record, source, transform,
             )  # fmt: skip
 
         built: dict[str, Any] | None = None
@@ -322,8 +348,8 @@ class OnnxRuntimeProvider:
                     example.kwargs,
                     output_count,
                     plan_dir / MODEL_NAME,
-                    exporters=exporter_order(self.exporter),
-                    opset=self.opset,
+                    exporters=exporter_order(options.exporter),
+                    opset=options.opset,
                     finish=lambda rec: finish(rec, "exported", transform=True),
                 )
             except ProviderBuildError:
@@ -333,6 +359,7 @@ class OnnxRuntimeProvider:
         assert record is not None and built is not None
         _SHARED_EXPORTS[export_key] = (plan_dir / MODEL_NAME, record)
 
+        session_model: Path = built["session_model"]
         manifest_path = write_manifest(
             plan_dir,
             {
@@ -348,7 +375,7 @@ class OnnxRuntimeProvider:
                     "fallback_error": record.fallback_error,
                 },
                 "model": MODEL_NAME,
-                "session_model": built["session_model"].name,
+                "session_model": session_model.name,
                 "input_names": list(layout.names),
                 "output_names": output_names,
                 "dynamic_axes": layout.dynamic_dims,
@@ -357,15 +384,16 @@ class OnnxRuntimeProvider:
         artifacts = {"manifest": manifest_path}
         for file in model_files(plan_dir / MODEL_NAME):
             artifacts["onnx_model" if file.name == MODEL_NAME else file.name] = file
-        if built["session_model"].name != MODEL_NAME:
-            for file in model_files(built["session_model"]):
-                artifacts["session_model" if file == built["session_model"] else file.name] = file
+        if session_model.name != MODEL_NAME:
+            for file in model_files(session_model):
+                artifacts["session_model" if file == session_model else file.name] = file
+        try:
+            outputs_json: Any = template_to_json(template)
+            load_problem = None
+        except NotLoadable as exc:
+            outputs_json, load_problem = None, str(exc)
         metadata = {
-            "execution_provider": self.execution_provider,
-            "session_providers": built["session_providers"],
-            "provider_options": built["provider_options"],
-            "session_options": built["session_options"],
-            "intra_op_allow_spinning": self._config().get(SPINNING_KEY),
+            **built["session_record"],
             "onnxruntime": ort.__version__,
             "flavour": _probe.detect_installation().flavour,
             "exporter": record.exporter,
@@ -374,81 +402,149 @@ class OnnxRuntimeProvider:
             "export_seconds": round(record.seconds, 4),
             "export_source": built["source"],
             "reused_export": built["source"] != "exported",
-            "eager_reference_seconds": round(eager_seconds, 4),
             "transform": built["transform"],
             "input_names": list(layout.names),
             "output_names": output_names,
             "dynamic_axes": layout.dynamic_dims,
             "example_case": example.name,
-            "io": built["io"],
+            # What load() needs to serve the saved files again without the model.
+            "session_model": session_model.name,
+            "layout": layout_to_json(layout),
+            "outputs": outputs_json,
+            "load_problem": load_problem,
+            "artifact_files": {name: path.name for name, path in artifacts.items()},
             # Quantizing plans: quantized_ops, quantizable_ops, quantized_fraction, op types.
             **built["coverage"],
         }
-        holder = built
+        return _plan(built, self.precision, artifacts, metadata)
 
-        def close() -> None:
-            holder.pop("session", None)
-            holder.pop("runner", None)
+    # ------------------------------------------------------------------------- load
+    def load(
+        self, directory: Path, metadata: dict[str, Any], context: ProviderContext
+    ) -> BuiltPlan:
+        """Serve a saved plan again: its ONNX file in ``directory`` -> a new session.
 
-        return BuiltPlan(
-            runner=built["runner"],
-            precision=self.precision,
-            artifacts=artifacts,
-            metadata=metadata,
-            on_close=close,
-        )
+        ``directory`` holds the files of the built plan's artifacts under their file
+        names (as a bundle holds them); ``metadata`` is the plan's recorded metadata,
+        which names the session's model file and records the input layout and output
+        structure. The session gets the settings ``context.options`` and
+        ``context.target`` give, as at build. Nothing is exported and no model is needed.
+        Raises :class:`ProviderBuildError` naming what is missing or unreadable.
+        """
+        options = self._options(context)
+        directory = Path(directory)
+        if metadata.get("load_problem"):
+            raise ProviderBuildError(
+                f"{self.name}: this saved plan cannot be loaded: {metadata['load_problem']}; "
+                "rebuild it from the model"
+            )
+        if metadata.get("execution_provider") != self.execution_provider:
+            raise ProviderBuildError(
+                f"{self.name}: the saved plan ran with "
+                f"{metadata.get('execution_provider')!r}, this plan runs with "
+                f"{self.execution_provider}; load it with the plan that saved it"
+            )
+        file_name = metadata.get("session_model")
+        if not is_plain_name(file_name):
+            raise ProviderBuildError(
+                f"{self.name}: the saved plan's metadata names session_model {file_name!r}, "
+                "which is not a plain file name; refusing to open it"
+            )
+        session_model = directory / str(file_name)
+        if not session_model.is_file():
+            raise ProviderBuildError(
+                f"{self.name}: {session_model} is missing; the saved plan's directory must "
+                "hold the plan's artifact files under their names"
+            )
+        try:
+            layout = layout_from_json(metadata.get("layout"))
+            template = template_from_json(metadata.get("outputs"))
+            output_names = metadata.get("output_names")
+            if not isinstance(output_names, list) or len(output_names) != len(
+                iter_tensors(template)
+            ):
+                raise ValueError(f"output_names {output_names!r:.100} do not match the outputs")
+            output_names = [str(n) for n in output_names]
+        except ValueError as exc:
+            raise ProviderBuildError(
+                f"{self.name}: the saved plan's metadata cannot be read ({exc}); it may come "
+                "from another dlopt-onnxruntime version: rebuild the plan"
+            ) from None
+        import onnxruntime as ort
+
+        opened = self._open_session(
+            ort, context, options, session_model, context.plan_dir(self.name), layout,
+            template, output_names,
+        )  # fmt: skip
+        artifacts = {
+            str(name): directory / file
+            for name, file in (metadata.get("artifact_files") or {}).items()
+            if is_plain_name(file) and (directory / file).is_file()
+        }
+        loaded = {
+            **metadata,
+            **opened["session_record"],
+            "onnxruntime": ort.__version__,
+            "flavour": _probe.detect_installation().flavour,
+            "export_source": "loaded",
+            "reused_export": True,
+            "loaded_from": str(directory),
+        }
+        return _plan(opened, self.precision, artifacts, loaded)
 
     # ------------------------------------------------------------------ internals
-    def _config(self) -> dict[str, str]:
-        """Session config entries: the plugin's defaults, overridden by ``session_config``."""
-        defaults: dict[str, str] = {}
+    def _config(self, options: OrtOptions) -> dict[str, str]:
+        """Session config entries: the plugin's defaults, the variant's own, then options."""
+        config: dict[str, str] = {}
         if self.plan_device_type == "cpu":
             # Idle intra-op threads otherwise spin ~50-100 ms after every run and slow
             # whatever runs next on the same cores: eager right after an ORT burst ran
             # 2.2x slower here, so an interleaved race overstated ORT's speedup (and so
             # would any process doing other work between requests). Costs ORT itself
-            # 1.2-1.6x on tiny batch-1 models; opt back in with "1".
-            defaults[SPINNING_KEY] = "0"
-        return {**defaults, **self.session_config}
+            # 1.2-1.6x on tiny batch-1 models; opt back in with allow_spinning.
+            config[SPINNING_KEY] = "0"
+        config.update(self.session_config)
+        if options.allow_spinning is not None:
+            config[SPINNING_KEY] = "1" if options.allow_spinning else "0"
+        config.update(options.session_config)
+        return config
 
-    def _transform_record(self) -> dict[str, Any]:
+    def _transform_kind(self) -> str:
+        if self.execution_provider == "CPUExecutionProvider" and self.precision is Precision.INT8:
+            return "quantize_dynamic"
+        if self.execution_provider == "CUDAExecutionProvider" and self.precision is Precision.FP16:
+            return "float16"
+        return "none"
+
+    def _transform_record(self, options: OrtOptions) -> dict[str, Any]:
+        kind = self._transform_kind()
         record: dict[str, Any] = {
             "execution_provider": self.execution_provider,
             "precision": self.precision.value,
+            "kind": kind,
         }
-        if self.execution_provider == "CPUExecutionProvider" and self.precision is Precision.INT8:
+        if kind == "quantize_dynamic":
+            assert isinstance(options, OrtInt8Options)
             record.update(
-                kind="quantize_dynamic",
-                op_types=list(self.int8_op_types),
-                per_channel=self.int8_per_channel,
-                reduce_range=self._reduce_range(),
+                op_types=list(options.int8_op_types),
+                per_channel=options.int8_per_channel,
+                reduce_range=_reduce_range(options),
                 weight_type="QInt8",
             )
-        elif (
-            self.execution_provider == "CUDAExecutionProvider" and self.precision is Precision.FP16
-        ):
-            record.update(kind="float16", keep_io_types=True)
-        else:
-            record["kind"] = "none"
+        elif kind == "float16":
+            record.update(keep_io_types=True)
         return record
 
-    def _reduce_range(self) -> bool:
-        if self.int8_reduce_range is not None:
-            return self.int8_reduce_range
-        from dlopt.runtime import cpu_info
-
-        flags = set(cpu_info().isa_flags)
-        return "avx2" in flags and not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
-
-    def _transform(self, fp32_path: Path, plan_dir: Path) -> Path:
-        kind = self._transform_record()["kind"]
+    def _transform(self, fp32_path: Path, plan_dir: Path, options: OrtOptions) -> Path:
+        kind = self._transform_kind()
         if kind == "quantize_dynamic":
-            return self._quantize_int8(fp32_path, plan_dir / "model.int8.onnx")
+            assert isinstance(options, OrtInt8Options)
+            return self._quantize_int8(fp32_path, plan_dir / "model.int8.onnx", options)
         if kind == "float16":
             return self._convert_fp16(fp32_path, plan_dir / "model.fp16.onnx")
         return fp32_path
 
-    def _quantize_int8(self, source: Path, target: Path) -> Path:
+    def _quantize_int8(self, source: Path, target: Path, options: OrtInt8Options) -> Path:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         for file in model_files(target):
@@ -460,9 +556,9 @@ class OnnxRuntimeProvider:
             quantize_dynamic(
                 source,
                 target,
-                op_types_to_quantize=list(self.int8_op_types),
-                per_channel=self.int8_per_channel,
-                reduce_range=self._reduce_range(),
+                op_types_to_quantize=list(options.int8_op_types),
+                per_channel=options.int8_per_channel,
+                reduce_range=_reduce_range(options),
                 weight_type=QuantType.QInt8,
                 use_external_data_format=True,
             )
@@ -474,7 +570,9 @@ class OnnxRuntimeProvider:
             logging.getLogger().removeFilter(quiet)
         return target
 
-    def _check_coverage(self, fp32_path: Path, session_model: Path) -> dict[str, Any]:
+    def _check_coverage(
+        self, fp32_path: Path, session_model: Path, options: OrtInt8Options
+    ) -> dict[str, Any]:
         """Count what the int8 graph quantized; refuse a plan that quantized nothing."""
         found = quantization_coverage(fp32_path, session_model)
         if found.quantized_ops == 0:
@@ -482,8 +580,9 @@ class OnnxRuntimeProvider:
                 f"{self.name}: int8 dynamic quantization {found.summary()}: this plan would "
                 f"compute what the fp32 plan on {self.execution_provider} (onnxruntime_cpu) "
                 "computes, so it is not raced as int8. It quantizes "
-                f"{', '.join(self.int8_op_types)} nodes; set int8_op_types to include this "
-                'model\'s compute ops (for example ("MatMul", "Conv")) or exclude the plan'
+                f"{', '.join(options.int8_op_types)} nodes; set its int8_op_types option to "
+                "include this model's compute ops (for example plan_options="
+                f"{{{self.name!r}: {{'int8_op_types': ['MatMul', 'Conv']}}}}) or exclude the plan"
             )
         if found.unquantized:
             log.info(
@@ -506,7 +605,11 @@ class OnnxRuntimeProvider:
         return target
 
     def _provider_list(
-        self, context: ProviderContext, plan_dir: Path, layout: InputLayout, stream_ptr: int | None
+        self,
+        context: ProviderContext,
+        cache_root: Path,
+        layout: InputLayout,
+        stream_ptr: int | None,
     ) -> list[tuple[str, dict[str, str]]]:
         ep = self.execution_provider
         options: dict[str, str] = {}
@@ -524,8 +627,8 @@ class OnnxRuntimeProvider:
             if ep == "CUDAExecutionProvider":
                 options = cuda
             elif ep == "TensorrtExecutionProvider":
-                cache = plan_dir / "trt_cache"
-                cache.mkdir(exist_ok=True)
+                cache = cache_root / "trt_cache"
+                cache.mkdir(parents=True, exist_ok=True)
                 options = {
                     "device_id": device,
                     "trt_fp16_enable": "True" if self.precision is Precision.FP16 else "False",
@@ -548,36 +651,27 @@ class OnnxRuntimeProvider:
         providers.append((ep, {**options, **self.provider_options}))
         return providers
 
-    def _finish(
+    def _open_session(
         self,
         ort: Any,
         context: ProviderContext,
-        plan_dir: Path,
+        options: OrtOptions,
+        session_model: Path,
+        cache_root: Path,
         layout: InputLayout,
         template: Any,
         output_names: list[str],
-        expected: list[list[tuple[int, ...]]],
-        record: ExportRecord,
-        source: str,
-        transform: bool,
     ) -> dict[str, Any]:
+        """A session on ``session_model`` with this plan's settings, and its runner.
+
+        Shared by build and load, so a loaded plan runs exactly as the raced one did.
+        """
         from dlopt_onnxruntime.session import CudaRunner, make_cpu_runner, session_options
 
-        fp32_path = plan_dir / MODEL_NAME
-        transform_start = time.perf_counter()
-        if transform:
-            session_model = self._transform(fp32_path, plan_dir)
-        else:
-            manifest = read_manifest(plan_dir) or {}
-            session_model = plan_dir / manifest.get("session_model", MODEL_NAME)
-        transform_seconds = time.perf_counter() - transform_start
-        coverage: dict[str, Any] = {}
-        if self._transform_record()["kind"] == "quantize_dynamic":
-            coverage = self._check_coverage(fp32_path, session_model)
-
-        threads = context.target.threads or torch.get_num_threads()
-        options, options_record = session_options(
-            ort, threads=threads, optimization=self.graph_optimization, extra=self._config()
+        threads = options.intra_op_threads or context.target.threads or torch.get_num_threads()
+        config = self._config(options)
+        sess_options, options_record = session_options(
+            ort, threads=threads, optimization=options.graph_optimization_level, extra=config
         )
         stream = None
         if self.plan_device_type == "cuda":
@@ -587,17 +681,17 @@ class OnnxRuntimeProvider:
             # ORT can adopt, so then the plan gets its own stream, ordered by waits.
             stream = current if current.cuda_stream != 0 else torch.cuda.Stream(device)
         providers = self._provider_list(
-            context, plan_dir, layout, stream.cuda_stream if stream is not None else None
+            context, cache_root, layout, stream.cuda_stream if stream is not None else None
         )
         session_start = time.perf_counter()
         try:
             session = ort.InferenceSession(
-                str(session_model), sess_options=options, providers=providers
+                str(session_model), sess_options=sess_options, providers=providers
             )
         except Exception as exc:
             raise ProviderBuildError(
-                f"ONNX Runtime could not load the exported model with {self.execution_provider}: "
-                f"{summarize_error(exc)}"
+                f"ONNX Runtime could not load {session_model.name} with "
+                f"{self.execution_provider}: {summarize_error(exc)}"
             ) from exc
         session_seconds = time.perf_counter() - session_start
         used = list(session.get_providers())
@@ -605,6 +699,12 @@ class OnnxRuntimeProvider:
             raise ProviderBuildError(
                 f"the session fell back to {', '.join(used)} instead of using "
                 f"{self.execution_provider}; this plan would not measure what it claims"
+            )
+        unknown = [i.name for i in session.get_inputs() if i.name not in layout.names]
+        if unknown:
+            raise ExportedModelDoesNotServe(
+                f"{session_model.name} takes inputs {unknown} that the input layout "
+                f"({', '.join(layout.names)}) does not feed"
             )
         if stream is not None:
             runner: Any = CudaRunner(
@@ -614,9 +714,54 @@ class OnnxRuntimeProvider:
         else:
             runner = make_cpu_runner(session, layout, template, output_names)
             io = "numpy views of torch tensors (zero copy in and out)"
+        return {
+            "runner": runner,
+            "session": session,
+            "session_record": {
+                "execution_provider": self.execution_provider,
+                "session_providers": used,
+                "provider_options": {name: opts for name, opts in providers},
+                "session_options": {
+                    **options_record,
+                    "session_seconds": round(session_seconds, 4),
+                },
+                "intra_op_allow_spinning": config.get(SPINNING_KEY),
+                "io": io,
+            },
+        }
 
-        assert context.workload is not None
-        for case, shapes in zip(context.workload.cases, expected):
+    def _finish(
+        self,
+        ort: Any,
+        context: ProviderContext,
+        options: OrtOptions,
+        plan_dir: Path,
+        layout: InputLayout,
+        template: Any,
+        output_names: list[str],
+        cases: tuple[PreparedCase, ...],
+        expected: list[list[tuple[int, ...]]],
+        record: ExportRecord,
+        source: str,
+        transform: bool,
+    ) -> dict[str, Any]:
+        fp32_path = plan_dir / MODEL_NAME
+        transform_start = time.perf_counter()
+        if transform:
+            session_model = self._transform(fp32_path, plan_dir, options)
+        else:
+            manifest = read_manifest(plan_dir) or {}
+            session_model = plan_dir / manifest.get("session_model", MODEL_NAME)
+        transform_seconds = time.perf_counter() - transform_start
+        coverage: dict[str, Any] = {}
+        if isinstance(options, OrtInt8Options) and self._transform_kind() == "quantize_dynamic":
+            coverage = self._check_coverage(fp32_path, session_model, options)
+
+        opened = self._open_session(
+            ort, context, options, session_model, plan_dir, layout, template, output_names
+        )
+        runner = opened["runner"]
+        for case, shapes in zip(cases, expected):
             try:
                 with torch.inference_mode():
                     got = runner(*case.args, **case.kwargs)
@@ -629,20 +774,81 @@ class OnnxRuntimeProvider:
                 raise ExportedModelDoesNotServe(
                     f"case {case.name!r} gave output shapes {got_shapes}, eager gave {shapes}"
                 )
-        transform_record = self._transform_record()
+        transform_record = self._transform_record(options)
         transform_record["seconds"] = round(transform_seconds, 4) if transform else None
         return {
-            "runner": runner,
-            "session": session,
+            **opened,
             "session_model": session_model,
-            "session_providers": used,
-            "provider_options": {name: opts for name, opts in providers},
-            "session_options": {**options_record, "session_seconds": round(session_seconds, 4)},
             "source": source,
             "transform": transform_record,
-            "io": io,
             "coverage": coverage,
         }
+
+
+def _plan(
+    opened: dict[str, Any],
+    precision: Precision,
+    artifacts: dict[str, Path],
+    metadata: dict[str, Any],
+) -> BuiltPlan:
+    """The BuiltPlan over an opened session; closing drops the session and its runner."""
+
+    def close() -> None:
+        opened.pop("session", None)
+        opened.pop("runner", None)
+
+    return BuiltPlan(
+        runner=opened["runner"],
+        precision=precision,
+        artifacts=artifacts,
+        metadata=metadata,
+        on_close=close,
+    )
+
+
+def _prepared_cases(
+    model: torch.nn.Module, context: ProviderContext, plan: str
+) -> tuple[PreparedCase, ...]:
+    """The race's prepared cases; outside a race (a script, an older test suite) the
+    workload's cases, with the reference outputs computed here once."""
+    if context.cases:
+        return tuple(context.cases)
+    workload = context.workload
+    if workload is None or not workload.cases:
+        raise ProviderBuildError(
+            f"{plan} exports the model for the inputs it will be called with; build needs "
+            "context.cases (a race hands them over) or a workload"
+        )
+    with torch.no_grad():
+        return tuple(
+            PreparedCase(c.name, c.args, c.kwargs, model(*c.args, **c.kwargs), c.weight)
+            for c in workload.cases
+        )
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A content hash of the model's parameters and buffers (names, dtypes, shapes, bytes).
+
+    Part of the export signature: a later build reuses an export only for the same
+    weights. A tensor whose bytes cannot be read (a quantized or sparse layout) makes
+    the digest unique, so nothing is reused for that model.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    with torch.no_grad():
+        for name, tensor in model.state_dict(keep_vars=False).items():
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            try:
+                data = tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8)
+            except (RuntimeError, TypeError, AttributeError):
+                return f"unhashable-{secrets.token_hex(8)}"
+            digest.update(memoryview(data.numpy()))
+    return digest.hexdigest()
+
+
+def _reduce_range(options: OrtInt8Options) -> bool:
+    if options.int8_reduce_range is not None:
+        return options.int8_reduce_range
+    return _probe.int8_saturates()
 
 
 class _DropMessage(logging.Filter):
@@ -674,8 +880,6 @@ def _trt_profiles(layout: InputLayout) -> dict[str, str]:
 
 def _tool_problem(transform: str) -> str | None:
     """Is the tool the plan's precision transform needs importable?"""
-    from dlopt.probing import try_import
-
     if transform == "quantize_dynamic":
         module, error = try_import("onnxruntime.quantization")
         if module is None:

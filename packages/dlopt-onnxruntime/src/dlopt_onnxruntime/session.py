@@ -21,16 +21,9 @@ from typing import Any
 
 import torch
 
-from dlopt.errors import WorkloadError
-from dlopt.tree import iter_tensors
+from dlopt.plugin import WorkloadError, iter_tensors
 from dlopt_onnxruntime.export import InputLayout, restore_outputs
-
-_OPT_LEVELS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
+from dlopt_onnxruntime.options import OPTIMIZATION_LEVELS
 
 _ONNX_TO_TORCH = {
     "tensor(float)": torch.float32,
@@ -54,13 +47,13 @@ def session_options(
     extra: Mapping[str, str] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """``(SessionOptions, JSON record of what was set)``."""
-    if optimization not in _OPT_LEVELS:
+    if optimization not in OPTIMIZATION_LEVELS:
         raise ValueError(
-            f"graph optimization {optimization!r} is not one of {', '.join(_OPT_LEVELS)}"
+            f"graph optimization {optimization!r} is not one of {', '.join(OPTIMIZATION_LEVELS)}"
         )
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(
-        ort.GraphOptimizationLevel, _OPT_LEVELS[optimization]
+        ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization]
     )
     # One request at a time: all threads go to intra-op parallelism, matched to the
     # threads the target grants, so ORT does not oversubscribe the cores torch uses.

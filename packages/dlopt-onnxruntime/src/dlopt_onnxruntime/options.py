@@ -1,0 +1,118 @@
+"""The options users can set per ONNX Runtime plan.
+
+Pass them per plan name: ``OptimizationPolicy(plan_options={"onnxruntime_cpu":
+{"graph_optimization_level": "basic", "intra_op_threads": 2}})``; ``dlopt providers
+--options onnxruntime_cpu`` lists them. They are recorded in the report, and a loaded
+plan gets the same session settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import field, frozen
+from attrs.validators import ge, optional
+
+#: ``graph_optimization_level`` values -> ONNX Runtime's ``GraphOptimizationLevel`` names.
+OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
+#: Node types the int8 plan quantizes by default ("MatMul" covers Gemm: quantize_dynamic
+#: rewrites Gemm as MatMul + Add). Conv is left out on purpose: ONNX Runtime's ConvInteger
+#: ran the demo conv net 8x slower than fp32 Conv on x86 here (it passed the int8 limits).
+DEFAULT_INT8_OP_TYPES = ("MatMul", "Attention", "LSTM")
+
+
+def _text_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def _one_of(*choices: str) -> Any:
+    def check(_instance: object, attribute: Any, value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}")
+
+    return check
+
+
+def _not_empty(_instance: object, attribute: Any, value: tuple[str, ...]) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} needs at least one ONNX op type, e.g. ['MatMul']")
+
+
+@frozen
+class OrtOptions:
+    """Options of every ONNX Runtime plan."""
+
+    graph_optimization_level: str = field(
+        default="all",
+        validator=_one_of(*OPTIMIZATION_LEVELS),
+        metadata={
+            "help": "ONNX Runtime graph optimizations before the first run: "
+            "disable, basic, extended or all"
+        },
+    )
+    intra_op_threads: int | None = field(
+        default=None,
+        validator=optional(ge(1)),
+        metadata={
+            "help": "threads of the session's intra-op pool; default: ExecutionTarget.threads, "
+            "else torch.get_num_threads()"
+        },
+    )
+    allow_spinning: bool | None = field(
+        default=None,
+        metadata={
+            "help": "let idle intra-op threads busy-wait after a run "
+            "(session.intra_op.allow_spinning); default: off on CPU-side plans, where "
+            "spinning slows whatever runs next on those cores, ONNX Runtime's default "
+            "elsewhere"
+        },
+    )
+    exporter: str = field(
+        default="auto",
+        validator=_one_of(*EXPORTER_CHOICES),
+        metadata={
+            "help": "ONNX exporter: auto (dynamo, then TorchScript when dynamo fails or its "
+            "model does not serve every case), dynamo or torchscript"
+        },
+    )
+    opset: int | None = field(
+        default=None,
+        validator=optional(ge(7)),
+        metadata={"help": "ONNX opset to export with; default: the exporter's (TorchScript: 17)"},
+    )
+    session_config: dict[str, str] = field(
+        factory=dict,
+        converter=_text_map,
+        metadata={"help": "extra ONNX Runtime session config entries (key -> value), applied last"},
+    )
+
+
+@frozen
+class OrtInt8Options(OrtOptions):
+    """Options of the dynamically quantized CPU plan: every plan option plus int8's own."""
+
+    int8_op_types: tuple[str, ...] = field(
+        default=DEFAULT_INT8_OP_TYPES,
+        converter=tuple,
+        validator=_not_empty,
+        metadata={
+            "help": "ONNX node types quantize_dynamic quantizes (MatMul covers Gemm); add "
+            "Conv for convolutions (ConvInteger is often slower than fp32 Conv on x86)"
+        },
+    )
+    int8_per_channel: bool = field(
+        default=False, metadata={"help": "quantize weights per output channel"}
+    )
+    int8_reduce_range: bool | None = field(
+        default=None,
+        metadata={
+            "help": "7-bit weights; default: on for x86 CPUs without VNNI, where the u8 x s8 "
+            "multiply saturates"
+        },
+    )
