@@ -3,6 +3,7 @@ every probe state and the option translation are checked against fakes."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import types
 from collections import namedtuple
 from collections.abc import Callable
@@ -29,6 +30,8 @@ def _new_api(
     min_block_size: int = 5,
     enable_autocast: bool = False,
     autocast_low_precision_type: Any = None,
+    workspace_size: int = 0,
+    optimization_level: int | None = None,
     **kwargs: Any,
 ) -> Any:
     """Signature of a strongly typed release (no enabled_precisions)."""
@@ -45,9 +48,28 @@ def _legacy_api(
     enabled_precisions: Any = None,
     use_explicit_typing: bool = False,
     min_block_size: int = 5,
+    workspace_size: int = 0,
+    optimization_level: int | None = None,
     **kwargs: Any,
 ) -> Any:
     """Signature of a weakly typed release (precision through enabled_precisions)."""
+
+
+def _minimal_api(
+    exported_program: Any,
+    inputs: Any = None,
+    *,
+    device: Any = None,
+    disable_tf32: bool = False,
+    enable_autocast: bool = False,
+    autocast_low_precision_type: Any = None,
+    min_block_size: int = 5,
+    **kwargs: Any,
+) -> Any:
+    """A release without the builder's workspace and optimization-level options."""
+
+
+_APIS = {"new": _new_api, "legacy": _legacy_api, "minimal": _minimal_api}
 
 
 class FakeInput:
@@ -66,7 +88,7 @@ class FakeTorchTensorRT(types.ModuleType):
         self.__cuda_version__ = "12.6"
         self.ENABLED_FEATURES = Features(dynamo, True)
         self.Input = FakeInput
-        self.dynamo = types.SimpleNamespace(compile=_new_api if api == "new" else _legacy_api)
+        self.dynamo = types.SimpleNamespace(compile=_APIS[api])
         self.compile_calls: list[dict[str, Any]] = []
         self.save_calls: list[dict[str, Any]] = []
         self.fail_with: Exception | None = None
@@ -94,16 +116,16 @@ def fake_metadata(
         "distribution_version",
         lambda name: version if name == "torch-tensorrt" else real_version(name),
     )
-    real_requires = dlopt.probing.importlib_metadata.requires
+    real_requires = importlib.metadata.requires
 
     def fake_requires(name: str) -> list[str] | None:
         if name != "torch-tensorrt":
             return real_requires(name)
         if version is None:
-            raise dlopt.probing.importlib_metadata.PackageNotFoundError(name)
+            raise importlib.metadata.PackageNotFoundError(name)
         return requires if requires is not None else ["torch<2.14.0,>=2.13.0", "packaging"]
 
-    monkeypatch.setattr(dlopt.probing.importlib_metadata, "requires", fake_requires)
+    monkeypatch.setattr(importlib.metadata, "requires", fake_requires)
 
 
 def fake_gpu(monkeypatch: Any, capability: tuple[int, int] | None) -> None:

@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.errors import ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
-from dlopt.workload import WorkloadCase, WorkloadProfile
-from dlopt_tensorrt import TensorRTProvider, precision_kwargs
+from dlopt.plugin import (
+    ExecutionTarget,
+    Precision,
+    ProviderBuildError,
+    ProviderContext,
+    WorkloadCase,
+    WorkloadProfile,
+)
+from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, precision_kwargs
 
 
 class Net(torch.nn.Module):
@@ -104,22 +107,24 @@ def test_static_workload_gives_a_static_input(fake_trt: Any, tmp_path: Path) -> 
     workload = WorkloadProfile.single(torch.randn(2, 16))
     TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, workload))
     (spec,) = trt.compile_calls[0]["inputs"]
+    example = spec.kwargs.pop("torch_tensor")
     assert spec.kwargs == {"shape": (2, 16), "dtype": torch.float32, "name": "features"}
+    assert example is workload.cases[0].args[0]
 
 
-def test_extra_options_pass_through(fake_trt: Any, tmp_path: Path) -> None:
+def test_extra_compile_options_pass_through(fake_trt: Any, tmp_path: Path) -> None:
     trt = fake_trt()
-    provider = TensorRTProvider(Precision.FP16, options={"optimization_level": 5}, min_block_size=3)
+    provider = TensorRTProvider(Precision.FP16, compile_options={"truncate_double": True})
     provider.build(Net().eval(), _context(tmp_path))
     call = trt.compile_calls[0]
-    assert call["optimization_level"] == 5 and call["min_block_size"] == 3
+    assert call["truncate_double"] is True and call["min_block_size"] == 1
 
 
 def test_save_engine_writes_into_the_plan_dir(fake_trt: Any, tmp_path: Path) -> None:
     trt = fake_trt()
-    plan = TensorRTProvider(Precision.FP16, save_engine=True).build(
-        Net().eval(), _context(tmp_path)
-    )
+    context = _context(tmp_path)
+    context.options = TensorRTOptions(save_engine=True)
+    plan = TensorRTProvider(Precision.FP16).build(Net().eval(), context)
     (save,) = trt.save_calls
     path = plan.artifacts["engine"]
     assert path == tmp_path / "tensorrt_fp16" / "trt_program.ep" and path.exists()

@@ -8,17 +8,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
-
-from dlopt.precision import Precision
-from dlopt.target import ExecutionTarget
+from dlopt.plugin import ExecutionTarget, Precision
 from dlopt.testing import ProviderContractSuite
-from dlopt.workload import WorkloadCase, WorkloadProfile
 from dlopt_tensorrt import TensorRTProvider
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class _TensorRTSuite(ProviderContractSuite):
@@ -32,21 +24,6 @@ class _TensorRTSuite(ProviderContractSuite):
 
     def make_provider(self) -> TensorRTProvider:
         return TensorRTProvider(self.precision)
-
-    # Engines run on the GPU: the model and the cases live there too (the suite's
-    # defaults are CPU tensors). Off a GPU the build checks skip before these matter.
-    def make_model(self) -> torch.nn.Module:
-        return super().make_model().to(_device())
-
-    def make_workload(self) -> WorkloadProfile:
-        base = super().make_workload()
-        return WorkloadProfile(
-            tuple(
-                WorkloadCase(c.name, args=tuple(a.to(_device()) for a in c.args), weight=c.weight)
-                for c in base.cases
-            ),
-            name=base.name,
-        )
 
 
 class TestTensorRTFp32Contract(_TensorRTSuite):

@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlopt.precision import Precision
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
-from dlopt.workload import WorkloadCase, WorkloadProfile
-from dlopt_tensorrt import TensorRTProvider, load_engine
+from dlopt.plugin import ExecutionTarget, Precision, ProviderContext, WorkloadCase, WorkloadProfile
+from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, load_engine
 
 pytestmark = pytest.mark.gpu
 
@@ -62,9 +59,10 @@ def test_engine_serves_every_case(tmp_path: Path, precision: Precision, tol: flo
 
 
 def test_saved_engine_loads_and_matches(tmp_path: Path) -> None:
-    provider = TensorRTProvider(Precision.FP16, save_engine=True)
+    provider = TensorRTProvider(Precision.FP16)
     _require(provider)
     model, workload, context = _setup(tmp_path)
+    context.options = TensorRTOptions(save_engine=True)
     with provider.build(model, context) as plan, torch.inference_mode():
         loaded = load_engine(plan.artifacts["engine"])
         x = workload.cases[1].args[0]

@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.errors import WorkloadError
-from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt.plugin import WorkloadCase, WorkloadError, WorkloadProfile
 from dlopt_tensorrt.inputs import derive_inputs, example_tensor, to_trt_input
 
 
@@ -92,12 +91,11 @@ class _Recorder:
 
 
 def test_to_trt_input_static_and_dynamic() -> None:
-    static = derive_inputs(WorkloadProfile.single(torch.randn(2, 4)), ["x"]).args[0]
-    assert to_trt_input(static, _Recorder()) == {
-        "shape": (2, 4),
-        "dtype": torch.float32,
-        "name": "x",
-    }
+    x = torch.randn(2, 4)
+    static = derive_inputs(WorkloadProfile.single(x), ["x"]).args[0]
+    made = to_trt_input(static, _Recorder())
+    assert made.pop("torch_tensor") is x  # traced with the case's own tensor
+    assert made == {"shape": (2, 4), "dtype": torch.float32, "name": "x"}
 
     dynamic = derive_inputs(
         WorkloadProfile((_case("a", torch.randn(1, 4), weight=3), _case("b", torch.randn(8, 4)))),
@@ -116,3 +114,19 @@ def test_example_tensor_keeps_integer_dtypes() -> None:
         0
     ]
     assert example_tensor(spec).dtype == torch.int32
+
+
+def test_opt_shape_policies_choose_the_case_tensorrt_tunes_for() -> None:
+    cases = (
+        _case("b4", torch.randn(4, 8), weight=5),
+        _case("b1", torch.randn(1, 8), weight=1),
+        _case("b16", torch.randn(16, 8), weight=1),
+    )
+    assert derive_inputs(cases).opt_case == "b4"
+    assert derive_inputs(cases, opt_shape="largest").args[0].opt_shape == (16, 8)
+    assert derive_inputs(cases, opt_shape="smallest").opt_case == "b1"
+
+
+def test_no_cases_is_refused() -> None:
+    with pytest.raises(WorkloadError, match="has no cases"):
+        derive_inputs(())

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.precision import Precision
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
+from dlopt.plugin import ExecutionTarget, Precision, ProviderContext
 from dlopt_tensorrt import TensorRTProvider, all_providers
 from dlopt_tensorrt import provider as provider_module
 
@@ -42,11 +40,13 @@ def test_not_installed(sim: Any, monkeypatch: Any) -> None:
     availability = _probe()
     assert not availability.available
     assert availability.reason == (
-        "torch-tensorrt is not installed (the dlopt-tensorrt[sdk] extra installs it)"
+        "torch-tensorrt is not installed (dlopt-tensorrt leaves it to you: install the "
+        "release that matches torch)"
     )
     minor = ".".join(torch.__version__.split(".")[:2])
+    # Pinned to this torch's minor, never an extra or an open range (either moves torch).
     assert availability.install_hint == (
-        f'pip install "dlopt-tensorrt[sdk]" "torch-tensorrt=={minor}.*" '
+        f'pip install "torch-tensorrt=={minor}.*" '
         "--extra-index-url https://download.pytorch.org/whl/cu126"
     )
 

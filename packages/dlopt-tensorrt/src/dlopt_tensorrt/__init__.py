@@ -6,9 +6,11 @@ torch_tensorrt itself is imported only when a plan is probed or built.
 
 from __future__ import annotations
 
-from dlopt_tensorrt.compat import check_torch_pairing, install_command
+from dlopt_tensorrt.compat import check_torch_pairing
 from dlopt_tensorrt.inputs import InputSpec, WorkloadInputs, derive_inputs
+from dlopt_tensorrt.pins import install_command, torch_tensorrt_pin
 from dlopt_tensorrt.provider import (
+    TensorRTOptions,
     TensorRTProvider,
     all_providers,
     load_engine,
@@ -17,6 +19,7 @@ from dlopt_tensorrt.provider import (
 
 __all__ = [
     "InputSpec",
+    "TensorRTOptions",
     "TensorRTProvider",
     "WorkloadInputs",
     "all_providers",
@@ -25,4 +28,5 @@ __all__ = [
     "install_command",
     "load_engine",
     "precision_kwargs",
+    "torch_tensorrt_pin",
 ]

@@ -11,12 +11,14 @@ Nothing here imports torch_tensorrt or tensorrt.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from attrs import frozen
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from dlopt import probing
+from dlopt.plugin import base_version, version_satisfies
 
 DISTRIBUTION = "torch-tensorrt"
 
@@ -32,8 +34,8 @@ MIN_COMPUTE_CAPABILITY: tuple[tuple[int, tuple[int, int]], ...] = (
 def distribution_requires(name: str) -> list[str] | None:
     """``Requires-Dist`` lines of an installed distribution (no import); ``None`` if absent."""
     try:
-        return probing.importlib_metadata.requires(name)
-    except probing.importlib_metadata.PackageNotFoundError:
+        return importlib.metadata.requires(name)
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
@@ -71,25 +73,6 @@ def cuda_index_url(torch_cuda: str | None) -> str:
     return f"https://download.pytorch.org/whl/{tag}"
 
 
-def install_command(torch_version: str, torch_cuda: str | None) -> str:
-    """The exact pip command that installs the torch-tensorrt paired with this torch.
-
-    The ``[sdk]`` extra pulls torch-tensorrt; the pin keeps pip from picking a release
-    built for another torch; the extra index serves wheels for torch's CUDA version.
-    """
-    minor = _minor(torch_version)
-    pin = f' "torch-tensorrt=={minor[0]}.{minor[1]}.*"' if minor else ""
-    command = (
-        f'pip install "dlopt-tensorrt[sdk]"{pin} --extra-index-url {cuda_index_url(torch_cuda)}'
-    )
-    if torch_cuda is None:
-        command = (
-            f"torch {torch_version} is a CPU-only build: install a CUDA build of torch "
-            f"first, then {command} with cuXXX set to its CUDA version (e.g. cu126)"
-        )
-    return command
-
-
 @frozen
 class TorchPairing:
     """Whether the installed torch-tensorrt fits the installed torch."""
@@ -105,9 +88,9 @@ def check_torch_pairing(
 ) -> TorchPairing:
     """Compare torch against torch-tensorrt's own ``Requires-Dist: torch`` (or the X.Y rule)."""
     spec = torch_requirement(requires)
-    torch_base = probing.base_version(torch_version)
+    torch_base = base_version(torch_version)
     if spec is not None:
-        if probing.version_satisfies(torch_base, spec):
+        if version_satisfies(torch_base, spec):
             return TorchPairing(True, spec, "metadata")
         return TorchPairing(
             False,

@@ -10,9 +10,11 @@ Probe layers, each with its own reason and fix:
    installed TensorRT supports (and that has the precision: bf16/tf32 need 8.0+).
 
 Build: ``torch_tensorrt.compile(copy, ir="dynamo", inputs=[Input(min, opt, max)...])`` with
-the shape ranges of the workload and the precision requested the way the installed
-release expects it (``enable_autocast`` in newer, strongly typed releases;
-``enabled_precisions`` in older ones).
+the shape ranges of the prepared cases (``context.cases``: the inputs on the device plans
+are called with; each input is traced with a case's own tensor) and the precision
+requested the way the installed release expects it (``enable_autocast`` in newer,
+strongly typed releases; ``enabled_precisions`` in older ones). In a race, build trusts
+the probe's answer (``context.availability``) instead of checking the SDK again.
 """
 
 from __future__ import annotations
@@ -21,24 +23,35 @@ import copy
 import importlib
 import inspect
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from attrs import field, frozen
 
-from dlopt.errors import ProviderBuildError, WorkloadError
-from dlopt.precision import Precision
-from dlopt.probing import check_distribution, try_import
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
+from dlopt.plugin import (
+    BuiltPlan,
+    Precision,
+    PreparedCase,
+    Provider,
+    ProviderAvailability,
+    ProviderBuildError,
+    ProviderContext,
+    Role,
+    WorkloadCase,
+    WorkloadError,
+    check_distribution,
+    try_import,
+)
 from dlopt_tensorrt.compat import (
     DISTRIBUTION,
     check_torch_pairing,
     distribution_requires,
-    install_command,
     min_compute_capability,
 )
-from dlopt_tensorrt.inputs import derive_inputs, example_tensor, to_trt_input
+from dlopt_tensorrt.inputs import OPT_SHAPE_POLICIES, derive_inputs, example_tensor, to_trt_input
+from dlopt_tensorrt.pins import NOT_INSTALLED_NOTE, install_command
 
 #: Reduced precisions and their torch dtypes.
 _LOW_DTYPE = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
@@ -125,6 +138,75 @@ def _sorted_items(value: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(dict(value).items()))
 
 
+def _optional_range(name: str, value: int | None, low: int, high: int | None = None) -> None:
+    if value is None or (low <= value and (high is None or value <= high)):
+        return
+    bound = f"{low} to {high}" if high is not None else f"at least {low}"
+    raise ValueError(f"{name} must be {bound} or None, got {value!r}")
+
+
+@frozen
+class TensorRTOptions:
+    """What a user may set per TensorRT plan (``OptimizationPolicy(plan_options=...)``)."""
+
+    workspace_size_mb: int | None = field(
+        default=None,
+        metadata={
+            "help": "the most device memory, in MiB, TensorRT's builder may use as scratch "
+            "space while it tries kernels; None: TensorRT's default (up to the free device "
+            "memory). Lower it when building runs out of memory beside other work"
+        },
+    )
+    optimization_level: int | None = field(
+        default=None,
+        metadata={
+            "help": "TensorRT builder optimization level, 0 (quickest build) to 5 (longest "
+            "build, most kernel choices tried); None: TensorRT's default (3)"
+        },
+    )
+    opt_shape: str = field(
+        default="heaviest",
+        metadata={
+            "help": "the case whose shapes TensorRT tunes its kernels for: 'heaviest' "
+            "(most traffic, by case weight), 'largest' or 'smallest' (by input size); the "
+            "engine's min and max shapes always span every case"
+        },
+    )
+    min_block_size: int = field(
+        default=1,
+        metadata={
+            "help": "fewest consecutive convertible ops worth a TensorRT engine; larger "
+            "leaves short runs to PyTorch (fewer engine switches), 1 puts the most in TensorRT"
+        },
+    )
+    save_engine: bool = field(
+        default=False,
+        metadata={
+            "help": "also write the compiled program (an ExportedProgram that embeds the "
+            "engines) into the plan's directory; load it with dlopt_tensorrt.load_engine"
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        _optional_range("workspace_size_mb", self.workspace_size_mb, 1)
+        _optional_range("optimization_level", self.optimization_level, 0, 5)
+        _optional_range("min_block_size", self.min_block_size, 1)
+        if self.opt_shape not in OPT_SHAPE_POLICIES:
+            raise ValueError(
+                f"opt_shape must be one of {', '.join(map(repr, OPT_SHAPE_POLICIES))}, "
+                f"got {self.opt_shape!r}"
+            )
+
+
+def build_cases(context: ProviderContext) -> Sequence[PreparedCase | WorkloadCase]:
+    """The cases an engine is built for: the race's prepared ``context.cases`` (on the
+    device plans are called with); a direct ``build`` call without them falls back to
+    the workload as given."""
+    if context.cases:
+        return context.cases
+    return context.workload.cases if context.workload is not None else ()
+
+
 @frozen
 class SdkInfo:
     """What the import layer found."""
@@ -137,21 +219,20 @@ class SdkInfo:
 
 
 @frozen
-class TensorRTProvider:
+class TensorRTProvider(Provider):
     """Torch-TensorRT at one precision, as a dlopt plan (``tensorrt_<precision>``).
 
-    ``save_engine``: also write the compiled program to the plan directory with
-    ``torch_tensorrt.save`` (an ExportedProgram file that embeds the engines; load it
-    with :func:`dlopt_tensorrt.load_engine`). ``min_block_size`` is passed through: the
-    fewest consecutive convertible ops worth a TensorRT engine (smaller: more in TensorRT).
+    What a user tunes per race (workspace, optimization level, opt shape, block size,
+    saving the engine) are its options, :class:`TensorRTOptions`. ``compile_options``:
+    more keyword options for ``torch_tensorrt.compile``, fixed for this instance (for a
+    provider built in code; applied last).
     """
 
     precision: Precision = field(converter=_parse_precision)
     name: str = field()
-    save_engine: bool = False
-    min_block_size: int = 1
-    #: Extra keyword options for ``torch_tensorrt.compile`` (e.g. ``optimization_level``).
-    options: tuple[tuple[str, Any], ...] = field(factory=tuple, converter=_sorted_items)
+    compile_options: tuple[tuple[str, Any], ...] = field(factory=tuple, converter=_sorted_items)
+    role = Role.CHALLENGER
+    options_type = TensorRTOptions
 
     @name.default
     def _default_name(self) -> str:
@@ -176,9 +257,7 @@ class TensorRTProvider:
             )
 
         # 1. metadata
-        version, problem = check_distribution(
-            DISTRIBUTION, None, "the dlopt-tensorrt[sdk] extra installs it"
-        )
+        version, problem = check_distribution(DISTRIBUTION, None, NOT_INSTALLED_NOTE)
         versions[DISTRIBUTION] = version
         if problem is not None:
             return None, refuse(problem, install_hint()), details
@@ -286,7 +365,22 @@ class TensorRTProvider:
             )
         return sdk, None, details
 
-    def probe(self, context: ProviderContext) -> ProviderAvailability:
+    def _sdk_after_probe(
+        self, availability: ProviderAvailability
+    ) -> tuple[SdkInfo | None, ProviderAvailability | None, dict[str, str]]:
+        """What :meth:`_check` returns, for a build after the race's probe said yes: the
+        module the probe imported, without checking metadata, pairing or device again."""
+        details = {k: str(v) for k, v in availability.details.items()}
+        version = availability.sdk_versions.get(DISTRIBUTION) or "unknown"
+        module, error = try_import("torch_tensorrt")
+        if module is None:
+            refusal = ProviderAvailability.unavailable(
+                f"torch-tensorrt {version} no longer imports: {error}", install_hint()
+            )
+            return None, refusal, details
+        return _sdk_info(module, version), None, details
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             sdk, refusal, details = self._check(context)
@@ -308,28 +402,38 @@ class TensorRTProvider:
 
     # -- build -----------------------------------------------------------------
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
-        """Compile a copy of ``model`` into TensorRT engines for the workload's shapes."""
-        sdk, refusal, details = self._check(context)
+        """Compile a copy of ``model`` into TensorRT engines for the prepared cases' shapes."""
+        options: TensorRTOptions = context.options or TensorRTOptions()
+        availability = context.availability
+        if availability is None:  # a direct call, outside a race: probe now
+            sdk, refusal, details = self._check(context)
+        elif not availability.available:
+            sdk, refusal, details = None, availability, {}
+        else:
+            sdk, refusal, details = self._sdk_after_probe(availability)
         if refusal is not None or sdk is None:
             reason = refusal.reason if refusal is not None else "unknown"
             raise ProviderBuildError(f"{self.name} cannot build here: {reason}")
-        if context.workload is None:
+        cases = build_cases(context)
+        if not cases:
             raise ProviderBuildError(
                 f"{self.name}: TensorRT engines are built for input shapes; pass a workload"
             )
         trt = sdk.module
         device = context.target.torch_device()
         try:
-            spec = derive_inputs(context.workload, _forward_arg_names(model))
+            spec = derive_inputs(cases, _forward_arg_names(model), options.opt_shape)
         except WorkloadError as exc:
             raise ProviderBuildError(f"{self.name}: {exc}") from exc
 
-        options, api = precision_kwargs(self.precision, compile_parameters(trt))
+        parameters = compile_parameters(trt)
+        precision_options, api = precision_kwargs(self.precision, parameters)
         compile_kwargs: dict[str, Any] = {
             "device": device,
-            "min_block_size": self.min_block_size,
-            **options,
-            **dict(self.options),
+            "min_block_size": options.min_block_size,
+            **precision_options,
+            **self._builder_kwargs(options, parameters),
+            **dict(self.compile_options),
         }
         inputs = [to_trt_input(s, trt) for s in spec.args]
         kwarg_inputs = {k: to_trt_input(s, trt) for k, s in spec.kwargs.items()}
@@ -345,9 +449,10 @@ class TensorRTProvider:
             ) from exc
 
         artifacts: dict[str, Path] = {}
-        if self.save_engine:
+        if options.save_engine:
             path = context.plan_dir(self.name) / "trt_program.ep"
-            # Saving retraces the compiled module, so the examples must be on the device.
+            # Saving retraces the compiled module, so the examples must be on the device
+            # (the prepared cases' tensors are already there).
             example_args = [_place(example_tensor(s), device) for s in spec.args]
             try:
                 example_kwargs = {
@@ -397,6 +502,22 @@ class TensorRTProvider:
             output_dtype=_LOW_DTYPE.get(self.precision),
             on_close=release,
         )
+
+    def _builder_kwargs(self, options: TensorRTOptions, parameters: set[str]) -> dict[str, Any]:
+        """The builder options the user set, as this torch-tensorrt names them."""
+        wanted: dict[str, tuple[str, Any]] = {}
+        if options.workspace_size_mb is not None:
+            wanted["workspace_size"] = ("workspace_size_mb", options.workspace_size_mb * 2**20)
+        if options.optimization_level is not None:
+            wanted["optimization_level"] = ("optimization_level", options.optimization_level)
+        for parameter, (option, _) in wanted.items():
+            # An unreadable signature (empty set) is given the benefit of the doubt.
+            if parameters and parameter not in parameters:
+                raise ProviderBuildError(
+                    f"{self.name}: this torch-tensorrt has no {parameter} option; unset "
+                    f"{option} in plan_options[{self.name!r}] or upgrade torch-tensorrt"
+                )
+        return {parameter: value for parameter, (_, value) in wanted.items()}
 
 
 def _jsonable(value: Any) -> Any:
