@@ -12,12 +12,15 @@ from dlopt_onnxruntime.probe import (
     clear_probe_cache,
     detect_installation,
 )
+from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
 __all__ = [
     "EpCheck",
     "OnnxRuntimeProvider",
     "OrtInstallation",
+    "OrtInt8Options",
+    "OrtOptions",
     "check_execution_provider",
     "clear_probe_cache",
     "detect_installation",
