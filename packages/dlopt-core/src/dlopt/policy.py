@@ -216,7 +216,7 @@ def describe_options(options_type: type | None) -> list[OptionInfo]:
     for a in attrs.fields(options_type):
         default = a.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()  # type: ignore[attr-defined]
+            default = default.factory()
         kind = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", str(a.type))
         described.append(OptionInfo(a.name, str(kind), default, str(a.metadata.get("help", ""))))
     return described

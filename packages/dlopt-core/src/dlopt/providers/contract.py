@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -121,6 +121,10 @@ class PreparedCase:
     weight: float = 1.0
 
 
+def _prepared_cases(cases: Iterable[PreparedCase]) -> tuple[PreparedCase, ...]:
+    return tuple(cases)
+
+
 @define
 class ProviderContext:
     """What a provider gets to probe and build.
@@ -141,7 +145,7 @@ class ProviderContext:
     workload: WorkloadProfile | None = None
     artifact_dir: Path = field(factory=lambda: Path("dlopt-artifacts"), converter=Path)
     options: Any = None
-    cases: tuple[PreparedCase, ...] = field(default=(), converter=tuple)
+    cases: tuple[PreparedCase, ...] = field(default=(), converter=_prepared_cases)
     availability: ProviderAvailability | None = None
 
     def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
