@@ -189,9 +189,20 @@ def test_load_serves_the_saved_program_with_this_context_options(tmp_path: Path)
     model, x = SmallNet(), torch.randn(5, 3, 8, 8)
     with ExampleNpuProvider().load(saved, metadata, context) as plan:
         assert plan.runner.device.worker_threads == 3
+        # The loaded plan keeps its own copy of the program, in its plan directory.
+        assert plan.artifacts[npu.PROGRAM_FILE].parent == context.plan_dir("examplenpu_fp32")
         out = plan(x)
         plan.synchronize()
         torch.testing.assert_close(out, model(x).detach())
+
+
+def test_load_from_the_plans_own_directory(tmp_path: Path) -> None:
+    model = SmallNet()
+    context = _context(tmp_path, model)
+    with ExampleNpuProvider().build(model, context) as built:
+        directory, metadata = built.artifacts[npu.PROGRAM_FILE].parent, built.metadata
+    with ExampleNpuProvider().load(directory, metadata, context) as plan:
+        assert plan.artifacts[npu.PROGRAM_FILE] == directory / npu.PROGRAM_FILE
 
 
 def test_load_refuses_a_program_name_that_is_a_path(tmp_path: Path) -> None:

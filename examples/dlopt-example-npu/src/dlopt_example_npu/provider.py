@@ -11,6 +11,7 @@ and ``load`` only, so listing plugins never pays for it.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,7 +189,11 @@ class ExampleNpuProvider(Provider):
                 f"{self.name}: {path} holds a {'frozen' if program.frozen else 'plain'} "
                 f"program; it was built by the other example plan, load it with that one"
             )
-        return self._serve(program, context.target, self._options(context), path)
+        # The plan owns its artifacts in its own directory, whatever becomes of the bundle.
+        owned = self.plan_dir(context) / PROGRAM_FILE
+        if not owned.exists() or not owned.samefile(path):
+            shutil.copyfile(path, owned)
+        return self._serve(program, context.target, self._options(context), owned)
 
     # -- shared plumbing ------------------------------------------------------------
     def _options(self, context: ProviderContext) -> NpuOptions:
