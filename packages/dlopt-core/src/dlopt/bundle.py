@@ -128,7 +128,7 @@ def write_bundle(
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", suffix=".staging", dir=root.parent))
     try:
         os.chmod(staging, default_dir_mode())  # mkdtemp makes it 0700
-        entries = _copy_artifacts(artifacts, staging, staging / ARTIFACTS_DIR / plan)
+        entries = copy_artifacts(artifacts, staging, staging / ARTIFACTS_DIR / plan)
         report_path = report.save(staging / REPORT_NAME)
         manifest = {
             "manifest_version": MANIFEST_VERSION,
@@ -197,9 +197,11 @@ def _clashes(destination: Path, taken: set[Path]) -> bool:
     )
 
 
-def _copy_artifacts(
+def copy_artifacts(
     artifacts: Mapping[str, str | os.PathLike[str]], staging: Path, plan_root: Path
 ) -> dict[str, dict[str, Any]]:
+    """Copy a plan's artifacts under ``plan_root`` (inside ``staging``) as a bundle lays
+    them out; returns the manifest entries (path relative to ``staging``, hashes)."""
     entries: dict[str, dict[str, Any]] = {}
     taken: set[Path] = set()
     for name, source_text in artifacts.items():

@@ -279,7 +279,7 @@ class InferenceOptimizer:
         # reference outputs and the probe's answer (no second probe, no second eager run).
         context = attrs.evolve(
             context,
-            cases=_prepared_cases(reference),
+            cases=prepared_cases(reference),
             availability=cand.status.availability,
         )
         sync = self._synchronize(None)
@@ -735,7 +735,7 @@ def _restore(guard: ModelGuard, model: torch.nn.Module, problem: str) -> None:
         raise ModelMutatedError(f"{problem}; {exc}") from exc
 
 
-def _prepared_cases(reference: ReferenceOutputs) -> tuple[PreparedCase, ...]:
+def prepared_cases(reference: ReferenceOutputs) -> tuple[PreparedCase, ...]:
     """Each case as plans see it, on a private copy so a build cannot change the inputs
     the race and the validation use."""
     prepared = []

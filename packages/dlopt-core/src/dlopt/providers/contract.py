@@ -121,7 +121,7 @@ class PreparedCase:
     weight: float = 1.0
 
 
-def _prepared_cases(cases: Iterable[PreparedCase]) -> tuple[PreparedCase, ...]:
+def _case_tuple(cases: Iterable[PreparedCase]) -> tuple[PreparedCase, ...]:
     return tuple(cases)
 
 
@@ -145,7 +145,7 @@ class ProviderContext:
     workload: WorkloadProfile | None = None
     artifact_dir: Path = field(factory=lambda: Path("dlopt-artifacts"), converter=Path)
     options: Any = None
-    cases: tuple[PreparedCase, ...] = field(default=(), converter=_prepared_cases)
+    cases: tuple[PreparedCase, ...] = field(default=(), converter=_case_tuple)
     availability: ProviderAvailability | None = None
 
     def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -63,7 +63,7 @@ import pytest
 import torch
 
 from dlopt.errors import ProviderBuildError
-from dlopt.optimizer import _prepared_cases
+from dlopt.optimizer import prepared_cases
 from dlopt.policy import OptimizationPolicy, structure_options
 from dlopt.precision import Precision
 from dlopt.probing import distribution_version, importlib_metadata
@@ -395,7 +395,7 @@ class ProviderContractSuite:
         )
         context = ProviderContext(
             **race,
-            cases=_prepared_cases(reference),
+            cases=prepared_cases(reference),
             availability=normalize_availability(probed),
         )
         return BuildSetup(provider, model, workload, reference, guard, context)
@@ -566,7 +566,7 @@ class ProviderContractSuite:
         """Copy ``plan``'s artifacts the way a bundle holds them, close it, delete its
         plan directory, and load it back with ``provider.load(directory, metadata,
         context)`` (the recorded metadata, a context without cases or model)."""
-        from dlopt.bundle import _copy_artifacts
+        from dlopt.bundle import copy_artifacts
 
         provider = setup.provider
         load = getattr(provider, "load", None)
@@ -578,7 +578,7 @@ class ProviderContractSuite:
         staging = Path(tmp_path) / "saved"
         saved = staging / provider.name
         saved.mkdir(parents=True)
-        _copy_artifacts(plan.artifacts, staging, saved)
+        copy_artifacts(plan.artifacts, staging, saved)
         # The metadata as the report records it: strict JSON, read back.
         metadata = json.loads(json.dumps(plan.metadata, allow_nan=False))
         self.check_close(plan, f"plan {provider.name!r}")
