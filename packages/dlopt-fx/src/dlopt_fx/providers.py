@@ -11,7 +11,6 @@ prepared them, on the device plans are called with.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,13 +19,11 @@ from attrs import field, frozen
 from dlopt.plugin import (
     BuiltPlan,
     Precision,
-    PreparedCase,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
     Role,
-    WorkloadCase,
 )
 from dlopt_fx import probes
 from dlopt_fx.rewrites import (
@@ -46,27 +43,16 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 DYNAMIC_POLICIES = ("auto", "static", "automatic")
 
 
-def build_cases(context: ProviderContext) -> Sequence[PreparedCase | WorkloadCase]:
-    """The cases a build traces and compiles for.
-
-    In a race: ``context.cases``, already on the device plans are called with. A direct
-    ``build`` call without prepared cases falls back to the workload as given.
-    """
-    if context.cases:
-        return context.cases
-    return context.workload.cases if context.workload is not None else ()
-
-
 def build_fx_graph(
     model: torch.nn.Module, context: ProviderContext, rewrites: tuple[str, ...], plan: str
 ) -> tuple[torch.fx.GraphModule, dict[str, Any]]:
     """Trace a copy of ``model`` and apply ``rewrites``; returns the graph and evidence.
 
-    The prepared cases (:func:`build_cases`) run once through the traced graph: that
+    The prepared cases (``context.build_cases()``) run once through the traced graph: that
     records the activation ranks the BatchNorm1d folds need, and proves the trace runs on
     the inputs plans are called with.
     """
-    cases = [(c.args, c.kwargs) for c in build_cases(context)]
+    cases = [(c.args, c.kwargs) for c in context.build_cases()]
     specialized = constant_arguments(model, cases) if cases else {}
     try:
         gm = trace(model, specialized)
@@ -271,7 +257,7 @@ class InductorProvider(Provider):
                 module,
                 tag=self.name,
                 options=self.options_for(device_type, options),
-                cases=build_cases(context),
+                cases=context.build_cases(),
                 dynamic_policy=options.dynamic or self.dynamic,
                 cache_dir=cache_dir,
             )

@@ -23,7 +23,6 @@ import copy
 import importlib
 import inspect
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,11 @@ from attrs import field, frozen
 from dlopt.plugin import (
     BuiltPlan,
     Precision,
-    PreparedCase,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
     Role,
-    WorkloadCase,
     WorkloadError,
     check_distribution,
     try_import,
@@ -196,15 +193,6 @@ class TensorRTOptions:
                 f"opt_shape must be one of {', '.join(map(repr, OPT_SHAPE_POLICIES))}, "
                 f"got {self.opt_shape!r}"
             )
-
-
-def build_cases(context: ProviderContext) -> Sequence[PreparedCase | WorkloadCase]:
-    """The cases an engine is built for: the race's prepared ``context.cases`` (on the
-    device plans are called with); a direct ``build`` call without them falls back to
-    the workload as given."""
-    if context.cases:
-        return context.cases
-    return context.workload.cases if context.workload is not None else ()
 
 
 @frozen
@@ -414,7 +402,7 @@ class TensorRTProvider(Provider):
         if refusal is not None or sdk is None:
             reason = refusal.reason if refusal is not None else "unknown"
             raise ProviderBuildError(f"{self.name} cannot build here: {reason}")
-        cases = build_cases(context)
+        cases = context.build_cases()
         if not cases:
             raise ProviderBuildError(
                 f"{self.name}: TensorRT engines are built for input shapes; pass a workload"

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import torch
 
     from dlopt.policy import OptimizationPolicy
-    from dlopt.workload import WorkloadProfile
+    from dlopt.workload import WorkloadCase, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,14 @@ class ProviderContext:
     options: Any = None
     cases: tuple[PreparedCase, ...] = field(default=(), converter=_case_tuple)
     availability: ProviderAvailability | None = None
+
+    def build_cases(self) -> tuple[PreparedCase, ...] | tuple[WorkloadCase, ...]:
+        """The cases a build traces, compiles and calibrates for: the race's prepared
+        ``cases`` (on the device plans are called with); a direct ``build`` call outside a
+        race, without them, falls back to the workload's cases as given."""
+        if self.cases:
+            return self.cases
+        return self.workload.cases if self.workload is not None else ()
 
     def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The first prepared case's ``(args, kwargs)`` (for tracing and export)."""
@@ -316,7 +324,8 @@ class Provider:
         raise NotImplementedError
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
-        key = (context.target, repr(context.options))
+        # The workload is part of the key: a probe may judge it (expected calls, shapes).
+        key = (context.target, repr(context.options), id(context.workload))
         cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
         if key not in cache:
             try:
