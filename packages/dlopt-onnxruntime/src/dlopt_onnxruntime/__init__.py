@@ -5,6 +5,7 @@ Importing this package is cheap: onnxruntime, onnx and onnxscript load on first 
 
 from __future__ import annotations
 
+from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
 from dlopt_onnxruntime.probe import (
     EpCheck,
     OrtInstallation,
@@ -12,7 +13,6 @@ from dlopt_onnxruntime.probe import (
     clear_probe_cache,
     detect_installation,
 )
-from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
 __all__ = [
