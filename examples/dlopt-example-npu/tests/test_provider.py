@@ -22,6 +22,7 @@ from dlopt.plugin import (
     ConfigurationError,
     ExecutionTarget,
     PreparedCase,
+    ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
 )
@@ -48,8 +49,20 @@ def _context(tmp_path: Path, model: torch.nn.Module, **kwargs: object) -> Provid
 
 
 # -- probe: one test per layer --------------------------------------------------------
+def _probe(tmp_path: Path, target: ExecutionTarget | None = None) -> ProviderAvailability:
+    context = ProviderContext(target or ExecutionTarget("cpu"), artifact_dir=tmp_path)
+    return ExampleNpuProvider().probe(context)
+
+
+def _refusal(availability: ProviderAvailability) -> tuple[str, str]:
+    """The reason and install hint of an unavailable plan."""
+    assert not availability.available
+    assert availability.reason and availability.install_hint
+    return availability.reason, availability.install_hint
+
+
 def test_available_probe_reports_versions_and_the_device(tmp_path: Path) -> None:
-    availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
+    availability = _probe(tmp_path)
     assert availability.available, availability.reason
     assert availability.sdk_versions["tinynpu"] == tinynpu.__version__
     assert availability.details["device"] == "tinynpu0"
@@ -59,29 +72,24 @@ def test_layer_1_distribution_not_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(npu, "SDK_DISTRIBUTION", "tinynpu-sdk-not-installed")
-    availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
-    assert not availability.available
-    assert "tinynpu-sdk-not-installed is not installed" in (availability.reason or "")
-    assert availability.install_hint == npu.INSTALL_HINT
+    reason, hint = _refusal(_probe(tmp_path))
+    assert "tinynpu-sdk-not-installed is not installed" in reason
+    assert hint == npu.INSTALL_HINT
 
 
 def test_layer_2_sdk_version_outside_the_supported_range(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tinynpu, "__version__", "2.0.0")
-    availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
-    assert not availability.available
-    assert "tinynpu 2.0.0" in (availability.reason or "") and npu.SDK_VERSIONS in (
-        availability.reason or ""
-    )
+    reason, _ = _refusal(_probe(tmp_path))
+    assert "tinynpu 2.0.0" in reason and npu.SDK_VERSIONS in reason
 
 
 def test_layer_3_no_visible_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(tinynpu.VISIBLE_DEVICES_ENV, "")
-    availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
-    assert not availability.available
-    assert "tinynpu device 0 is not visible (visible: none" in (availability.reason or "")
-    assert tinynpu.VISIBLE_DEVICES_ENV in (availability.install_hint or "")
+    reason, hint = _refusal(_probe(tmp_path))
+    assert "tinynpu device 0 is not visible (visible: none" in reason
+    assert tinynpu.VISIBLE_DEVICES_ENV in hint
 
 
 def test_the_host_side_npu_target_picks_its_device(
@@ -89,7 +97,7 @@ def test_the_host_side_npu_target_picks_its_device(
 ) -> None:
     monkeypatch.setenv(tinynpu.VISIBLE_DEVICES_ENV, "0,1")
     target = ExecutionTarget("tinynpu:1", host="cpu")
-    availability = ExampleNpuProvider().probe(ProviderContext(target, artifact_dir=tmp_path))
+    availability = _probe(tmp_path, target)
     assert availability.available, availability.reason
     assert availability.details["device"] == "tinynpu1"
     model = SmallNet()
@@ -105,10 +113,9 @@ def test_layer_3_a_device_that_does_not_answer(
         raise tinynpu.NpuError(f"tinynpu{index} did not answer within {timeout_s} s")
 
     monkeypatch.setattr(tinynpu, "ping", silent)
-    availability = ExampleNpuProvider().probe(ProviderContext(artifact_dir=tmp_path))
-    assert not availability.available
-    assert "did not answer" in (availability.reason or "")
-    assert availability.install_hint == npu.INSTALL_HINT
+    reason, hint = _refusal(_probe(tmp_path))
+    assert "did not answer" in reason
+    assert hint == npu.INSTALL_HINT
 
 
 @pytest.mark.parametrize(
@@ -119,10 +126,9 @@ def test_layer_3_a_device_that_does_not_answer(
     ],
 )
 def test_targets_the_sdk_cannot_serve(tmp_path: Path, target: ExecutionTarget, reason: str) -> None:
-    availability = ExampleNpuProvider().probe(ProviderContext(target, artifact_dir=tmp_path))
-    assert not availability.available
-    assert reason in (availability.reason or "")
-    assert "--device tinynpu:0 --host cpu" in (availability.install_hint or "")
+    said, hint = _refusal(_probe(tmp_path, target))
+    assert reason in said
+    assert "--device tinynpu:0 --host cpu" in hint
 
 
 # -- options ------------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tinynpu
@@ -28,68 +31,62 @@ class KeywordsAndNested(torch.nn.Module):
         return {"sum": y, "parts": [y.amax(dim=1), (y.min(dim=1).values,)]}
 
 
-def _loaded(model: torch.nn.Module, x: torch.Tensor, **device_options: object):
-    device = tinynpu.open_device(0, **device_options)  # type: ignore[arg-type]
-    loaded = device.load(tinynpu.compile(model, (x,)))
-    loaded.specialize((x,))
-    return device, loaded
+@contextlib.contextmanager
+def _loaded(
+    model: torch.nn.Module, x: torch.Tensor, **device_options: Any
+) -> Iterator[tuple[tinynpu.Device, tinynpu.LoadedProgram]]:
+    """``model`` compiled for ``x``'s shape on an open device (closed afterwards)."""
+    device = tinynpu.open_device(0, **device_options)
+    try:
+        loaded = device.load(tinynpu.compile(model, (x,)))
+        loaded.specialize((x,))
+        yield device, loaded
+    finally:
+        device.close()
 
 
 def test_deferred_outputs_hold_nan_until_synchronize() -> None:
     model, x = ConvNet(), torch.randn(2, 3, 8, 8)
-    device, loaded = _loaded(model, x, launch="deferred")
-    try:
+    with _loaded(model, x, launch="deferred") as (device, loaded):
         out = loaded(x)
         assert device.pending_calls() == 1
         assert torch.isnan(out).all(), "a deferred call must not run before synchronize()"
         device.synchronize()
         assert device.pending_calls() == 0
         torch.testing.assert_close(out, model(x).detach())
-    finally:
-        device.close()
 
 
 def test_async_calls_return_before_they_finish_and_synchronize_waits() -> None:
     model, x = ConvNet(), torch.randn(2, 3, 8, 8)
-    device, loaded = _loaded(model, x, worker_threads=2, queue_depth=4)
-    try:
+    with _loaded(model, x, worker_threads=2, queue_depth=4) as (device, loaded):
         outs = [loaded(x) for _ in range(10)]
         device.synchronize()
         assert device.pending_calls() == 0
         for out in outs:
             torch.testing.assert_close(out, model(x).detach())
-    finally:
-        device.close()
 
 
 def test_blocking_launch_finishes_each_call() -> None:
     model, x = ConvNet(), torch.randn(1, 3, 8, 8)
-    device, loaded = _loaded(model, x, launch="blocking")
-    try:
+    with _loaded(model, x, launch="blocking") as (device, loaded):
         out = loaded(x)
         assert device.pending_calls() == 0
         torch.testing.assert_close(out, model(x).detach())
-    finally:
-        device.close()
 
 
 def test_inputs_are_copied_at_enqueue() -> None:
     model, x = ConvNet(), torch.randn(1, 3, 8, 8)
     expected = model(x).detach()
-    device, loaded = _loaded(model, x, launch="deferred")
-    try:
+    with _loaded(model, x, launch="deferred") as (device, loaded):
         out = loaded(x)
         x.zero_()  # the caller reuses its buffer before the call has run
         device.synchronize()
         torch.testing.assert_close(out, expected)
-    finally:
-        device.close()
 
 
 def test_a_failed_queued_call_is_raised_by_synchronize() -> None:
     model, x = ConvNet(), torch.randn(1, 3, 8, 8)
-    device, loaded = _loaded(model, x, launch="deferred")
-    try:
+    with _loaded(model, x, launch="deferred") as (device, loaded):
 
         def broken(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
             raise RuntimeError("device fault")
@@ -99,27 +96,21 @@ def test_a_failed_queued_call_is_raised_by_synchronize() -> None:
         with pytest.raises(tinynpu.NpuError, match="device fault"):
             device.synchronize()
         device.synchronize()  # reported once
-    finally:
-        device.close()
 
 
 def test_new_shapes_are_specialized_on_their_first_call() -> None:
     model, x = ConvNet(), torch.randn(1, 3, 8, 8)
-    device, loaded = _loaded(model, x, launch="deferred")
-    try:
+    with _loaded(model, x, launch="deferred") as (device, loaded):
         other = torch.randn(3, 3, 8, 8)
         out = loaded(other)  # a new shape runs to completion before returning
         assert device.pending_calls() == 0
         torch.testing.assert_close(out, model(other).detach())
         assert sorted(loaded.signatures) == [[[1, 3, 8, 8]], [[3, 3, 8, 8]]]
-    finally:
-        device.close()
 
 
 def test_device_memory_counts_weights_and_calls_in_flight() -> None:
     model, x = ConvNet(), torch.randn(2, 3, 8, 8)
-    device, loaded = _loaded(model, x, launch="deferred")
-    try:
+    with _loaded(model, x, launch="deferred") as (device, loaded):
         weights = loaded.program.weight_bytes
         tensors = [*model.parameters(), *model.buffers()]
         assert weights == sum(t.numel() * t.element_size() for t in tensors)
@@ -131,8 +122,6 @@ def test_device_memory_counts_weights_and_calls_in_flight() -> None:
         stats = device.memory_stats()
         assert stats["in_use_bytes"] == weights
         assert stats["peak_bytes"] == weights + 3 * in_flight
-    finally:
-        device.close()
 
 
 def test_program_file_round_trip_keeps_keywords_and_nested_outputs(tmp_path: Path) -> None:
@@ -166,12 +155,8 @@ def test_a_file_that_is_not_a_program_is_refused(tmp_path: Path) -> None:
 
 def test_host_tensors_only() -> None:
     model, x = ConvNet(), torch.randn(1, 3, 8, 8)
-    device, loaded = _loaded(model, x)
-    try:
-        with pytest.raises(tinynpu.NpuError, match="host"):
-            loaded(torch.empty(1, 3, 8, 8, device="meta"))
-    finally:
-        device.close()
+    with _loaded(model, x) as (_, loaded), pytest.raises(tinynpu.NpuError, match="host"):
+        loaded(torch.empty(1, 3, 8, 8, device="meta"))
 
 
 def test_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
