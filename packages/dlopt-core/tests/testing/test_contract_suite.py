@@ -608,3 +608,22 @@ def test_a_device_memory_reading_in_mib_passes(tmp_path):
             return super().make_plan(plan_model, device_memory_mb=lambda: 12.5, **fields)
 
     suite(Reading).test_build_serves_every_case_through_the_gate(tmp_path)
+
+
+def test_a_plugin_importing_deep_core_modules_is_caught(tmp_path, monkeypatch):
+    from dlopt.testing.contract import deep_core_imports
+
+    package = tmp_path / "deep_npu_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("from dlopt.plugin import hookimpl\n")
+    (package / "provider.py").write_text(
+        "import torch\n"
+        "from dlopt.providers.contract import BuiltPlan\n"
+        "from dlopt import hookimpl\n"
+        "import dlopt.testing.fakes\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert deep_core_imports("deep_npu_plugin") == [
+        "provider.py:2 imports dlopt.providers.contract",
+        "provider.py:3 imports dlopt.hookimpl",
+    ]

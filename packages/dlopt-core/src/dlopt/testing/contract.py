@@ -140,6 +140,43 @@ def check_entry_point_claims(name: str, distribution: str, entry_points: Iterabl
     return found[0]
 
 
+#: The core modules a plugin package may import: the plugin API, and the contract suite
+#: (in its tests).
+PLUGIN_SURFACE = ("dlopt.plugin", "dlopt.testing")
+
+
+def deep_core_imports(package: str) -> list[str]:
+    """``"file.py:12 imports dlopt.providers.contract"`` for each import of a core module
+    outside :data:`PLUGIN_SURFACE` in the sources of ``package`` (read, never run)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        origin = spec.origin if spec is not None else None
+        files = [Path(origin)] if origin else []
+    else:
+        files = [f for d in spec.submodule_search_locations for f in Path(d).rglob("*.py")]
+    problems = []
+    for path in sorted(files):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+                if node.module == "dlopt":
+                    modules = [f"dlopt.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                inside = module == "dlopt" or module.startswith("dlopt.")
+                allowed = any(module == ok or module.startswith(ok + ".") for ok in PLUGIN_SURFACE)
+                if inside and not allowed:
+                    problems.append(f"{path.name}:{node.lineno} imports {module}")
+    return problems
+
+
 def _canonical(distribution: str) -> str:
     """A distribution name as pip compares them (``Dlopt_Core`` is ``dlopt-core``)."""
     return re.sub(r"[-_.]+", "-", distribution).lower()
@@ -645,6 +682,20 @@ class ProviderContractSuite:
         result = json.loads(out.stdout.strip().splitlines()[-1])
         assert result["failures"] == [], result["failures"]
         assert result["loaded"] == [], f"loading the plugin imported {result['loaded']}"
+
+    def test_plugin_imports_only_dlopt_plugin(self) -> None:
+        if self.entry_point is None:
+            pytest.skip("in-process provider: no plugin package to read")
+        ep = check_entry_point_claims(
+            self.entry_point,
+            self.distribution,
+            importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
+        )
+        problems = deep_core_imports(ep.value.partition(":")[0].split(".")[0])
+        assert not problems, (
+            "a plugin imports from dlopt.plugin only (the API that stays stable); found: "
+            + "; ".join(problems)
+        )
 
     # -- declarations -----------------------------------------------------------------
     def test_declares_name_role_and_precision(self) -> None:
