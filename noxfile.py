@@ -32,6 +32,8 @@ PROVIDERS = {
     "torchao": "packages/dlopt-torchao",
     "tensorrt": "packages/dlopt-tensorrt",
 }
+#: The worked third-party provider distribution: CI installs and tests it like a user would.
+EXAMPLE = "examples/dlopt-example-npu"
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
 
 
@@ -44,9 +46,11 @@ def _install(session: nox.Session, *providers: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Core plus all four providers with their CPU-usable SDKs: every distribution's tests
-    and the cross-distribution tests in tests/integration (pyproject's testpaths)."""
+    """Core plus all four providers with their CPU-usable SDKs and the example third-party
+    provider: every distribution's tests and the cross-distribution tests in
+    tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
+    session.install("-e", EXAMPLE)
     session.install(*TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
 
@@ -125,10 +129,22 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy over core and every provider's sources (each checked on its own)."""
     _install(session, *PROVIDERS)
+    session.install("-e", EXAMPLE)
     session.install("mypy>=1.10", *TEST_DEPS)
     session.run("mypy", "packages/dlopt-core/src/dlopt")
     for name in PROVIDERS:
         session.run("mypy", f"packages/dlopt-{name}/src")
+    session.run("mypy", f"{EXAMPLE}/src")
+
+
+@nox.session(python=PYTHON, name="tests-example")
+def tests_example(session: nox.Session) -> None:
+    """The worked third-party provider on core alone, installed as its users would."""
+    _install(session)
+    session.install("-e", EXAMPLE)
+    session.install(*TEST_DEPS)
+    session.run("dlopt", "providers", "--options", "examplenpu_fast")
+    session.run("pytest", f"{EXAMPLE}/tests", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -213,13 +213,27 @@ def test_dlopt_select_bundle_is_loadable(
     )
     assert code == 0
     shutil.rmtree(tmp_path / "plans")  # serving needs the bundle only
-    decision = dlopt.load_bundle(bundle)
-    try:
-        assert decision.selected_plan == "onnxruntime_cpu"
-        assert decision.plan.metadata["export_source"] == "loaded"
-        model = _build_model(model_module)
-        x = torch.randn(4, 32)
-        with torch.inference_mode():
-            torch.testing.assert_close(decision(x), model(x))
-    finally:
-        decision.close()
+    model = _build_model(model_module)
+    x = torch.randn(4, 32)
+    np.save(tmp_path / "x.npy", x.numpy())
+    # A fresh process: a serving box that never saw the race, the model or its module.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LOADER,
+            str(bundle),
+            str(tmp_path / "x.npy"),
+            str(tmp_path / "y.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads(result.stdout.strip().splitlines()[-1])
+    assert info["selected"] == "onnxruntime_cpu" and info["export_source"] == "loaded"
+    assert info["models_built"] == []
+    with torch.inference_mode():
+        torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "y.npy")), model(x))

@@ -154,9 +154,6 @@ def test_a_plan_without_its_synchronize_is_rejected(deferred: None, tmp_path: Pa
     assert clock.readings_while_queued > 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="OptimizationDecision.__call__ does not synchronize the plan yet"
-)
 def test_a_served_decision_returns_finished_outputs(deferred: None, tmp_path: Path) -> None:
     """Serving is a call too: the decision waits for the plan's queued work."""
     model, x = ConvNet(), torch.randn(2, 3, 12, 12)

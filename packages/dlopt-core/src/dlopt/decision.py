@@ -31,7 +31,11 @@ class OptimizationDecision:
         return self.report.selection_reason
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.plan(*args, **kwargs)
+        """Run the selected plan; an asynchronous plan's outputs are finished on return."""
+        out = self.plan(*args, **kwargs)
+        if self.plan.synchronize is not None:
+            self.plan.synchronize()
+        return out
 
     def save_report(self, path: str | os.PathLike[str]) -> Path:
         """Write the strict-JSON report (atomically)."""
