@@ -5,18 +5,18 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import torch
 
 from dlopt import __version__
-from dlopt.measurement import PeakMemory, RaceResult, RatioInterval
-from dlopt.measurement.compare import paired_speedup
+from dlopt.constraints import weighted_latency
+from dlopt.measurement import RaceResult, RatioInterval
+from dlopt.pipeline import CandidateState
 from dlopt.policy import OptimizationPolicy
-from dlopt.providers.contract import BuiltPlan, ProviderInfo, Role
-from dlopt.providers.loader import ProviderRegistry, ProviderStatus
+from dlopt.providers.loader import PluginFailure
 from dlopt.report import (
     SCHEMA_VERSION,
     CandidateEvidence,
@@ -24,59 +24,23 @@ from dlopt.report import (
     CaseSignature,
     MeasurementSummary,
     OptimizationReport,
-    StageError,
     WorkloadSummary,
 )
 from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
 from dlopt.selection import SelectionOutcome
 from dlopt.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.target import ExecutionTarget
-from dlopt.validation import CaseValidation, ValidationResult
+from dlopt.validation import CaseValidation
+from dlopt.vocabulary import Objective, Status
 from dlopt.workload import WorkloadProfile
-
-
-@attrs.define(eq=False)
-class CandidateState:
-    """Working state of one candidate during a selection: what was built and measured."""
-
-    info: ProviderInfo
-    status: ProviderStatus | None = None
-    plan: BuiltPlan | None = None
-    setup_s: float | None = None
-    first_calls_s: list[float] = attrs.field(factory=list)
-    memory: PeakMemory | None = None
-    options: Any = None
-    device_memory_mb: float | None = None
-    validation: ValidationResult | None = None
-    #: After the race: the outputs of the plan's last measured call per case, validated.
-    revalidation: ValidationResult | None = None
-    #: The chosen plan only: one fresh call per case after the race, validated.
-    final_check: ValidationResult | None = None
-    error: StageError | None = None
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def role(self) -> Role:
-        return Role.of(self.info.provider)
-
-    @property
-    def is_reference(self) -> bool:
-        return self.role is Role.REFERENCE
-
-    @property
-    def alive(self) -> bool:
-        return self.plan is not None and self.error is None
 
 
 def build_report(
     target: ExecutionTarget,
     policy: OptimizationPolicy,
     workload: WorkloadProfile,
-    registry: ProviderRegistry,
-    candidates: list[CandidateState],
+    plugin_failures: Sequence[PluginFailure],
+    candidates: Sequence[CandidateState],
     race: RaceResult,
     outcome: SelectionOutcome,
     expected_calls: int | None,
@@ -97,7 +61,7 @@ def build_report(
             for c in candidates
             if c.status is not None
         ),
-        plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in registry.failures),
+        plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in plugin_failures),
     )
     comparisons = {(c.candidate, c.against): c for c in outcome.comparisons}
     evidence = tuple(candidate_evidence(policy, c, race, outcome, comparisons) for c in candidates)
@@ -136,7 +100,7 @@ def build_report(
             longest_call_s=race.longest_call[1] if race.longest_call[0] else None,
             longest_call_plan=race.longest_call[0],
         ),
-        plugin_failures=tuple(registry.failures),
+        plugin_failures=tuple(plugin_failures),
     )
 
 
@@ -175,7 +139,7 @@ def candidate_evidence(
         ),
     )
     if availability is not None and not availability.available:
-        return CandidateEvidence(status="unavailable", **base)
+        return CandidateEvidence(status=Status.UNAVAILABLE, **base)
     measured = None
     with contextlib.suppress(KeyError):  # not raced: rejected before the race
         measured = race.candidate(cand.name)
@@ -194,36 +158,29 @@ def candidate_evidence(
         for i, (name, weight) in enumerate(zip(race.case_names, race.weights))
     )
     if cand.name == outcome.selected:
-        status = "selected"
+        status = Status.SELECTED
     elif cand.error is not None:
-        status = "rejected"
+        status = Status.REJECTED
     elif cand.name == outcome.baseline:
-        status = "baseline"
+        status = Status.BASELINE
     else:
-        status = "lost"
+        status = Status.LOST
     versus_eager = comparisons.get((cand.name, outcome.reference))
     versus_base = comparisons.get((cand.name, outcome.baseline))
     judged = versus_base or versus_eager
     steady_eager = measured.speedup_vs_baseline if measured and not cand.is_reference else None
-    steady_native = None
-    if (
-        measured
-        and cand.alive
-        and outcome.baseline != outcome.reference
-        and cand.name != outcome.baseline
-    ):
-        steady_native = paired_speedup(race, cand.name, outcome.baseline)
+    steady_native = outcome.steady_vs_baseline.get(cand.name) if cand.alive else None
     mean = measured.weighted_mean_ms if measured else None
     total = finite_or_none(outcome.projected_total_ms.get(cand.name))
-    lifecycle = policy.objective == "lifecycle_latency"
+    lifecycle = policy.objective is Objective.LIFECYCLE_LATENCY
     selection_interval = judged.speedup if (lifecycle and judged) else None
     return CandidateEvidence(
         status=status,
-        latency_ms=weighted_statistic(race, measured, "median_ms"),
+        latency_ms=weighted_latency(measured, race.weights, lambda s: s.median_ms),
         latency_mean_ms=mean,
-        latency_p90_ms=weighted_statistic(race, measured, "p90_ms"),
-        latency_p95_ms=weighted_statistic(race, measured, "p95_ms"),
-        latency_p99_ms=weighted_statistic(race, measured, "p99_ms"),
+        latency_p90_ms=weighted_latency(measured, race.weights, lambda s: s.p90_ms),
+        latency_p95_ms=weighted_latency(measured, race.weights, lambda s: s.p95_ms),
+        latency_p99_ms=weighted_latency(measured, race.weights, lambda s: s.p99_ms),
         latency_ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
         latency_ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
         selection_cost_ms=total if lifecycle else mean,
@@ -270,19 +227,6 @@ def _recordable(values: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return values()
     except (ValueError, TypeError):
         return {}
-
-
-def weighted_statistic(race: RaceResult, measured: Any, statistic: str) -> float | None:
-    """Traffic-weighted average of a per-case statistic (``None`` if any case lacks it)."""
-    if measured is None or not measured.cases:
-        return None
-    total = 0.0
-    for weight, stats in zip(race.weights, measured.cases):
-        value = getattr(stats, statistic)
-        if value is None:
-            return None
-        total += weight * value
-    return finite_or_none(total)
 
 
 def _scale(total: float | None, interval: RatioInterval | None, end: str) -> float | None:

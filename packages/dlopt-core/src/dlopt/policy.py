@@ -6,19 +6,27 @@ import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
 from dlopt.config_checks import instance_of, integer, number, one_of
 from dlopt.errors import ConfigurationError
+from dlopt.vocabulary import Objective
 
 if TYPE_CHECKING:
     from dlopt.measurement import MeasurementPolicy
     from dlopt.validation import QualityPolicy
 
-Objective = Literal["steady_state_latency", "lifecycle_latency"]
-OBJECTIVES: tuple[str, ...] = ("steady_state_latency", "lifecycle_latency")
+OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
+
+
+def _objective(value: object) -> object:
+    """The :class:`Objective` named by ``value``; anything else is left to the validator."""
+    try:
+        return Objective(value)
+    except ValueError:
+        return value
 
 
 #: How long one provider's probe may take before it is reported unavailable. The real
@@ -136,7 +144,9 @@ class OptimizationPolicy:
     (``dlopt providers --options PLAN`` lists a plan's options).
     """
 
-    objective: str = field(default="steady_state_latency", validator=one_of(OBJECTIVES))
+    objective: Objective = field(
+        default=Objective.STEADY_STATE_LATENCY, converter=_objective, validator=one_of(OBJECTIVES)
+    )
     constraints: DeploymentConstraints = field(
         factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
     )

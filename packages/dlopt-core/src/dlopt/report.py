@@ -17,6 +17,7 @@ from dlopt.runtime import RuntimeInfo
 from dlopt.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
 from dlopt.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
+from dlopt.vocabulary import Objective, Stage, Status, StopReason, Verdict
 
 #: Bumped whenever a field changes meaning or is removed (adding a field is compatible).
 SCHEMA_VERSION = 1
@@ -28,7 +29,7 @@ MAX_REPORT_BYTES = 64 * 2**20
 class StageError:
     """Where a candidate failed (probe, build, first_call, validation, measure, constraint)."""
 
-    stage: str
+    stage: Stage
     message: str
 
 
@@ -55,7 +56,7 @@ class CandidateEvidence:
     """
 
     name: str
-    status: str  # selected | baseline | lost | rejected | unavailable
+    status: Status
     precision: str
     #: reference | native | challenger, as the provider declared it.
     role: str = "challenger"
@@ -93,7 +94,7 @@ class CandidateEvidence:
     speedup_vs_eager: RatioInterval | None = None
     speedup_vs_native: RatioInterval | None = None
     speedup_vs_baseline_lifecycle: RatioInterval | None = None
-    measurement_verdict: str | None = None
+    measurement_verdict: Verdict | None = None
     noisy: bool | None = None
     parity: ValidationResult | None = None
     #: After the race: the outputs of its last measured call per case, validated again.
@@ -127,7 +128,7 @@ class WorkloadSummary:
 class MeasurementSummary:
     seed: int
     rounds: int
-    stop_reason: str
+    stop_reason: StopReason
     total_time_s: float
     timed_calls: int
     untimed_calls: int
@@ -145,7 +146,7 @@ class OptimizationReport:
     schema_version: int
     dlopt_version: str
     created_at: str
-    objective: str
+    objective: Objective
     target: ExecutionTarget
     constraints: DeploymentConstraints
     quality: dict[str, Any]

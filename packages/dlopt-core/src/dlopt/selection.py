@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Sequence
 
+import attrs
 from attrs import frozen
 
 from dlopt.measurement import RatioInterval
@@ -58,6 +59,9 @@ class SelectionOutcome:
     projected_total_ms: dict[str, float]
     #: The reference plan the baseline started from.
     reference: str = EAGER
+    #: When a native plan became the baseline: every other eligible plan's paired
+    #: steady-state speedup over it (computed once here, reported as ``speedup_vs_native``).
+    steady_vs_baseline: dict[str, RatioInterval | None] = attrs.field(factory=dict)
 
 
 def _steady(costs: Costs) -> float:
@@ -206,7 +210,14 @@ def choose(
         by_name,
         totals,
     )
-    return SelectionOutcome(selected, baseline, reason, tuple(comparisons), totals, reference)
+    steady_vs_baseline = (
+        {c.name: steady_speedup(c.name, baseline) for c in eligible if c.name != baseline}
+        if baseline != reference
+        else {}
+    )
+    return SelectionOutcome(
+        selected, baseline, reason, tuple(comparisons), totals, reference, steady_vs_baseline
+    )
 
 
 def _point(comparison: Comparison) -> float:

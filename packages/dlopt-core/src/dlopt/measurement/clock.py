@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 
 @runtime_checkable
@@ -22,6 +22,9 @@ class Clock(Protocol):
     def now_ns(self) -> int:
         """The current reading, in nanoseconds since an arbitrary origin."""
         ...
+
+
+T = TypeVar("T")
 
 
 class MonotonicClock:
@@ -198,21 +201,22 @@ class FakeCpuTime:
 
 
 def time_call(
-    fn: Callable[[], object],
+    fn: Callable[[], T],
     clock: Clock | None = None,
     synchronize: Callable[[], None] | None = None,
-) -> float:
-    """Seconds one call of ``fn`` takes, device work included.
+) -> tuple[float, T]:
+    """``(seconds, result)`` of one call of ``fn``, device work included.
 
-    With ``synchronize`` (e.g. ``torch.cuda.synchronize``), queued device work is drained
-    before the clock starts and the call's own asynchronous work is waited for before it
-    stops. Used by the pipeline for the setup (build) and first-call costs.
+    With ``synchronize`` (e.g. ``torch.cuda.synchronize``, or a plan's own), queued device
+    work is drained before the clock starts and the call's own asynchronous work is
+    waited for before it stops. Used by the pipeline for the setup (build) and first-call
+    costs.
     """
     clock = clock if clock is not None else MonotonicClock()
     if synchronize is not None:
         synchronize()
     start = clock.now_ns()
-    fn()
+    result = fn()
     if synchronize is not None:
         synchronize()
-    return (clock.now_ns() - start) / 1e9
+    return (clock.now_ns() - start) / 1e9, result

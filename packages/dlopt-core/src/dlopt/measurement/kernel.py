@@ -9,7 +9,6 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
 
 import numpy as np
 from attrs import field, frozen
@@ -28,6 +27,7 @@ from dlopt.measurement.stats import (
     t_quantile,
 )
 from dlopt.serialization import finite_or_none
+from dlopt.vocabulary import StopReason, Verdict
 
 try:  # POSIX only; page faults are simply not recorded elsewhere.
     import resource as _resource
@@ -39,11 +39,6 @@ Synchronize = Callable[[], None] | Mapping[str, Callable[[], None] | None] | Non
 
 #: A call taking at least this share of the time budget is said to overrun it.
 OVERRUN_SHARE = 0.5
-
-Verdict = Literal["baseline", "faster", "not_faster", "unresolved", "dropped", "failed"]
-StopReason = Literal[
-    "resolved", "futility", "max_rounds", "time_budget", "cancelled", "no_challengers"
-]
 
 
 @frozen
@@ -274,7 +269,7 @@ class _Race:
         # (plan, case) of the last burst run: the next burst of the same plan and case
         # has nothing to flush and needs no settling.
         self.last_turn: tuple[str, int] | None = None
-        self.stop_reason: StopReason = "max_rounds"
+        self.stop_reason = StopReason.MAX_ROUNDS
         self.start_ns = clock.now_ns()
 
     # -- timing primitives -------------------------------------------------------------
@@ -604,7 +599,7 @@ class _Race:
             confidence=p.confidence,
             seed=self.seed,
             rounds=self.rounds,
-            stop_reason=self.stop_reason,
+            stop_reason=StopReason(self.stop_reason),
             total_time_s=max(0.0, self._elapsed_s()),
             timed_calls=timed,
             untimed_calls=untimed,
@@ -643,17 +638,17 @@ class _Race:
                 w_low, w_high = iv[1], iv[2]
         speedup = fixed = None
         if cand.is_baseline:
-            verdict: Verdict = "baseline"
+            verdict = Verdict.BASELINE
             speedup = RatioInterval(1.0, 1.0, 1.0, p.confidence, "baseline", len(costs), None)
         else:
             verdict = {
-                "racing": "unresolved",
-                "futile": "unresolved",
-                "faster": "faster",
-                "not_faster": "not_faster",
-                "dropped": "dropped",
-                "failed": "failed",
-            }[cand.status]  # type: ignore[assignment]
+                "racing": Verdict.UNRESOLVED,
+                "futile": Verdict.UNRESOLVED,
+                "faster": Verdict.FASTER,
+                "not_faster": Verdict.NOT_FASTER,
+                "dropped": Verdict.DROPPED,
+                "failed": Verdict.FAILED,
+            }[cand.status]
             diffs = self._log_ratios(self.base, cand)
             decision, alpha_k = cand.decision, cand.decision_alpha
             if decision is None and len(diffs) >= 2 and cand.status == "racing":
@@ -831,7 +826,7 @@ def run_race(
         candidates, weights, baseline, min_speedup, policy, clock, synchronize, case_names, cpu
     )
     if len(race.cands) == 1:
-        race.stop_reason = "no_challengers"
+        race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)
     race.warm_all()
     last_round_s = 0.0
@@ -839,20 +834,20 @@ def run_race(
         if not any(not c.is_baseline for c in race.racing()):
             statuses = {c.status for c in race.cands if not c.is_baseline}
             if "futile" in statuses:
-                race.stop_reason = "futility"
+                race.stop_reason = StopReason.FUTILITY
             elif statuses & {"faster", "not_faster", "dropped"}:
-                race.stop_reason = "resolved"
+                race.stop_reason = StopReason.RESOLVED
             else:
-                race.stop_reason = "no_challengers"
+                race.stop_reason = StopReason.NO_CHALLENGERS
             break
         if race.rounds >= policy.max_rounds:
-            race.stop_reason = "max_rounds"
+            race.stop_reason = StopReason.MAX_ROUNDS
             break
         if race._elapsed_s() + last_round_s > policy.max_time_s:
-            race.stop_reason = "time_budget"
+            race.stop_reason = StopReason.TIME_BUDGET
             break
         if should_continue is not None and not should_continue():
-            race.stop_reason = "cancelled"
+            race.stop_reason = StopReason.CANCELLED
             break
         t0 = clock.now_ns()
         race.run_round()

@@ -63,7 +63,7 @@ import pytest
 import torch
 
 from dlopt.errors import ProviderBuildError
-from dlopt.optimizer import prepared_cases
+from dlopt.pipeline import prepared_cases
 from dlopt.policy import OptimizationPolicy, structure_options
 from dlopt.precision import Precision
 from dlopt.probing import distribution_version, importlib_metadata

@@ -1,0 +1,70 @@
+"""The words the pipeline and its reports share: one enum per vocabulary.
+
+Each is a ``str`` enum, so it compares equal to its text (``stage == "build"``), reads
+as its text in messages, and is written to JSON as that text (cattrs uses the value).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Word(str, enum.Enum):
+    """A ``str`` enum whose ``str()`` and format are its value, not ``Class.MEMBER``."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Objective(Word):
+    """What the selection minimises."""
+
+    STEADY_STATE_LATENCY = "steady_state_latency"
+    LIFECYCLE_LATENCY = "lifecycle_latency"
+
+
+class Stage(Word):
+    """Where a candidate was rejected."""
+
+    PROBE = "probe"
+    BUILD = "build"
+    FIRST_CALL = "first_call"
+    VALIDATION = "validation"
+    MEASURE = "measure"
+    REVALIDATION = "revalidation"
+    CONSTRAINT = "constraint"
+
+
+class Status(Word):
+    """A candidate's place in the decision."""
+
+    SELECTED = "selected"
+    BASELINE = "baseline"
+    LOST = "lost"
+    REJECTED = "rejected"
+    UNAVAILABLE = "unavailable"
+
+
+class Verdict(Word):
+    """What the race concluded about one plan against the baseline."""
+
+    BASELINE = "baseline"
+    FASTER = "faster"
+    NOT_FASTER = "not_faster"
+    UNRESOLVED = "unresolved"
+    DROPPED = "dropped"
+    FAILED = "failed"
+
+
+class StopReason(Word):
+    """Why the race stopped."""
+
+    RESOLVED = "resolved"
+    FUTILITY = "futility"
+    MAX_ROUNDS = "max_rounds"
+    TIME_BUDGET = "time_budget"
+    CANCELLED = "cancelled"
+    NO_CHALLENGERS = "no_challengers"
