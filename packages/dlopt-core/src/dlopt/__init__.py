@@ -9,15 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dlopt._version import __version__
 from dlopt.hookspecs import hookimpl
 from dlopt.providers.contract import PLUGIN_API_VERSION
-
-try:
-    from importlib.metadata import PackageNotFoundError, version
-
-    __version__ = version("dlopt-core")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
 
 _LAZY: dict[str, str] = {
     # contract

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt import __version__
+from dlopt._version import __version__
 from dlopt.constraints import weighted_latency
 from dlopt.measurement import RaceResult, RatioInterval
 from dlopt.pipeline import CandidateState
