@@ -12,7 +12,7 @@ from attrs import field, frozen
 from dlopt.fileio import read_bytes_capped
 from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
 from dlopt.policy import DeploymentConstraints
-from dlopt.providers.loader import PluginFailure
+from dlopt.providers.records import PluginFailure
 from dlopt.runtime import RuntimeInfo
 from dlopt.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
 from dlopt.target import ExecutionTarget

@@ -2,42 +2,31 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
-from functools import lru_cache
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+import attrs
 from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
+from dlopt.machine import CpuInfo, cpu_info
 from dlopt.target import ExecutionTarget
 
-#: /proc/cpuinfo flags that change which plans pay off on CPU.
-CPU_FLAGS_OF_INTEREST = (
-    "avx2",
-    "avx512f",
-    "avx512_vnni",
-    "avx_vnni",
-    "avx512_bf16",
-    "avx512_fp16",
-    "amx_tile",
-    "amx_bf16",
-    "amx_int8",
-)
+if TYPE_CHECKING:
+    from dlopt.providers.loader import ProviderStatus
+    from dlopt.providers.records import PluginFailure
 
-
-@frozen
-class CpuInfo:
-    model: str
-    logical_cores: int
-    torch_threads: int
-    isa_flags: tuple[str, ...]
-    torch_cpu_capability: str | None
-
-    @property
-    def fast_bf16(self) -> bool:
-        """Native bf16 arithmetic (AVX-512 BF16 or AMX), where bf16 autocast can pay off."""
-        return bool({"avx512_bf16", "amx_bf16"} & set(self.isa_flags))
+__all__ = [
+    "CpuInfo",
+    "CudaDeviceInfo",
+    "ProviderAvailabilityRecord",
+    "RuntimeInfo",
+    "cpu_info",
+    "inspect_runtime",
+    "record_providers",
+]
 
 
 @frozen
@@ -82,41 +71,6 @@ class RuntimeInfo:
     torch_compile_reason: str | None
     providers: tuple[ProviderAvailabilityRecord, ...] = ()
     plugin_failures: tuple[str, ...] = ()
-
-
-@lru_cache(maxsize=1)
-def _cpu_info() -> tuple[str, tuple[str, ...]]:
-    model = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and value.strip():
-                    model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return model, tuple(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
-
-
-def cpu_info() -> CpuInfo:
-    import torch
-
-    model, flags = _cpu_info()
-    try:
-        capability = torch.backends.cpu.get_cpu_capability()
-    except AttributeError:
-        capability = None
-    return CpuInfo(
-        model=model,
-        logical_cores=os.cpu_count() or 1,
-        torch_threads=torch.get_num_threads(),
-        isa_flags=flags,
-        torch_cpu_capability=capability,
-    )
 
 
 def inspect_runtime(
@@ -165,29 +119,7 @@ def inspect_runtime(
     else:
         compile_ok, compile_reason = False, f"no Inductor backend checked for {target.device_type}"
 
-    providers: tuple[ProviderAvailabilityRecord, ...] = ()
-    failures: tuple[str, ...] = ()
-    if with_providers:
-        from dlopt.providers.contract import ProviderContext
-        from dlopt.providers.loader import load_providers
-
-        registry = load_providers()
-        statuses = registry.probe_all(ProviderContext(target=target))
-        providers = tuple(
-            ProviderAvailabilityRecord(
-                s.name,
-                s.distribution,
-                s.version,
-                s.availability.available,
-                s.availability.reason,
-                s.availability.install_hint,
-                dict(s.availability.sdk_versions),
-            )
-            for s in statuses
-        )
-        failures = tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in registry.failures)
-
-    return RuntimeInfo(
+    info = RuntimeInfo(
         device=target.device,
         device_type=target.device_type,
         device_name=device_name,
@@ -204,6 +136,35 @@ def inspect_runtime(
         triton=triton,
         torch_compile=compile_ok,
         torch_compile_reason=compile_reason,
-        providers=providers,
-        plugin_failures=failures,
+    )
+    if not with_providers:
+        return info
+    from dlopt.providers.contract import ProviderContext
+    from dlopt.providers.loader import load_providers
+
+    registry = load_providers()
+    return record_providers(
+        info, registry.probe_all(ProviderContext(target=target)), registry.failures
+    )
+
+
+def record_providers(
+    info: RuntimeInfo, statuses: Iterable[ProviderStatus], failures: Iterable[PluginFailure]
+) -> RuntimeInfo:
+    """``info`` with the providers' availability and the plugins that failed to load."""
+    return attrs.evolve(
+        info,
+        providers=tuple(
+            ProviderAvailabilityRecord(
+                s.name,
+                s.distribution,
+                s.version,
+                s.availability.available,
+                s.availability.reason,
+                s.availability.install_hint,
+                dict(s.availability.sdk_versions),
+            )
+            for s in statuses
+        ),
+        plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in failures),
     )

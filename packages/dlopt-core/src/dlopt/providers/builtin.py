@@ -18,6 +18,7 @@ import torch
 from attrs import frozen
 
 from dlopt.hookspecs import hookimpl
+from dlopt.machine import cpu_info
 from dlopt.precision import Precision
 from dlopt.providers.contract import (
     BuiltPlan,
@@ -87,8 +88,6 @@ class NativeProvider:
                     sdk_versions=versions,
                 )
             return ProviderAvailability.ok(sdk_versions=versions)
-        from dlopt.runtime import cpu_info
-
         cpu = cpu_info()
         if self.autocast_dtype is torch.bfloat16 and not cpu.fast_bf16:
             return ProviderAvailability.unavailable(

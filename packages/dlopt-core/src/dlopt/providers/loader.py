@@ -47,6 +47,7 @@ from dlopt.providers.contract import (
     Role,
     api_version_problem,
 )
+from dlopt.providers.records import PluginFailure, PluginRecord
 
 log = logging.getLogger(__name__)
 
@@ -88,29 +89,6 @@ class PluginSettings:
         if name in self.deny:
             return False
         return self.allow is None or name in self.allow
-
-
-@frozen
-class PluginFailure:
-    """A plugin that could not be used, and at which stage it failed."""
-
-    plugin: str
-    stage: str  # "load" | "api_version" | "register" | "register_metrics"
-    error: str
-    distribution: str | None = None
-    version: str | None = None
-
-
-@frozen
-class PluginRecord:
-    """A plugin that loaded and registered, with the plan and metric names it offered."""
-
-    plugin: str
-    distribution: str | None
-    version: str | None
-    api_version: str | None
-    providers: tuple[str, ...]
-    metrics: tuple[str, ...] = ()
 
 
 @frozen

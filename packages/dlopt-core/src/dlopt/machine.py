@@ -1,0 +1,79 @@
+"""Facts about this machine's CPU that decide which plans can pay off.
+
+A leaf module (it imports nothing from dlopt), so the built-in providers, runtime
+provenance and the CLI can all read the same facts without importing each other.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import lru_cache
+
+from attrs import frozen
+
+#: /proc/cpuinfo flags that change which plans pay off on CPU.
+CPU_FLAGS_OF_INTEREST = (
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+
+
+@frozen
+class CpuInfo:
+    """The CPU model, its ISA flags of interest, and what torch makes of it."""
+
+    model: str
+    logical_cores: int
+    torch_threads: int
+    isa_flags: tuple[str, ...]
+    torch_cpu_capability: str | None
+
+    @property
+    def fast_bf16(self) -> bool:
+        """Native bf16 arithmetic (AVX-512 BF16 or AMX), where bf16 autocast can pay off."""
+        return bool({"avx512_bf16", "amx_bf16"} & set(self.isa_flags))
+
+
+@lru_cache(maxsize=1)
+def cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
+    """The CPU model name and its :data:`CPU_FLAGS_OF_INTEREST` (read once per process)."""
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and value.strip():
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:  # not Linux: the model from platform, no flags
+        pass
+    return model, tuple(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
+
+
+def cpu_info() -> CpuInfo:
+    """This CPU as torch runs on it now (thread count and kernel capability included)."""
+    import torch
+
+    model, flags = cpu_model_and_flags()
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # older torch
+        capability = None
+    return CpuInfo(
+        model=model,
+        logical_cores=os.cpu_count() or 1,
+        torch_threads=torch.get_num_threads(),
+        isa_flags=flags,
+        torch_cpu_capability=capability,
+    )
