@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from dlopt.cli import main
-from dlopt.cli_select import parse_plan_options
+from dlopt.cli.cmd_select import parse_plan_options
 from dlopt.errors import ConfigurationError
 from dlopt.providers import loader
 from dlopt.testing import FakeProvider

@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from dlopt import cli_select
+from dlopt.cli import cmd_select as cli_select
 from dlopt.cli import main
-from dlopt.cli_select import check_outputs
+from dlopt.cli.cmd_select import check_outputs
 from dlopt.errors import ConfigurationError
 from dlopt.optimizer import InferenceOptimizer
 

@@ -14,9 +14,10 @@ import uuid
 
 import pytest
 
-from dlopt import cli_select, report
+from dlopt import report
+from dlopt.cli import cmd_select as cli_select
 from dlopt.cli import main
-from dlopt.cli_select import check_input_sizes
+from dlopt.cli.cmd_select import check_input_sizes
 from dlopt.errors import WorkloadError
 
 

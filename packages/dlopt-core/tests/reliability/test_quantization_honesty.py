@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def test_the_table_says_how_much_of_the_model_a_partial_plan_quantized():
-    from dlopt.cli_select import quantized_share
+    from dlopt.cli.cmd_report import quantized_share
 
     assert quantized_share(
         {"quantized_fraction": 0.125, "quantized_ops": 1, "quantizable_ops": 8}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dlopt.cli import main
-from dlopt.cli_select import parse_case_spec, parse_input_spec
+from dlopt.cli.cmd_select import parse_case_spec, parse_input_spec
 from dlopt.errors import WorkloadError
 
 

@@ -1,4 +1,4 @@
-"""``dlopt select`` and ``dlopt report``: race plans from a shell, read saved reports."""
+"""``dlopt select``: race every eligible plan on a model and inputs given in a shell."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+
+from dlopt.cli.cmd_report import print_report
+from dlopt.cli.common import EXIT_OK, add_target_arguments, cli_target
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.events import Event, EventKind
 from dlopt.hookspecs import hookimpl
+from dlopt.measurement import MeasurementPolicy
+from dlopt.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 
 _DTYPES = {
     "float32": "float32",
@@ -31,8 +37,6 @@ _DTYPES = {
     "bool": "bool",
 }
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
-#: Minor page faults per call above which the table suggests allocator tuning.
-PAGE_FAULT_HINT_THRESHOLD = 100
 
 
 def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
@@ -257,105 +261,14 @@ class ProgressPrinter:
         print(f"{event.kind.value}: {prefix}{event.message}", file=self.stream)
 
 
-def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def quantized_share(metadata: dict[str, Any]) -> str | None:
-    """``"quantized 1 of 8 ops"`` when a quantizing plan left part of the model in full
-    precision (its label alone would overstate it); ``None`` otherwise."""
-    fraction = metadata.get("quantized_fraction")
-    if not isinstance(fraction, (int, float)) or fraction >= 1:
-        return None
-    for unit in ("ops", "layers"):
-        done, of = metadata.get(f"quantized_{unit}"), metadata.get(f"quantizable_{unit}")
-        if isinstance(done, int) and isinstance(of, int):
-            return f"quantized {done} of {of} {unit}"
-    return f"quantized {fraction:.0%}"
-
-
-def candidates_table(report: Any) -> str:
-    from dlopt.cli import format_table
-
-    rows = []
-    for c in report.candidates:
-        speedup = c.speedup_vs_eager
-        speed_text = "-"
-        if c.name == "eager_fp32":
-            speed_text = "1 (reference)"
-        elif speedup is not None and speedup.point is not None:
-            speed_text = f"{speedup.point:.2f} [{_fmt(speedup.low, '{:.2f}')}, {_fmt(speedup.high, '{:.2f}')}]"
-        note = ""
-        if c.error is not None:
-            note = f"{c.error.stage}: {c.error.message}"
-        elif c.status == "unavailable":
-            note = c.availability_reason or ""
-        elif c.measurement_verdict:
-            note = c.measurement_verdict + (" (noisy)" if c.noisy else "")
-            faults = max(
-                (cs.latency.page_faults_per_call or 0 for cs in c.cases if cs.latency), default=0
-            )
-            if faults >= PAGE_FAULT_HINT_THRESHOLD:
-                # glibc handing large buffers back to the OS every call: a real, fixable cost.
-                note += f"; {faults:.0f} page faults/call (allocator churn: see MALLOC_MMAP_THRESHOLD_ or jemalloc)"
-        coverage = quantized_share(c.metadata)
-        if coverage and c.status != "unavailable":
-            note = f"{coverage}; {note}" if note else coverage
-        rows.append(
-            (
-                c.name,
-                c.status,
-                c.precision,
-                _fmt(c.latency_ms),
-                _fmt(c.latency_p99_ms),
-                speed_text,
-                _fmt(c.setup_time_s, "{:.2f}"),
-                _fmt(c.first_call_time_s, "{:.2f}"),
-                _fmt(c.peak_memory_mb, "{:.0f}"),
-                note if len(note) < 140 else note[:137] + "...",
-            )
-        )
-    return format_table(
-        (
-            "plan",
-            "status",
-            "prec",
-            "median ms",
-            "p99 ms",
-            "speedup vs eager [CI]",
-            "setup s",
-            "1st call s",
-            "peak MB",
-            "notes",
-        ),
-        rows,
-    )
-
-
-def print_report(report: Any) -> None:
-    print(candidates_table(report))
-    m = report.measurement
-    if m is not None:
-        print(
-            f"\nmeasurement: {m.rounds} rounds, {m.timed_calls} timed calls, {m.total_time_s:.1f}s, "
-            f"stop: {m.stop_reason}, seed {m.seed}, confidence {m.confidence:g}"
-        )
-    print(f"\nselected: {report.selected_plan} (baseline {report.baseline})")
-    print(f"reason: {report.selection_reason}")
-
-
 def _cmd_select(args: argparse.Namespace) -> int:
     from dlopt.demo import build_demo_model, demo_workload
-    from dlopt.measurement import MeasurementPolicy
     from dlopt.optimizer import InferenceOptimizer
-    from dlopt.policy import DeploymentConstraints, OptimizationPolicy
     from dlopt.providers.loader import load_providers
     from dlopt.workload import WorkloadCase, WorkloadProfile
 
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
-    from dlopt.cli import cli_target
-
     target = cli_target(args)
     # Everything the user typed is checked before anything is built or allocated.
     check_outputs(args.report, args.bundle)
@@ -408,36 +321,11 @@ def _cmd_select(args: argparse.Namespace) -> int:
     if args.bundle:
         print(f"bundle: {decision.save_bundle(args.bundle)}")
     decision.close()
-    return 0
+    return EXIT_OK
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from dlopt.fileio import FileTooLargeError
-    from dlopt.report import load_report
-
-    path = Path(args.path)
-    try:
-        report = load_report(path)
-    except FileNotFoundError:
-        raise ConfigurationError(f"no report at {path}") from None
-    except IsADirectoryError:
-        inside = path / "report.json"
-        hint = f"; did you mean {inside}?" if inside.is_file() else ""
-        raise ConfigurationError(f"{path} is a directory, not a report file{hint}") from None
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except FileTooLargeError as exc:
-        raise ConfigurationError(str(exc)) from None
-    except ValueError as exc:
-        raise ConfigurationError(f"{path} is not a dlopt report: {exc}") from exc
-    print(
-        f"workload: {report.workload.name}; objective: {report.objective}; target: {report.target.device}"
-    )
-    print_report(report)
-    return 0
-
-
-def add_select_commands(sub: Any) -> None:
+def add_select_command(sub: Any) -> None:
+    """Register ``dlopt select`` on the subcommand parsers ``sub``; defaults come from the policies."""
     p = sub.add_parser(
         "select",
         help="race every eligible plan and pick one",
@@ -453,22 +341,27 @@ def add_select_commands(sub: Any) -> None:
         metavar="NAME=SHAPE@WEIGHT",
         help="a workload case (repeatable), e.g. batch-1=1x3x224x224@70",
     )
-    from dlopt.cli import add_target_arguments
-
     add_target_arguments(p, "race on")
     p.add_argument(
         "--objective",
-        default="steady_state_latency",
-        choices=("steady_state_latency", "lifecycle_latency"),
+        default=str(_default(OptimizationPolicy, "objective")),
+        choices=OBJECTIVES,
+        help="what the choice minimises (default: %(default)s)",
     )
     p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )
     p.add_argument(
-        "--min-speedup", type=float, default=1.02, help="bar a challenger must clear (default 1.02)"
+        "--min-speedup",
+        type=float,
+        default=_default(DeploymentConstraints, "min_speedup"),
+        help="bar a challenger must clear (default %(default)s)",
     )
     p.add_argument(
-        "--max-measure-time", type=float, default=30.0, help="measurement budget in seconds"
+        "--max-measure-time",
+        type=float,
+        default=_default(MeasurementPolicy, "max_time_s"),
+        help="measurement budget in seconds (default %(default)s)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the round shuffles (recorded)")
     p.add_argument(
@@ -489,6 +382,7 @@ def add_select_commands(sub: Any) -> None:
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
     p.set_defaults(handler=_cmd_select)
 
-    r = sub.add_parser("report", help="print a saved report as a table")
-    r.add_argument("path", help="report JSON written by dlopt select --report")
-    r.set_defaults(handler=_cmd_report)
+
+def _default(cls: type, name: str) -> Any:
+    """The default of attrs field ``name`` of ``cls``: one source for the API and the CLI."""
+    return getattr(attrs.fields(cls), name).default

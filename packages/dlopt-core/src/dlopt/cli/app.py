@@ -1,0 +1,53 @@
+"""The ``dlopt`` command line: ``inspect``, ``providers``, ``select``, ``report``.
+
+Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
+2 bad usage or input (argparse's convention). Each command lives in its own module
+(``cmd_<command>.py``) and registers itself on the parser built here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from dlopt._version import __version__
+from dlopt.cli.cmd_inspect import add_inspect_command
+from dlopt.cli.cmd_providers import add_providers_command
+from dlopt.cli.cmd_report import add_report_command
+from dlopt.cli.cmd_select import add_select_command
+from dlopt.cli.common import EXIT_FAILED, EXIT_USAGE
+from dlopt.errors import DloptError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dlopt`` parser with every command registered."""
+    parser = argparse.ArgumentParser(
+        prog="dlopt",
+        description="Pick the fastest validated inference plan for a PyTorch model.",
+        epilog="Examples: dlopt select --demo | dlopt providers | dlopt inspect --json",
+    )
+    parser.add_argument("--version", action="version", version=f"dlopt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_inspect_command(sub)
+    add_providers_command(sub)
+    add_select_command(sub)
+    add_report_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dlopt`` with ``argv`` (default: the process's arguments); return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except DloptError as exc:
+        print(f"dlopt: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    except KeyboardInterrupt:
+        print("dlopt: interrupted", file=sys.stderr)
+        return 130
