@@ -12,49 +12,22 @@ at the build stage.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from dlopt.errors import ConfigurationError, ProviderBuildError
+from dlopt.errors import ProviderBuildError
+from dlopt.names import NAME_RULE, PLAIN_NAME, check_plan_name, is_inside, is_plain_name
+from dlopt.providers.contract import BuiltPlan, ProviderAvailability
 from dlopt.serialization import NotJsonableError, strict_jsonable
 
-#: A plain name: starts with a letter, digit or underscore, then letters, digits, ``_``,
-#: ``.`` and ``-``; at most 100 characters; no ``..``. It can never be a path.
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-
-_NAME_RULE = (
-    "use letters, digits, '_', '.' and '-' only (starting with a letter, digit or '_', "
-    "no '..', at most 100 characters), e.g. 'npu_int8'"
-)
-
-
-def is_plain_name(name: object) -> bool:
-    """Whether ``name`` is a plain name (see :data:`PLAIN_NAME`), safe as a file name."""
-    return isinstance(name, str) and PLAIN_NAME.fullmatch(name) is not None and ".." not in name
-
-
-def check_plan_name(name: object, *, plugin: str | None = None) -> str:
-    """Return ``name`` if it is a plain name, else raise ConfigurationError naming the plugin.
-
-    Called by ``register()`` for every plugin's providers; call it for providers passed
-    in code too (``InferenceOptimizer(providers=[...])``).
-    """
-    if is_plain_name(name):
-        return name  # type: ignore[return-value]
-    source = f"plugin {plugin!r} offers" if plugin else "got"
-    raise ConfigurationError(
-        f"{source} a plan named {name!r}, which is not a plain name: plan names become "
-        f"directory names, so {_NAME_RULE}"
-    )
-
-
-def is_inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` resolves (links followed) strictly inside ``directory``."""
-    resolved = Path(path).resolve()
-    root = Path(directory).resolve()
-    return resolved != root and resolved.is_relative_to(root)
-
+__all__ = [
+    "PLAIN_NAME",
+    "check_built_plan",
+    "check_plan_name",
+    "is_inside",
+    "is_plain_name",
+    "normalize_availability",
+]
 
 # ---------------------------------------------------------------------------- availability
 
@@ -88,8 +61,6 @@ def normalize_availability(availability: object) -> Any:
     :class:`~dlopt.serialization.NotJsonableError` when that is not possible; the
     loader reports such a provider as unavailable.
     """
-    from dlopt.providers.contract import ProviderAvailability
-
     if not isinstance(availability, ProviderAvailability):
         raise TypeError(
             f"probe() returned {type(availability).__name__}, expected ProviderAvailability"
@@ -125,8 +96,6 @@ def check_built_plan(plan: object, context: Any, *, plan_name: str, plugin: str)
     when something cannot be used: the caller rejects the plan at the build stage (and
     closes it).
     """
-    from dlopt.providers.contract import BuiltPlan
-
     where = f"plan {plan_name!r} from plugin {plugin!r}"
     if not isinstance(plan, BuiltPlan):
         raise ProviderBuildError(
@@ -164,7 +133,7 @@ def _checked_artifacts(
         if not is_plain_name(name):
             raise ProviderBuildError(
                 f"{where}: artifact name {name!r} is not a plain name (artifact names become "
-                f"file names in bundles): {_NAME_RULE}"
+                f"file names in bundles): {NAME_RULE}"
             )
         if not isinstance(path, (str, os.PathLike)):
             raise ProviderBuildError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -169,7 +169,7 @@ class ProviderContext:
         inside ``artifact_dir`` (a link pointing elsewhere is refused): ConfigurationError.
         """
         from dlopt.errors import ConfigurationError
-        from dlopt.providers.boundary import check_plan_name, is_inside
+        from dlopt.names import check_plan_name, is_inside
 
         path = self.artifact_dir / check_plan_name(plan_name)
         if not is_inside(path, self.artifact_dir):
@@ -286,11 +286,6 @@ class ProviderInfo:
     @property
     def name(self) -> str:
         return self.provider.name
-
-
-def describe_sdk_versions(versions: Mapping[str, str | None]) -> str:
-    """``"onnxruntime 1.20.1, onnx -"`` for tables."""
-    return ", ".join(f"{k} {v or '-'}" for k, v in versions.items())
 
 
 class Register(Protocol):
