@@ -1,0 +1,247 @@
+"""The modules of ``dlopt`` import each other in one direction: no circles.
+
+The graph is read from the sources with :mod:`ast`, nothing is imported. Every import
+counts, at module level or inside a function (a function-level import that hides a
+circle is still a circle), except those under ``if TYPE_CHECKING:``. Importing
+``dlopt.a.b`` also runs the package ``dlopt.a`` (its ``__init__``), so that is an edge
+too, except from a module inside that package; the root package ``dlopt`` counts only
+where a module takes a name from it.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import dlopt
+
+Graph = dict[str, dict[str, int]]  # module -> {imported module: first line}
+
+#: Edges that still close a circle, each waiting for its cut (remove the entry then;
+#: ``test_pending_edges_still_exist`` fails once an edge is gone). Add nothing here.
+PENDING_EDGES: dict[tuple[str, str], str] = {
+    ("dlopt.validation.user_metrics", "dlopt.providers.loader"): (
+        "_discover_plugin_metrics() loads the plugins, while the loader registers plugin "
+        "metrics into user_metrics: loader -> user_metrics -> loader, and loader -> policy "
+        "-> validation -> user_metrics -> loader"
+    ),
+    ("dlopt.bundle", "dlopt.decision"): (
+        "_load_plan() builds an OptimizationDecision, while OptimizationDecision.save_bundle "
+        "imports write_bundle: move load_bundle and its helpers above decision"
+    ),
+}
+
+
+def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (source file, whether it is a package's ``__init__``)."""
+    found: dict[str, tuple[Path, bool]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, outside ``if TYPE_CHECKING:`` bodies."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                stack.extend(child.orelse)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            else:
+                stack.append(child)
+
+
+def import_graph(root: Path, package: str) -> Graph:
+    """The import edges between the modules of ``package``, whose sources lie in ``root``."""
+    modules = _modules(root, package)
+
+    def owner(name: str) -> str | None:
+        """The module ``name`` is, or lies in (``pkg.mod.attr`` -> ``pkg.mod``)."""
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: Graph = {}
+    for module, (path, is_package) in modules.items():
+        edges: dict[str, int] = {}
+        for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    here = module.split(".") if is_package else module.split(".")[:-1]
+                    here = here[: len(here) - node.level + 1]
+                    base = ".".join([*here, base] if base else here)
+                # ``from pkg import mod`` imports the module; ``from mod import name`` the module.
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            for target in targets:
+                if target != package and not target.startswith(package + "."):
+                    continue
+                resolved = owner(target)
+                if resolved is None:
+                    continue
+                parts = resolved.split(".")
+                parents = [".".join(parts[:i]) for i in range(2, len(parts))]
+                for name in [resolved, *parents]:
+                    inside = module == name or module.startswith(name + ".")
+                    if name in modules and not (inside and name != resolved):
+                        edges.setdefault(name, node.lineno)
+        edges.pop(module, None)
+        graph[module] = edges
+    return graph
+
+
+def find_cycle(graph: Graph) -> list[str] | None:
+    """One import circle as ``[a, b, ..., a]``, or ``None`` when the graph is acyclic."""
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        path: list[str] = [start]
+        on_path = {start}
+        pending = [iter(sorted(graph[start]))]
+        while pending:
+            target = next(pending[-1], None)
+            if target is None:
+                done.add(path[-1])
+                on_path.discard(path.pop())
+                pending.pop()
+            elif target in on_path:
+                return [*path[path.index(target) :], target]
+            elif target not in done and target in graph:
+                path.append(target)
+                on_path.add(target)
+                pending.append(iter(sorted(graph[target])))
+    return None
+
+
+def _describe(cycle: list[str], graph: Graph, root: Path, package: str) -> str:
+    modules = _modules(root, package)
+    steps = []
+    for a, b in itertools.pairwise(cycle):
+        path = modules[a][0].relative_to(root.parent)
+        steps.append(f"  {a} -> {b}  ({path}:{graph[a][b]})")
+    return "import circle:\n" + "\n".join(steps)
+
+
+@pytest.fixture(scope="module")
+def source_root() -> Path:
+    return Path(dlopt.__file__).parent
+
+
+@pytest.fixture(scope="module")
+def graph(source_root: Path) -> Graph:
+    return import_graph(source_root, "dlopt")
+
+
+def test_dlopt_has_no_import_cycles(graph: Graph, source_root: Path) -> None:
+    pruned = {
+        module: {t: line for t, line in edges.items() if (module, t) not in PENDING_EDGES}
+        for module, edges in graph.items()
+    }
+    cycle = find_cycle(pruned)
+    assert cycle is None, _describe(cycle, graph, source_root, "dlopt")
+
+
+@pytest.mark.parametrize("edge", sorted(PENDING_EDGES), ids="->".join)
+def test_pending_edges_still_exist(graph: Graph, edge: tuple[str, str]) -> None:
+    source, target = edge
+    assert target in graph.get(source, {}), (
+        f"{source} -> {target} is cut: remove it from PENDING_EDGES"
+    )
+
+
+def test_no_module_imports_from_the_package_face(graph: Graph) -> None:
+    """``dlopt/__init__`` is for users; inside the package a name comes from its module."""
+    assert [m for m, edges in graph.items() if "dlopt" in edges and m != "dlopt.__main__"] == []
+
+
+def test_the_report_schema_does_not_import_the_loader(graph: Graph) -> None:
+    assert "dlopt.providers.loader" not in graph["dlopt.report"]
+
+
+@pytest.mark.parametrize(
+    ("module", "allowed"),
+    [
+        ("dlopt._version", set()),
+        ("dlopt.machine", set()),
+        ("dlopt.names", {"dlopt.errors"}),
+        ("dlopt.providers.records", set()),
+        ("dlopt.cli.tables", set()),
+    ],
+)
+def test_leaf_modules_stay_leaves(graph: Graph, module: str, allowed: set[str]) -> None:
+    assert set(graph[module]) <= allowed
+
+
+# ---------------------------------------------------------------------------- the checker
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_function_level_import_closes_a_circle(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {"a.py": "from pkg.b import g\n", "b.py": "def g():\n    from pkg import a\n"},
+    )
+    graph = import_graph(root, "pkg")
+    assert find_cycle(graph) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
+
+
+def test_type_checking_imports_do_not_count(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "a.py": "from pkg.b import g\n",
+            "b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from pkg.a import x\n"
+                "else:\n    import json\n"
+            ),
+        },
+    )
+    assert find_cycle(import_graph(root, "pkg")) is None
+
+
+def test_relative_imports_and_subpackage_faces_count(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "sub/__init__.py": "from .inner import f\n",
+            "sub/inner.py": "from ..top import h\n",
+            "top.py": "def h():\n    from pkg.sub.other import z\n",
+            "sub/other.py": "",
+        },
+    )
+    graph = import_graph(root, "pkg")
+    assert "pkg.top" in graph["pkg.sub.inner"]
+    # pkg.top imports pkg.sub.other, which runs pkg.sub first: that closes the circle.
+    assert set(graph["pkg.top"]) == {"pkg.sub.other", "pkg.sub"}
+    assert find_cycle(graph) == ["pkg.sub", "pkg.sub.inner", "pkg.top", "pkg.sub"]
