@@ -82,9 +82,11 @@ def test_compile_gets_dynamo_ir_and_a_shape_range(fake_trt: Any, tmp_path: Path)
 
 def test_legacy_release_gets_enabled_precisions(fake_trt: Any, tmp_path: Path) -> None:
     trt = fake_trt(api="legacy")
-    TensorRTProvider(Precision.BF16).build(Net().eval(), _context(tmp_path))
+    plan = TensorRTProvider(Precision.BF16).build(Net().eval(), _context(tmp_path))
     (call,) = trt.compile_calls
     assert call["enabled_precisions"] == {torch.float32, torch.bfloat16}
+    # Recorded as strict JSON: the set as a sorted list of dtype names.
+    assert plan.metadata["compile_options"]["enabled_precisions"] == ["bfloat16", "float32"]
     assert call["use_explicit_typing"] is False
     assert "enable_autocast" not in call
 

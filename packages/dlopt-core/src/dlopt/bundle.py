@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -38,7 +37,7 @@ from dlopt.fileio import (
     read_bytes_capped,
 )
 from dlopt.report import MAX_REPORT_BYTES, OptimizationReport, report_from_json
-from dlopt.serialization import atomic_write_text, parse_strict_json
+from dlopt.serialization import atomic_write_text, dumps, parse_strict_json
 from dlopt.target import ExecutionTarget
 
 if TYPE_CHECKING:
@@ -148,9 +147,7 @@ def write_bundle(
             "artifacts": entries,
             "metadata": evidence.metadata,
         }
-        atomic_write_text(
-            staging / MANIFEST_NAME, json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-        )
+        atomic_write_text(staging / MANIFEST_NAME, dumps(manifest) + "\n")
         fsync_directory(staging)
         _install(staging, root)
     except BaseException:

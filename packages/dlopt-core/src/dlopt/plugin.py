@@ -52,7 +52,7 @@ from dlopt.providers.contract import (
     Register,
     Role,
 )
-from dlopt.serialization import atomic_write_text
+from dlopt.serialization import atomic_write_text, strict_jsonable
 from dlopt.target import ExecutionTarget
 from dlopt.tree import iter_tensors, map_tensors
 from dlopt.workload import WorkloadCase, WorkloadProfile
@@ -85,6 +85,7 @@ __all__ = [
     "is_plain_name",
     "iter_tensors",
     "map_tensors",
+    "strict_jsonable",
     "try_import",
     "version_satisfies",
 ]

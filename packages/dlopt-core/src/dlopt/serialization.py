@@ -90,8 +90,9 @@ def strict_jsonable(value: Any) -> Any:
     """``value`` as plain strict-JSON types, for free-form values dlopt did not make.
 
     Non-finite numbers become ``None``; dicts and lists/tuples are walked (keys become
-    strings); attrs values are unstructured first; numbers stay numbers (numpy's too);
-    anything else becomes its ``str()``. Raises :class:`NotJsonableError` (naming where)
+    strings); sets become lists sorted by their JSON text; attrs values are unstructured
+    first; numbers stay numbers (numpy's too); a torch dtype becomes its name
+    (``"float16"``); anything else becomes its ``str()``. Raises :class:`NotJsonableError` (naming where)
     when a value cannot be converted: its ``__str__`` raises, it contains itself, or it
     nests deeper than 100 levels.
     """
@@ -110,9 +111,11 @@ def _plain(value: Any, where: str, open_ids: set[int]) -> Any:
             return finite_or_none(float(value))
         if isinstance(value, Path):
             return str(value)
+        if _is_torch_dtype(value):
+            return str(value).removeprefix("torch.")
         if attrs.has(type(value)):
             value = converter.unstructure(value)
-        if isinstance(value, (Mapping, list, tuple)):
+        if isinstance(value, (Mapping, list, tuple, set, frozenset)):
             return _plain_container(value, where, open_ids)
         return str(value)
     except NotJsonableError:
@@ -122,6 +125,12 @@ def _plain(value: Any, where: str, open_ids: set[int]) -> Any:
             f"{where} ({type(value).__name__}) cannot be turned into JSON: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _is_torch_dtype(value: object) -> bool:
+    # Checked by type name: serialization must not import torch.
+    kind = type(value)
+    return kind.__name__ == "dtype" and kind.__module__ == "torch"
 
 
 def _plain_container(value: Any, where: str, open_ids: set[int]) -> Any:
@@ -139,6 +148,10 @@ def _plain_container(value: Any, where: str, open_ids: set[int]) -> Any:
                 )
                 result[name] = _plain(item, f"{where}[{name!r}]", open_ids)
             return result
+        if isinstance(value, (set, frozenset)):
+            # Sorted by JSON text: the written order never depends on hashing.
+            items = [_plain(item, f"{where}[{i}]", open_ids) for i, item in enumerate(value)]
+            return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
         return [_plain(item, f"{where}[{i}]", open_ids) for i, item in enumerate(value)]
     finally:
         open_ids.discard(id(value))

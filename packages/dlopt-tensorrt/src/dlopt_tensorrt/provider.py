@@ -39,6 +39,7 @@ from dlopt.plugin import (
     Role,
     WorkloadError,
     check_distribution,
+    strict_jsonable,
     try_import,
 )
 from dlopt_tensorrt.compat import (
@@ -472,9 +473,9 @@ class TensorRTProvider(Provider):
 
         metadata: dict[str, Any] = {
             "precision_api": api,
-            "compile_options": {
-                k: _jsonable(v) for k, v in compile_kwargs.items() if k != "kwarg_inputs"
-            },
+            "compile_options": strict_jsonable(
+                {k: v for k, v in compile_kwargs.items() if k != "kwarg_inputs"}
+            ),
             "inputs": spec.describe(),
             "dynamic_shapes": spec.is_dynamic,
             "opt_case": spec.opt_case,
@@ -506,14 +507,6 @@ class TensorRTProvider(Provider):
                     f"{option} in plan_options[{self.name!r}] or upgrade torch-tensorrt"
                 )
         return {parameter: value for parameter, (_, value) in wanted.items()}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, (set, frozenset, list, tuple)):
-        return sorted(str(v).replace("torch.", "") for v in value)
-    return str(value).replace("torch.", "")
 
 
 def _sdk_info(module: Any, version: str) -> SdkInfo:
