@@ -22,6 +22,7 @@ from attrs import frozen
 
 from dlopt.measurement import RatioInterval
 from dlopt.serialization import finite_or_none
+from dlopt.vocabulary import Objective
 
 #: The name of core's built-in reference plan (the default ``reference`` of ``choose``).
 EAGER = "eager_fp32"
@@ -76,22 +77,35 @@ def projected_total_ms(costs: Costs, expected_calls: int) -> float:
     return (costs.setup_s + costs.first_calls_s) * 1e3 + remaining * _steady(costs)
 
 
-def break_even_calls(challenger: Costs, baseline: Costs) -> tuple[float | None, str]:
-    """Calls after which the challenger's extra one-off cost is repaid by faster calls.
+#: One-off cost differences below this many milliseconds are float noise, not a cost.
+_NOISE_MS = 1e-9
 
-    Uses the same statistic as the selection (traffic-weighted mean steady latency).
+
+def break_even_calls(challenger: Costs, baseline: Costs) -> tuple[float | None, str]:
+    """The number of calls (first calls included, as in ``expected_calls``) from which the
+    challenger's projected total is no more than the baseline's: its extra one-off cost is
+    repaid by faster calls.
+
+    Uses the same statistic as the selection (traffic-weighted mean steady latency) and
+    the same count as :func:`projected_total_ms`.
     """
     extra_ms = (
         challenger.setup_s + challenger.first_calls_s - baseline.setup_s - baseline.first_calls_s
     ) * 1e3
     saving_ms = _steady(baseline) - _steady(challenger)
-    if extra_ms <= 0:
+    if extra_ms <= _NOISE_MS:
         if saving_ms >= 0:
             return 0.0, "no extra one-off cost"
         return None, "cheaper to set up but slower per call: never repays"
     if saving_ms <= 0:
         return None, "costs more to set up and is not faster per call: never repays"
-    return math.ceil(extra_ms / saving_ms), "extra setup + first-call time / per-call saving"
+    steady_calls = extra_ms / saving_ms
+    # A quotient that is a whole number up to rounding error needs no extra call.
+    steady_calls = math.ceil(steady_calls - 1e-9 * max(1.0, steady_calls))
+    return (
+        challenger.first_call_count + steady_calls,
+        "first calls + extra setup and first-call time / per-call saving",
+    )
 
 
 def lifecycle_speedup(
@@ -112,7 +126,9 @@ def lifecycle_speedup(
     def ratio(s: float | None) -> float | None:
         if s is None or s <= 0:
             return None
-        return finite_or_none(base_total / (one_off_ms + remaining * _steady(baseline) / s))
+        total = one_off_ms + remaining * _steady(baseline) / s
+        # Nothing to pay at all (no one-off cost, no calls left): no ratio to speak of.
+        return finite_or_none(base_total / total) if total > 0 else None
 
     return RatioInterval(
         point=ratio(steady.point),
@@ -153,12 +169,12 @@ def choose(
     by_name = {c.name: c for c in eligible}
     if reference not in by_name:
         raise ValueError(f"{reference} must be eligible: it is the reference plan")
-    if objective == "lifecycle_latency" and expected_calls is None:
+    if objective == Objective.LIFECYCLE_LATENCY and expected_calls is None:
         raise ValueError("the lifecycle objective needs expected_calls")
     if len(eligible) == 1:
         reason = (
             f"Kept {reference}: no other candidate passed validation and the constraints, so "
-            "there was nothing to race."
+            f"there was nothing to race.{_sentence(budget_note)}"
         )
         if unmeasured:
             advice = budget_note or "raise MeasurementPolicy.max_time_s"
@@ -177,7 +193,7 @@ def choose(
 
     def judge(name: str, against: str) -> Comparison:
         steady = steady_speedup(name, against)
-        if objective == "lifecycle_latency":
+        if objective == Objective.LIFECYCLE_LATENCY:
             speedup = lifecycle_speedup(by_name[name], by_name[against], steady, calls)
         else:
             speedup = steady
@@ -210,6 +226,11 @@ def choose(
         by_name,
         totals,
     )
+    if unmeasured:
+        reason += (
+            f" Not compared: the measurement budget ran out before any round measured "
+            f"{', '.join(unmeasured)}."
+        )
     steady_vs_baseline = (
         {c.name: steady_speedup(c.name, baseline) for c in eligible if c.name != baseline}
         if baseline != reference
@@ -246,7 +267,9 @@ def _reason(
     totals: dict[str, float],
 ) -> str:
     metric = (
-        "projected lifecycle cost" if objective == "lifecycle_latency" else "steady-state latency"
+        "projected lifecycle cost"
+        if objective == Objective.LIFECYCLE_LATENCY
+        else "steady-state latency"
     )
     level = f"{confidence:.0%}"
     bar = f"the {min_speedup:g}x bar at {level} confidence"
@@ -268,7 +291,7 @@ def _reason(
     if selected != baseline:
         won = next(c for c in challengers if c.candidate == selected)
         extra = ""
-        if objective == "lifecycle_latency" and totals:
+        if objective == Objective.LIFECYCLE_LATENCY and totals:
             extra = f"; projected {totals[selected] / 1e3:.1f}s vs {totals[baseline] / 1e3:.1f}s"
         return (
             f"Selected {selected}: its {metric} speedup over {baseline} is {_fmt(won.speedup)}, "

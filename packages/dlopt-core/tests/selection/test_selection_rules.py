@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 from attrs import evolve, frozen
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -293,13 +292,6 @@ def test_the_lifecycle_point_is_the_ratio_of_projected_totals(
     assert math.isclose(mapped.point, expected, rel_tol=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ZeroDivisionError,
-    reason="lifecycle_speedup divides by zero when the challenger has no one-off cost and "
-    "no call is left after its first calls (expected_calls <= first_call_count), e.g. "
-    "Costs('c', 0.0, 0.0, 1.0), Costs('eager_fp32', 0.0, 0.0, 2.0), expected_calls=1",
-)
 @settings(max_examples=50, deadline=None)
 @example(Costs("c", 0.0, 0.0, 1.0), Costs(EAGER, 0.0, 0.0, 2.0), 1)
 @given(
@@ -347,43 +339,29 @@ def dearer(challenger: Costs, baseline: Costs, calls: int) -> bool:
 
 @settings(max_examples=300, deadline=None)
 @given(cost_pairs())
-def test_break_even_counts_the_calls_after_the_first_calls(pair):
+def test_break_even_counts_calls_as_expected_calls_does(pair):
+    """Break-even includes the first calls, as ``expected_calls`` and the projected
+    totals count them; a plan that never needs to repay anything breaks even at 0."""
     challenger, baseline = pair
     calls, note = break_even_calls(challenger, baseline)
     if calls is None:
         assert "never repays" in note
         return
-    first = challenger.first_call_count
     assert calls == int(calls) >= 0
-    assert cheaper_or_even(challenger, baseline, first + int(calls))
-    if calls > 0:
-        # not cheaper one call earlier (even there is the rounding case of the xfail below)
-        assert not cheaper(challenger, baseline, first + int(calls) - 1)
+    assert cheaper_or_even(challenger, baseline, int(calls))
+    if calls > challenger.first_call_count:
+        assert not cheaper(challenger, baseline, int(calls) - 1)
     else:
-        assert all(cheaper_or_even(challenger, baseline, n) for n in (0, first, first + 10**6))
+        assert all(cheaper_or_even(challenger, baseline, n) for n in (0, calls, calls + 10**6))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="break_even_calls rounds a float quotient up: where the one-off extra is an exact "
-    "multiple of the saving, rounding error adds a call; e.g. Costs('challenger', 0.0, 0.016, "
-    "0.001, 1) vs Costs('eager_fp32', 0.002, 0.001, 0.002, 1): extra 13.000000000000002 ms / "
-    "0.001 ms gives 13001, but after 13000 steady calls both projected totals are 29.0 ms",
-)
 def test_break_even_is_exact_where_the_extra_is_a_multiple_of_the_saving():
     challenger = Costs("challenger", 0.0, 0.016, 0.001, 1)
     baseline = Costs(EAGER, 0.002, 0.001, 0.002, 1)
     assert math.isclose(projected_total_ms(challenger, 13001), projected_total_ms(baseline, 13001))
-    assert break_even_calls(challenger, baseline)[0] == 13000
+    assert break_even_calls(challenger, baseline)[0] == 13001
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="break_even_calls ignores first_call_count: at expected_calls == break-even the "
-    "challenger still costs more, since the first calls are not steady calls; e.g. "
-    "Costs('challenger', 0.0, 0.02, 1.0, 1) vs Costs('eager_fp32', 0.0, 0.01, 2.0, 1): "
-    "break-even 10, projected totals at 10 calls 29.0 ms vs 28.0 ms (even, 30.0 ms, at 11)",
-)
 @settings(max_examples=50, deadline=None)
 @example((Costs("challenger", 0.0, 0.02, 1.0, 1), Costs(EAGER, 0.0, 0.01, 2.0, 1)))
 @given(cost_pairs())
@@ -447,13 +425,6 @@ def test_the_reason_names_the_choice_and_quotes_its_numbers(scenario):
         assert f"{baseline} replaced {EAGER} as the baseline ({fmt_point(won)} [" in reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="choose names the unmeasured plans only when the reference is the sole eligible "
-    "plan; with another eligible plan the reason is silent about them, although the "
-    "docstring says 'they cannot win, and the reason says so'; e.g. eligible eager_fp32 "
-    "and fx (fx 1.5x [1.2, 1.8]), unmeasured=['onnxruntime_unmeasured']",
-)
 @settings(max_examples=30, deadline=None)
 @example(
     Scenario(
