@@ -219,11 +219,6 @@ def parse_strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=reject_constant)
 
 
-def loads(text: str, cls: type[T]) -> T:
-    """Parse strict JSON text (NaN/Infinity rejected) into ``cls``."""
-    return from_jsonable(parse_strict_json(text), cls)
-
-
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) so readers see the old file or the whole new one, never a part.
 

@@ -13,13 +13,13 @@ import pytest
 
 from dlopt.cli import main
 from dlopt.runtime import RuntimeInfo, inspect_runtime
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_runtime_record_round_trips_through_json():
     info = inspect_runtime("cpu")
     text = dumps(info)
-    again = loads(text, RuntimeInfo)
+    again = from_jsonable(parse_strict_json(text), RuntimeInfo)
     assert again == info
     assert dumps(again) == text
     assert info.device_type == "cpu" and info.torch

@@ -11,7 +11,7 @@ from attrs import evolve
 from dlopt.errors import ConfigurationError
 from dlopt.measurement import FakeClock, MeasurementPolicy, RaceResult, run_race
 from dlopt.measurement.simulation import NoiseModel, SimulatedMachine, run_simulated_race
-from dlopt.serialization import converter, dumps, loads
+from dlopt.serialization import converter, dumps, from_jsonable, parse_strict_json
 
 QUIET = NoiseModel(jitter=0.0, spike_probability=0.0, drift_amplitude=0.0, switch_penalty=0.0)
 
@@ -53,7 +53,7 @@ def test_result_shape_gate_and_json_round_trip() -> None:
     assert result.timed_calls == sum(c.timed_calls for c in result.candidates)
     text = dumps(result)
     assert "NaN" not in text and "Infinity" not in text
-    assert loads(text, RaceResult) == result
+    assert from_jsonable(parse_strict_json(text), RaceResult) == result
     json.loads(text)  # strict JSON
     assert converter.structure(converter.unstructure(result), RaceResult) == result
 

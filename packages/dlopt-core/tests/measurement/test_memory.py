@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dlopt.measurement import MemoryProbe, PeakMemory, track_peak_memory
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_cpu_peak_sees_a_transient_allocation() -> None:
@@ -18,7 +18,7 @@ def test_cpu_peak_sees_a_transient_allocation() -> None:
     else:
         assert result.mb >= 48
         assert "resident" in result.note
-    assert loads(dumps(result), PeakMemory) == result
+    assert from_jsonable(parse_strict_json(dumps(result)), PeakMemory) == result
 
 
 def test_cpu_peak_of_an_idle_region_is_small() -> None:

@@ -15,7 +15,7 @@ from dlopt.measurement import (
     time_call,
 )
 from dlopt.measurement.stats import bootstrap_mean_interval, t_interval
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_policy_defaults_round_trip_json() -> None:
@@ -23,7 +23,7 @@ def test_policy_defaults_round_trip_json() -> None:
     assert policy.confidence == 0.95
     assert policy.settle_time_s == pytest.approx(0.03)
     assert policy.max_looks == policy.max_rounds - policy.min_rounds + 1
-    assert loads(dumps(policy), MeasurementPolicy) == policy
+    assert from_jsonable(parse_strict_json(dumps(policy)), MeasurementPolicy) == policy
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from dlopt.measurement import (
     RaceResult,
     run_race,
 )
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 
 WINDOW = 0.002
 
@@ -124,7 +124,7 @@ def test_cap_is_honoured_and_counted(fast_policy) -> None:
     assert result.total_time_s == pytest.approx(clock.elapsed_s, abs=1e-9)
     assert result.total_time_s >= result.quiet_wait_s + result.timed_calls * 1e-3 - 1e-9
     # The evidence round-trips as strict JSON.
-    assert loads(dumps(result), RaceResult) == result
+    assert from_jsonable(parse_strict_json(dumps(result)), RaceResult) == result
 
 
 def test_zero_cap_disables_the_wait(fast_policy) -> None:

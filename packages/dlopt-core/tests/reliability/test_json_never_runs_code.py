@@ -17,7 +17,7 @@ import pytest
 
 from dlopt.errors import ConfigurationError
 from dlopt.providers.loader import PluginSettings, load_providers
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 from dlopt.testing.plugins import plugin_module
 from dlopt.validation import QualityPolicy, UserMetric, psnr, top1_agreement
 from dlopt.validation.user_metrics import (
@@ -61,7 +61,9 @@ def recorded_calls(monkeypatch):
     ],
 )
 def test_old_callable_form_never_imports_or_calls(recorded_calls, spec, params, tmp_path):
-    policy = loads(_policy_json({"callable": spec, "params": params}), QualityPolicy)
+    policy = from_jsonable(
+        parse_strict_json(_policy_json({"callable": spec, "params": params})), QualityPolicy
+    )
     fn = policy.user_metrics[0].fn
     assert isinstance(fn, UnresolvedMetricFn)
     assert recorded_calls == []
@@ -83,7 +85,7 @@ def test_a_module_named_in_json_is_never_imported(tmp_path, monkeypatch):
         {"callable": "dlopt_evil_metric:metric", "params": None},
         {"unregistered": "dlopt_evil_metric:metric"},
     ):
-        policy = loads(_policy_json(fn), QualityPolicy)
+        policy = from_jsonable(parse_strict_json(_policy_json(fn)), QualityPolicy)
         assert isinstance(policy.user_metrics[0].fn, UnresolvedMetricFn)
     assert not marker.exists()
     assert "dlopt_evil_metric" not in sys.modules
@@ -95,7 +97,7 @@ def test_registered_metrics_load_by_name_with_their_params():
     data = json.loads(text)
     assert data["user_metrics"][0]["fn"] == {"metric": "top1_agreement", "params": {"dim": 1}}
     assert "callable" not in text
-    back = loads(text, QualityPolicy)
+    back = from_jsonable(parse_strict_json(text), QualityPolicy)
     assert back == policy
     assert back.user_metrics[0].fn == Top1AgreementFn(1)
     assert back.user_metrics[1].fn == PsnrFn(2.0)
@@ -105,20 +107,26 @@ def test_registered_metrics_load_by_name_with_their_params():
 def test_old_reports_naming_dlopt_metrics_still_load_working():
     # The old form named dlopt's own classes: matched by name against the registry.
     fn = {"callable": "dlopt.validation.user_metrics:PsnrFn", "params": {"data_range": 3.0}}
-    policy = loads(_policy_json(fn), QualityPolicy)
+    policy = from_jsonable(parse_strict_json(_policy_json(fn)), QualityPolicy)
     assert policy.user_metrics[0].fn == PsnrFn(3.0)
 
 
 def test_unknown_metric_name_is_a_clear_error():
     with pytest.raises(Exception) as info:
-        loads(_policy_json({"metric": "subprocess.run", "params": {}}), QualityPolicy)
+        from_jsonable(
+            parse_strict_json(_policy_json({"metric": "subprocess.run", "params": {}})),
+            QualityPolicy,
+        )
     text = _all_messages(info.value)
     assert "subprocess.run" in text and "top1_agreement" in text and "psnr" in text
 
 
 def test_bad_params_for_a_registered_metric_are_a_clear_error():
     with pytest.raises(Exception) as info:
-        loads(_policy_json({"metric": "psnr", "params": {"nope": 1}}), QualityPolicy)
+        from_jsonable(
+            parse_strict_json(_policy_json({"metric": "psnr", "params": {"nope": 1}})),
+            QualityPolicy,
+        )
     assert "psnr" in _all_messages(info.value)
 
 
@@ -130,7 +138,7 @@ def test_unregistered_callables_are_written_by_name_only_and_load_as_placeholder
     text = dumps(policy)
     fn = json.loads(text)["user_metrics"][0]["fn"]
     assert set(fn) == {"unregistered"} and "my_metric" in fn["unregistered"]
-    back = loads(text, QualityPolicy)
+    back = from_jsonable(parse_strict_json(text), QualityPolicy)
     assert isinstance(back.user_metrics[0].fn, UnresolvedMetricFn)
     assert dumps(back) == text
 
@@ -159,7 +167,9 @@ def test_a_plugin_registers_a_metric_by_name():
         "metric": "count_above_test",
         "params": {"threshold": 0.25},
     }
-    assert loads(text, QualityPolicy).user_metrics[0].fn == CountAbove(0.25)
+    assert from_jsonable(parse_strict_json(text), QualityPolicy).user_metrics[0].fn == CountAbove(
+        0.25
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
 from dlopt.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 from dlopt.target import ExecutionTarget
 from dlopt.validation import LimitOverride, QualityLimits, QualityPolicy, UserMetric
 from dlopt.workload import WorkloadCase, WorkloadProfile
@@ -143,8 +143,14 @@ def test_good_values_still_work_and_round_trip():
     )
     assert policy.include == ("eager_fp32",)
     assert WorkloadCase("c", weight=2).weight == 2
-    assert loads(dumps(policy.constraints), DeploymentConstraints) == policy.constraints
-    assert loads(dumps(policy.measurement), MeasurementPolicy) == policy.measurement
+    assert (
+        from_jsonable(parse_strict_json(dumps(policy.constraints)), DeploymentConstraints)
+        == policy.constraints
+    )
+    assert (
+        from_jsonable(parse_strict_json(dumps(policy.measurement)), MeasurementPolicy)
+        == policy.measurement
+    )
 
 
 @pytest.mark.parametrize(
@@ -157,9 +163,9 @@ def test_good_values_still_work_and_round_trip():
 )
 def test_json_values_of_the_wrong_type_are_refused_too(text, field):
     with pytest.raises(ConfigurationError, match=field):
-        loads(text, DeploymentConstraints)
+        from_jsonable(parse_strict_json(text), DeploymentConstraints)
 
 
 def test_json_bools_are_bools():
     with pytest.raises(ConfigurationError, match="family_wise"):
-        loads('{"family_wise": "false"}', MeasurementPolicy)
+        from_jsonable(parse_strict_json('{"family_wise": "false"}'), MeasurementPolicy)

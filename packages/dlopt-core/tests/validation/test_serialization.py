@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from dlopt.serialization import dumps, loads
+from dlopt.serialization import dumps, from_jsonable, parse_strict_json
 from dlopt.validation import (
     CaseValidation,
     LimitOverride,
@@ -39,7 +39,7 @@ def test_validation_result_with_nan_metrics_round_trips_without_nan():
     result = ValidationResult.from_cases(cases)
     text = dumps(result)
     assert re.search(r"[:\[,]\s*-?(NaN|Infinity)", text) is None
-    back = loads(text, ValidationResult)
+    back = from_jsonable(parse_strict_json(text), ValidationResult)
     assert back == result
     assert not back.passed and back.cases[0].leaves[1].rel_l2 is None  # zero-norm reference
 
@@ -49,7 +49,7 @@ def test_limits_policy_and_fingerprint_round_trip():
         (default_limits("int8"), QualityLimits),
         (ModelFingerprint.of(torch.nn.Linear(2, 2)), ModelFingerprint),
     ):
-        assert loads(dumps(obj), cls) == obj
+        assert from_jsonable(parse_strict_json(dumps(obj)), cls) == obj
     policy = QualityPolicy(
         limits=LimitOverride(atol=1e-3),
         per_precision={"bf16": LimitOverride(max_rel_l2=0.02)},
@@ -61,10 +61,23 @@ def test_limits_policy_and_fingerprint_round_trip():
         ),
         training_mode="warn",
     )
-    back = loads(dumps(policy), QualityPolicy)
+    back = from_jsonable(parse_strict_json(dumps(policy)), QualityPolicy)
     assert back == policy
     # Ready-made metrics come back working, with their parameters; lambdas cannot.
     assert back.user_metrics[0].fn == policy.user_metrics[0].fn
     assert back.user_metrics[1].fn.data_range == 2.0
     assert isinstance(back.user_metrics[2].fn, UnresolvedMetricFn)
-    assert loads(dumps(QualityPolicy()), QualityPolicy) == QualityPolicy()
+    assert (
+        from_jsonable(parse_strict_json(dumps(QualityPolicy())), QualityPolicy) == QualityPolicy()
+    )
+
+
+def test_parse_strict_json_refuses_nan_and_infinity():
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        try:
+            parse_strict_json(f'{{"rel_l2": {constant}}}')
+        except ValueError as exc:
+            assert constant.lstrip("-") in str(exc)
+        else:
+            raise AssertionError(f"{constant} was accepted")
+    assert parse_strict_json('{"rel_l2": null}') == {"rel_l2": None}

@@ -21,7 +21,6 @@ from dlopt.validation.fingerprint import (
     ModelGuard,
     ModelMutatedError,
     TensorDigest,
-    restore_weights,
 )
 from dlopt.validation.inputs import (
     InputFingerprint,
@@ -45,7 +44,6 @@ from dlopt.validation.result import (
     UserMetricResult,
     ValidationResult,
     check_leaf,
-    summarize_validation,
     validate_outputs,
 )
 from dlopt.validation.structure import find_path, iter_leaves, match_structure
@@ -83,8 +81,6 @@ __all__ = [
     "move_to_device",
     "prepare_inputs",
     "psnr",
-    "restore_weights",
-    "summarize_validation",
     "top1_agreement",
     "validate_outputs",
 ]

@@ -317,8 +317,3 @@ class ModelGuard:
                 "reload the model before using it"
             )
         return diff
-
-
-def restore_weights(model: torch.nn.Module, guard: ModelGuard) -> FingerprintDiff:
-    """Same as ``guard.restore(model)``."""
-    return guard.restore(model)

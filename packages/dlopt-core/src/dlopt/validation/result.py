@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -109,11 +109,6 @@ class ValidationResult:
     def rejected(cls, reason: str, cases: Iterable[CaseValidation] = ()) -> ValidationResult:
         """A candidate rejected for a reason outside the outputs (it mutated the model)."""
         return cls(False, reason, tuple(cases))
-
-
-def summarize_validation(cases: Sequence[CaseValidation]) -> ValidationResult:
-    """Same as :meth:`ValidationResult.from_cases`."""
-    return ValidationResult.from_cases(cases)
 
 
 # ---------------------------------------------------------------------------- checking
