@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -11,8 +10,8 @@ from attrs import frozen
 
 from dlopt.errors import WorkloadError
 from dlopt.target import ExecutionTarget
+from dlopt.tree import key_path, map_with_paths
 from dlopt.validation.fingerprint import hash_tensor
-from dlopt.validation.structure import attr_path, is_dataclass_instance, is_namedtuple, key_path
 from dlopt.workload import WorkloadCase
 
 CaseLike = WorkloadCase | tuple[tuple[Any, ...], Mapping[str, Any]]
@@ -55,39 +54,13 @@ def map_input_tensors(
 ) -> Any:
     """``obj`` with every tensor replaced by ``fn(tensor, path)``; containers are rebuilt.
 
-    Walks tuples, lists, dicts, namedtuples and dataclasses; other values pass through
-    untouched (inputs may hold any Python object). ``path`` names the root, and each
-    tensor's path reads like ``args[0]["mask"]``.
+    Walks tuples, lists, dicts, namedtuples and dataclasses (see :mod:`dlopt.tree`); other
+    values pass through untouched (inputs may hold any Python object). ``path`` names the
+    root, and each tensor's path reads like ``args[0]["mask"]``.
     """
-
-    def walk(node: Any, here: str) -> Any:
-        if isinstance(node, torch.Tensor):
-            return fn(node, here)
-        if is_namedtuple(node):
-            return type(node)(*(walk(getattr(node, n), attr_path(here, n)) for n in node._fields))
-        if isinstance(node, (tuple, list)):
-            items = [walk(item, key_path(here, i)) for i, item in enumerate(node)]
-            try:
-                return type(node)(items)
-            except TypeError:
-                return tuple(items) if isinstance(node, tuple) else items
-        if isinstance(node, Mapping):
-            mapped = {k: walk(v, key_path(here, k)) for k, v in node.items()}
-            mapping_type: Any = type(node)
-            try:
-                return mapping_type(mapped)
-            except TypeError:
-                return mapped
-        if is_dataclass_instance(node):
-            changes = {
-                f.name: walk(getattr(node, f.name), attr_path(here, f.name))
-                for f in dataclasses.fields(node)
-                if f.init
-            }
-            return dataclasses.replace(node, **changes)
-        return node
-
-    return walk(obj, path)
+    return map_with_paths(
+        lambda here, leaf: fn(leaf, here) if isinstance(leaf, torch.Tensor) else leaf, obj, path
+    )
 
 
 def move_to_device(

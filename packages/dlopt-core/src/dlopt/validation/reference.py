@@ -11,6 +11,7 @@ from attrs import define, field
 
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
 from dlopt.target import ExecutionTarget
+from dlopt.tree import map_tensors
 from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
 from dlopt.validation.inputs import CaseLike, case_parts, prepare_inputs
 from dlopt.validation.limits import QualityPolicy
@@ -96,8 +97,6 @@ def _normalize_cases(
 
 
 def _to_cpu(outputs: Any) -> Any:
-    from dlopt.tree import map_tensors
-
     return map_tensors(lambda t: t.detach().to("cpu", copy=True), outputs)
 
 

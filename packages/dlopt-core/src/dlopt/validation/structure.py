@@ -7,13 +7,13 @@ user would index the output, rooted at ``out``: ``out["logits"][1]``, ``out.hidd
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import torch
+from torch.utils._pytree import KeyEntry, SequenceKey
+
+from dlopt.tree import child_path, expand, find, leaves_with_paths
 
 ROOT = "out"
 
@@ -29,19 +29,6 @@ class LeafPair:
     reference: Any
 
 
-def key_path(parent: str, key: object) -> str:
-    """``parent["key"]`` for string keys, ``parent[3]`` for ints, ``parent[repr]`` else."""
-    if isinstance(key, str):
-        return f"{parent}[{json.dumps(key)}]"
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{parent}[{key}]"
-    return f"{parent}[{key!r}]"
-
-
-def attr_path(parent: str, name: str) -> str:
-    return f"{parent}.{name}"
-
-
 def type_name(obj: object) -> str:
     if obj is None:
         return "None"
@@ -50,17 +37,13 @@ def type_name(obj: object) -> str:
     return type(obj).__qualname__
 
 
-def is_namedtuple(obj: object) -> bool:
-    return isinstance(obj, tuple) and hasattr(obj, "_fields")
-
-
-def is_dataclass_instance(obj: object) -> bool:
-    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
-
-
 def format_shape(shape: tuple[int, ...] | torch.Size) -> str:
     dims = tuple(int(d) for d in shape)
     return f"({dims[0]},)" if len(dims) == 1 else str(dims)
+
+
+def _is_output_leaf(obj: object) -> bool:
+    return obj is None or isinstance(obj, (torch.Tensor, str, bytes, *_SCALAR_TYPES))
 
 
 def iter_leaves(obj: Any, path: str = ROOT) -> list[tuple[str, Any]]:
@@ -68,69 +51,20 @@ def iter_leaves(obj: Any, path: str = ROOT) -> list[tuple[str, Any]]:
 
     Raises ``TypeError`` naming the path of the first value of an unsupported type.
     """
-    found: list[tuple[str, Any]] = []
-
-    def walk(node: Any, here: str) -> None:
-        if node is None or isinstance(node, (torch.Tensor, str, bytes, *_SCALAR_TYPES)):
-            found.append((here, node))
-        elif is_namedtuple(node):
-            for name in node._fields:
-                walk(getattr(node, name), attr_path(here, name))
-        elif isinstance(node, (tuple, list)):
-            for index, item in enumerate(node):
-                walk(item, key_path(here, index))
-        elif isinstance(node, Mapping):
-            for key, value in node.items():
-                walk(value, key_path(here, key))
-        elif is_dataclass_instance(node):
-            for f in dataclasses.fields(node):
-                walk(getattr(node, f.name), attr_path(here, f.name))
-        else:
+    found = leaves_with_paths(obj, path)
+    for here, leaf in found:
+        if not _is_output_leaf(leaf):
             raise TypeError(
-                f"{here}: unsupported output type {type(node).__module__}.{type(node).__qualname__}; "
+                f"{here}: unsupported output type {type(leaf).__module__}.{type(leaf).__qualname__}; "
                 "outputs must be tensors, tuples, lists, dicts, namedtuples, dataclasses, "
                 "None, numbers or strings"
             )
-
-    walk(obj, path)
     return found
 
 
 def find_path(obj: Any, path: str) -> Any:
     """The node of ``obj`` at ``path`` (a leaf or a whole subtree); ``KeyError`` if none."""
-    if path == ROOT:
-        return obj
-    missing = object()
-    found: list[Any] = []
-
-    def walk(node: Any, here: str) -> None:
-        if found:
-            return
-        if here == path:
-            found.append(node)
-            return
-        if not path.startswith(here):
-            return
-        if is_namedtuple(node):
-            children = [(attr_path(here, n), getattr(node, n)) for n in node._fields]
-        elif isinstance(node, (tuple, list)):
-            children = [(key_path(here, i), v) for i, v in enumerate(node)]
-        elif isinstance(node, Mapping):
-            children = [(key_path(here, k), v) for k, v in node.items()]
-        elif is_dataclass_instance(node):
-            children = [
-                (attr_path(here, f.name), getattr(node, f.name)) for f in dataclasses.fields(node)
-            ]
-        else:
-            return
-        for child_path, child in children:
-            walk(child, child_path)
-
-    walk(obj, ROOT)
-    result = found[0] if found else missing
-    if result is missing:
-        raise KeyError(path)
-    return result
+    return find(obj, path, ROOT)
 
 
 def _dtype_problem(
@@ -195,36 +129,46 @@ def match_structure(
             return
         if isinstance(r, _SCALAR_TYPES):
             pairs.append(LeafPair(here, c, r))
-        elif isinstance(r, (str, bytes)):
+            return
+        if isinstance(r, (str, bytes)):
             if c != r:
                 problems.append(f"{here}: value {c!r} vs reference {r!r}")
-        elif is_namedtuple(r):
-            for name in r._fields:
-                walk(getattr(c, name), getattr(r, name), attr_path(here, name))
-        elif isinstance(r, (tuple, list)):
-            if len(c) != len(r):
-                problems.append(f"{here}: length {len(c)} vs reference {len(r)}")
-                return
-            for index, (ci, ri) in enumerate(zip(c, r)):
-                walk(ci, ri, key_path(here, index))
-        elif isinstance(r, Mapping):
-            missing = [k for k in r if k not in c]
-            extra = [k for k in c if k not in r]
-            if missing or extra:
-                parts = []
-                if missing:
-                    parts.append(f"missing keys {missing!r}")
-                if extra:
-                    parts.append(f"unexpected keys {extra!r}")
-                problems.append(f"{here}: {', '.join(parts)} vs reference keys {list(r)!r}")
-                return
-            for key in r:
-                walk(c[key], r[key], key_path(here, key))
-        elif is_dataclass_instance(r):
-            for f in dataclasses.fields(r):
-                walk(getattr(c, f.name), getattr(r, f.name), attr_path(here, f.name))
-        else:
+            return
+        r_node, c_node = expand(r), expand(c)
+        if r_node is None or c_node is None:
             problems.append(f"{here}: unsupported output type {type_name(r)}")
+            return
+        difference = _key_difference(c_node.keys, r_node.keys)
+        if difference is not None:
+            problems.append(f"{here}: {difference}")
+            return
+        by_key = dict(c_node.children)
+        for entry, ri in r_node.children:
+            walk(by_key[entry], ri, child_path(here, entry))
 
     walk(candidate, reference, path)
     return pairs, problems
+
+
+def _key_difference(candidate: tuple[KeyEntry, ...], reference: tuple[KeyEntry, ...]) -> str | None:
+    """How two containers of one type differ in their children, or ``None``."""
+    if set(candidate) == set(reference):
+        return None
+    if all(isinstance(k, SequenceKey) for k in (*candidate, *reference)):
+        return f"length {len(candidate)} vs reference {len(reference)}"
+    names = [_key_name(k) for k in reference]
+    missing = [_key_name(k) for k in reference if k not in candidate]
+    extra = [_key_name(k) for k in candidate if k not in reference]
+    parts = []
+    if missing:
+        parts.append(f"missing keys {missing!r}")
+    if extra:
+        parts.append(f"unexpected keys {extra!r}")
+    return f"{', '.join(parts)} vs reference keys {names!r}"
+
+
+def _key_name(entry: KeyEntry) -> Any:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(entry, attribute):
+            return getattr(entry, attribute)
+    return str(entry)
