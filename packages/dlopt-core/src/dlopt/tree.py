@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -262,15 +262,6 @@ def map_with_paths(fn: Callable[[str, Any], Any], obj: Any, root: str = "") -> A
 def leaves_with_paths(obj: Any, root: str = "") -> list[tuple[str, Any]]:
     """Every leaf of ``obj`` (tensor or not) with its path below ``root``, in order."""
     return [(path_str(root, keys), leaf) for keys, leaf in leaves_with_keys(obj)]
-
-
-def nodes_with_paths(obj: Any, root: str = "") -> Iterator[tuple[str, Any]]:
-    """Every node of ``obj``, containers and leaves, with its path, parents first."""
-    yield root, obj
-    level = expand(obj)
-    if level is not None:
-        for entry, child in level.children:
-            yield from nodes_with_paths(child, child_path(root, entry))
 
 
 def find(obj: Any, path: str, root: str = "") -> Any:

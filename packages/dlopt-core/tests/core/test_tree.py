@@ -21,7 +21,6 @@ from dlopt.tree import (
     leaves_with_paths,
     map_tensors,
     map_with_paths,
-    nodes_with_paths,
     unflatten,
 )
 
@@ -121,9 +120,6 @@ def test_paths_are_unique_and_find_their_leaf(obj):
     assert len(set(paths)) == len(paths)
     for path, leaf in pairs:
         assert find(obj, path, "out") is leaf
-    node_paths = [path for path, _ in nodes_with_paths(obj, "out")]
-    assert len(set(node_paths)) == len(node_paths)
-    assert set(paths) <= set(node_paths)
 
 
 @given(trees)

@@ -56,3 +56,20 @@ def test_tensor_that_cannot_be_moved_names_case_and_path():
 def test_bad_case_shape_is_rejected():
     with pytest.raises(WorkloadError, match="WorkloadCase or an \\(args, kwargs\\) pair"):
         prepare_inputs(torch.ones(1), "cpu")
+
+
+def test_inputs_in_pytree_containers_are_copied_and_fingerprinted():
+    from collections import defaultdict, deque
+
+    from dlopt.validation import InputFingerprint, copy_inputs
+
+    x = torch.ones(2)
+    args, kwargs = copy_inputs((deque([x], maxlen=4),), {"d": defaultdict(list, t=x)})
+    assert type(args[0]) is deque and args[0].maxlen == 4
+    assert args[0][0] is not x and torch.equal(args[0][0], x)
+    assert type(kwargs["d"]) is defaultdict and kwargs["d"].default_factory is list
+    assert kwargs["d"]["t"] is not x
+    before = InputFingerprint.of(args, kwargs)
+    assert [path for path, _ in before.digests] == ["args[0][0]", 'kwargs["d"]["t"]']
+    kwargs["d"]["t"].add_(1)
+    assert before.changed_paths(args, kwargs) == ['kwargs["d"]["t"]']
