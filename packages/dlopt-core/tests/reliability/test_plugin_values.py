@@ -224,6 +224,6 @@ def test_a_race_with_non_finite_plan_metadata_still_saves_its_report(race, x, tm
     path = decision.save_report(tmp_path / "report.json")
     saved = json.loads(path.read_text())
     evidence = next(c for c in saved["candidates"] if c["name"] == "nan_meta")
-    assert evidence["metadata"] == {"score": None, "dtype": "torch.float16"}
+    assert evidence["metadata"] == {"score": None, "dtype": "float16"}
     runtime = next(p for p in saved["runtime"]["providers"] if p["name"] == "nan_meta")
     assert runtime["sdk_versions"] == {"sdk": None}
