@@ -16,7 +16,6 @@ NOT_WRITERS = {
     "serialization.py": "the one JSON path itself",
     "testing/contract.py": "the contract suite checks a plugin's own values with the stdlib",
     "tree.py": "quotes a dict key inside an output path",
-    "validation/structure.py": "quotes a dict key inside an output path",
 }
 
 
