@@ -43,7 +43,7 @@ _LAZY: dict[str, str] = {
     "Bundle": "dlopt.bundle",
     "BundleError": "dlopt.bundle",
     "BundleLoadError": "dlopt.bundle",
-    "load_bundle": "dlopt.bundle",
+    "load_bundle": "dlopt.serving",
     "verify_bundle": "dlopt.bundle",
 }
 
@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from dlopt.bundle import Bundle, BundleError, BundleLoadError, load_bundle, verify_bundle
+    from dlopt.bundle import Bundle, BundleError, BundleLoadError, verify_bundle
     from dlopt.decision import OptimizationDecision
     from dlopt.events import Event, EventKind
     from dlopt.measurement import MeasurementPolicy
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from dlopt.providers.loader import PluginSettings, load_providers
     from dlopt.report import OptimizationReport, load_report
     from dlopt.runtime import RuntimeInfo, inspect_runtime
+    from dlopt.serving import load_bundle
     from dlopt.target import ExecutionTarget
     from dlopt.validation import QualityLimits, QualityPolicy
     from dlopt.workload import WorkloadCase, WorkloadProfile

@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-import torch
 
 from dlopt._version import __version__
 from dlopt.constraints import weighted_latency
 from dlopt.measurement import RaceResult, RatioInterval
 from dlopt.pipeline import CandidateState
 from dlopt.policy import OptimizationPolicy
-from dlopt.providers.loader import PluginFailure
+from dlopt.providers.records import PluginFailure
 from dlopt.report import (
     SCHEMA_VERSION,
     CandidateEvidence,
@@ -26,10 +25,11 @@ from dlopt.report import (
     OptimizationReport,
     WorkloadSummary,
 )
-from dlopt.runtime import ProviderAvailabilityRecord, inspect_runtime
+from dlopt.runtime import inspect_runtime, record_providers
 from dlopt.selection import SelectionOutcome
 from dlopt.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.target import ExecutionTarget
+from dlopt.tree import describe_inputs
 from dlopt.validation import CaseValidation
 from dlopt.vocabulary import Objective, Status
 from dlopt.workload import WorkloadProfile
@@ -45,23 +45,10 @@ def build_report(
     outcome: SelectionOutcome,
     expected_calls: int | None,
 ) -> OptimizationReport:
-    runtime = inspect_runtime(target, with_providers=False)
-    runtime = attrs.evolve(
-        runtime,
-        providers=tuple(
-            ProviderAvailabilityRecord(
-                c.name,
-                c.info.distribution,
-                c.info.version,
-                c.status.availability.available,
-                c.status.availability.reason,
-                c.status.availability.install_hint,
-                dict(c.status.availability.sdk_versions),
-            )
-            for c in candidates
-            if c.status is not None
-        ),
-        plugin_failures=tuple(f"{f.plugin} ({f.stage}): {f.error}" for f in plugin_failures),
+    runtime = record_providers(
+        inspect_runtime(target, with_providers=False),
+        [c.status for c in candidates if c.status is not None],
+        plugin_failures,
     )
     comparisons = {(c.candidate, c.against): c for c in outcome.comparisons}
     evidence = tuple(candidate_evidence(policy, c, race, outcome, comparisons) for c in candidates)
@@ -237,30 +224,6 @@ def _scale(total: float | None, interval: RatioInterval | None, end: str) -> flo
     if bound is None or bound <= 0:
         return None
     return finite_or_none(total * interval.point / bound)
-
-
-def describe_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """``args[0]: float32[8, 3, 64, 64]; kwargs['mask']: bool[8, 64]`` for reports."""
-    parts: list[str] = []
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, torch.Tensor):
-            dtype = str(value.dtype).replace("torch.", "")
-            parts.append(f"{path}: {dtype}{list(value.shape)}")
-        elif isinstance(value, (tuple, list)):
-            for index, item in enumerate(value):
-                walk(item, f"{path}[{index}]")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, f"{path}[{key!r}]")
-        else:
-            text = repr(value)
-            parts.append(f"{path}: {text if len(text) <= 40 else text[:37] + '...'}")
-
-    walk(tuple(args), "args")
-    for key, value in kwargs.items():
-        walk(value, f"kwargs[{key!r}]")
-    return "; ".join(parts)
 
 
 def _quality_summary(policy: OptimizationPolicy) -> dict[str, Any]:

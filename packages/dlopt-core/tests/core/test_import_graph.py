@@ -23,17 +23,7 @@ Graph = dict[str, dict[str, int]]  # module -> {imported module: first line}
 
 #: Edges that still close a circle, each waiting for its cut (remove the entry then;
 #: ``test_pending_edges_still_exist`` fails once an edge is gone). Add nothing here.
-PENDING_EDGES: dict[tuple[str, str], str] = {
-    ("dlopt.validation.user_metrics", "dlopt.providers.loader"): (
-        "_discover_plugin_metrics() loads the plugins, while the loader registers plugin "
-        "metrics into user_metrics: loader -> user_metrics -> loader, and loader -> policy "
-        "-> validation -> user_metrics -> loader"
-    ),
-    ("dlopt.bundle", "dlopt.decision"): (
-        "_load_plan() builds an OptimizationDecision, while OptimizationDecision.save_bundle "
-        "imports write_bundle: move load_bundle and its helpers above decision"
-    ),
-}
+PENDING_EDGES: dict[tuple[str, str], str] = {}
 
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:

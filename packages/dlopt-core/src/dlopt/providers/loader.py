@@ -35,6 +35,12 @@ from dlopt import hookspecs
 from dlopt.config_checks import is_number
 from dlopt.errors import ConfigurationError, PluginLoadError
 from dlopt.events import Event
+from dlopt.metric_registry import (
+    add_plugin_metrics,
+    check_metric_registration,
+    known_metrics,
+    set_discovery,
+)
 from dlopt.policy import default_probe_timeout_s
 from dlopt.probing import importlib_metadata
 from dlopt.providers.boundary import check_plan_name, normalize_availability
@@ -480,13 +486,6 @@ def _call_metrics_hook(
     """
     if plugin not in _plugins_with(manager, "dlopt_register_metrics"):
         return []
-    # Imported only for plugins that offer metrics: it needs torch.
-    from dlopt.validation.user_metrics import (
-        add_plugin_metrics,
-        check_metric_registration,
-        known_metrics,
-    )
-
     offered: dict[str, type] = {}
 
     def register(metric_name: str, metric_class: type, /, **keywords: Any) -> None:
@@ -511,3 +510,7 @@ def _core_version() -> str | None:
     from dlopt.probing import distribution_version
 
     return distribution_version("dlopt-core")
+
+
+# A policy file may name a metric a plugin registers: finding it means loading the plugins.
+set_discovery(load_providers)

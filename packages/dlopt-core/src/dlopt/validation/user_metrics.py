@@ -30,6 +30,11 @@ import torch
 from attrs import frozen
 
 from dlopt.errors import ConfigurationError
+from dlopt.metric_registry import (
+    discover_once,
+    known_metrics,
+    register_builtin,
+)
 from dlopt.serialization import NotJsonableError, converter, strict_jsonable
 from dlopt.validation.limits import Direction, UserMetric
 
@@ -109,90 +114,25 @@ def psnr(
 
 #: dlopt's own metrics, by the name JSON refers to them with.
 BUILTIN_METRICS: Mapping[str, type] = {"top1_agreement": Top1AgreementFn, "psnr": PsnrFn}
-
-# Metrics registered by plugins (name -> (class, plugin)); filled by the plugin loader.
-_plugin_metrics: dict[str, tuple[type, str]] = {}
-_plugins_discovered = False
-
-
-def known_metrics() -> dict[str, type]:
-    """Every registered metric, by name: dlopt's own, then those plugins registered."""
-    return {**BUILTIN_METRICS, **{name: cls for name, (cls, _) in _plugin_metrics.items()}}
-
-
-def check_metric_registration(
-    name: object, metric_class: object, taken: Mapping[str, type] | None = None
-) -> None:
-    """Refuse a metric registration that cannot work, with a message for the plugin author.
-
-    ``name`` must be a plain name not registered already to another class (``taken``
-    defaults to :func:`known_metrics`); ``metric_class`` must be an attrs class whose
-    instances are callable (``fn(candidate, reference) -> float``).
-    """
-    from dlopt.providers.boundary import is_plain_name
-
-    if not is_plain_name(name):
-        raise ConfigurationError(
-            f"metric name {name!r} is not a plain name: use letters, digits, '_', '.' and "
-            "'-', e.g. 'npu_score'"
-        )
-    if not (isinstance(metric_class, type) and attrs.has(metric_class)):
-        raise ConfigurationError(
-            f"metric {name!r}: register an attrs class whose fields are its parameters "
-            f"(plain JSON values) and whose instances are called as fn(candidate, reference), "
-            f"got {metric_class!r}"
-        )
-    if not any("__call__" in vars(k) for k in metric_class.__mro__ if k is not object):
-        raise ConfigurationError(
-            f"metric {name!r}: {metric_class.__qualname__} instances are not callable; "
-            "define __call__(self, candidate, reference) -> float"
-        )
-    assert isinstance(name, str)  # is_plain_name checked it
-    existing = (known_metrics() if taken is None else taken).get(name)
-    if existing is not None and existing is not metric_class:
-        if name in BUILTIN_METRICS:
-            owner = "dlopt"
-        elif name in _plugin_metrics:
-            owner = f"plugin {_plugin_metrics[name][1]!r}"
-        else:
-            owner = "this plugin, with another class"
-        raise ConfigurationError(
-            f"metric name {name!r} is already registered (by {owner}); choose another name"
-        )
-
-
-def add_plugin_metrics(metrics: Mapping[str, type], plugin: str) -> None:
-    """Make metrics a plugin registered known by name (after its registration succeeded)."""
-    for name, metric_class in metrics.items():
-        check_metric_registration(name, metric_class)
-    for name, metric_class in metrics.items():
-        _plugin_metrics[name] = (metric_class, plugin)
-
-
-def _discover_plugin_metrics() -> None:
-    """Load the installed plugins once, so a file can name a metric a plugin registers."""
-    global _plugins_discovered
-    if _plugins_discovered:
-        return
-    _plugins_discovered = True
-    from dlopt.providers.loader import load_providers
-
-    try:
-        load_providers()
-    except Exception:  # strict plugin mode, say: the unknown-name error still follows
-        log.warning("loading plugins to find their metrics failed", exc_info=True)
+for _name, _cls in BUILTIN_METRICS.items():
+    register_builtin(_name, _cls)
 
 
 def _metric_class(name: str) -> type:
     metrics = known_metrics()
+    loaded = True
     if name not in metrics:
-        _discover_plugin_metrics()
+        try:
+            loaded = discover_once()  # load the installed plugins: one may register it
+        except Exception:  # strict plugin mode, say: the unknown-name error still follows
+            log.warning("loading plugins to find their metrics failed", exc_info=True)
         metrics = known_metrics()
     if name not in metrics:
+        hint = "" if loaded else " (plugins are not loaded yet: call dlopt.load_providers() first)"
         raise ConfigurationError(
-            f"unknown user metric {name!r}; registered metrics: {', '.join(sorted(metrics))}. "
-            "A plugin can register more (dlopt_register_metrics hook); any other function "
-            "is passed in code as UserMetric(name, fn, limit)"
+            f"unknown user metric {name!r}; registered metrics: {', '.join(sorted(metrics))}"
+            f"{hint}. A plugin can register more (dlopt_register_metrics hook); any other "
+            "function is passed in code as UserMetric(name, fn, limit)"
         )
     return metrics[name]
 
