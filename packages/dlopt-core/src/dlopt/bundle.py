@@ -18,7 +18,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -36,6 +35,7 @@ from dlopt.fileio import (
     fsync_directory,
     read_bytes_capped,
 )
+from dlopt.names import NAME_RULE, is_plain_name
 from dlopt.report import MAX_REPORT_BYTES, OptimizationReport, report_from_json
 from dlopt.serialization import atomic_write_text, dumps, parse_strict_json
 
@@ -44,8 +44,6 @@ MANIFEST_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.json"
 ARTIFACTS_DIR = "artifacts"
-#: What a plan name must look like to name a folder: one plain path component.
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}")
 #: Attempts to rename a bundle into place while other writers replace it concurrently.
 _INSTALL_ATTEMPTS = 100
 
@@ -110,11 +108,10 @@ def write_bundle(
     """
     root = Path(os.path.abspath(directory))
     plan = report.selected_plan
-    if not isinstance(plan, str) or not PLAIN_NAME.fullmatch(plan):
+    if not is_plain_name(plan):
         raise BundleError(
-            f"the selected plan's name {plan!r} cannot name a bundle folder: plan names "
-            "must be plain identifiers (letters, digits, '_', '.', '+', '-'); the plugin "
-            "that registered it must rename it"
+            f"the selected plan's name {plan!r} cannot name a bundle folder: plan names must "
+            f"be plain identifiers ({NAME_RULE}); the plugin that registered it must rename it"
         )
     evidence = report.candidate(plan)
     check_bundle_destination(root)
@@ -205,10 +202,9 @@ def copy_artifacts(
         # siblings); two artifacts with one file name each get a folder of their own.
         destination = plan_root / source.name
         if _clashes(destination, taken):
-            if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name):
+            if not is_plain_name(name):
                 raise BundleError(
-                    f"artifact name {name!r} cannot name a bundle folder: use a plain "
-                    "identifier (letters, digits, '_', '.', '+', '-')"
+                    f"artifact name {name!r} cannot name a bundle folder: {NAME_RULE}"
                 )
             destination = plan_root / name / source.name
             if _clashes(destination, taken):

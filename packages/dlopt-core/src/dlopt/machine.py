@@ -43,22 +43,35 @@ class CpuInfo:
 
 
 @lru_cache(maxsize=1)
-def cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
-    """The CPU model name and its :data:`CPU_FLAGS_OF_INTEREST` (read once per process)."""
-    model = platform.processor() or platform.machine()
-    flags: set[str] = set()
+def _proc_cpuinfo() -> tuple[str | None, frozenset[str] | None]:
+    """The first CPU's model name and feature flags from ``/proc/cpuinfo`` (read once);
+    ``None`` for what could not be read (not Linux)."""
+    model: str | None = None
+    flags: frozenset[str] | None = None
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
                 key = key.strip()
-                if key == "model name" and value.strip():
+                if key == "model name" and value.strip() and model is None:
                     model = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:  # not Linux: the model from platform, no flags
+                elif key == "flags" and flags is None:
+                    flags = frozenset(value.split())
+    except OSError:
         pass
-    return model, tuple(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
+    return model, flags
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """Every feature flag of this CPU (``/proc/cpuinfo``); ``None`` where unreadable."""
+    return _proc_cpuinfo()[1]
+
+
+def cpu_model_and_flags() -> tuple[str, tuple[str, ...]]:
+    """The CPU model name and its :data:`CPU_FLAGS_OF_INTEREST` (read once per process)."""
+    model, flags = _proc_cpuinfo()
+    model = model or platform.processor() or platform.machine()
+    return model, tuple(f for f in CPU_FLAGS_OF_INTEREST if f in (flags or ()))
 
 
 def cpu_info() -> CpuInfo:

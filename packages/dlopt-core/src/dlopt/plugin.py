@@ -31,6 +31,7 @@ from __future__ import annotations
 from dlopt.errors import ConfigurationError, DloptError, ProviderBuildError, WorkloadError
 from dlopt.fileio import atomic_write_bytes
 from dlopt.hookspecs import hookimpl
+from dlopt.machine import cpu_flags
 from dlopt.precision import Precision
 from dlopt.probing import (
     base_version,
@@ -79,6 +80,7 @@ __all__ = [
     "atomic_write_text",
     "base_version",
     "check_distribution",
+    "cpu_flags",
     "distribution_version",
     "find_cxx_compiler",
     "hookimpl",

@@ -29,10 +29,11 @@ def _objective(value: object) -> object:
         return value
 
 
-#: How long one provider's probe may take before it is reported unavailable. The real
-#: probes take 0-1 s cold on a CPU box (importing torchao ~1 s, onnxruntime ~0.6 s; the
-#: rest < 0.1 s) and well under 0.01 s warm; importing an SDK such as torch_tensorrt on a
-#: GPU box takes several seconds. 20 s leaves every real probe comfortably available.
+#: How long one provider's probe may take before it is reported unavailable. Cold, the
+#: first probe of a distribution imports its SDK (``dlopt providers --json`` reports each
+#: ``probe_time_s``: about 1-1.5 s for torchao and 0.6 s for onnxruntime on a 2-core CPU
+#: VM, under 0.1 s for the rest); torch_tensorrt's import on a GPU box was not measured
+#: here. 20 s leaves every real probe comfortably available.
 DEFAULT_PROBE_TIMEOUT_S = 20.0
 PROBE_TIMEOUT_ENV = "DLOPT_PROBE_TIMEOUT_S"
 

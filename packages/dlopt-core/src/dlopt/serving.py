@@ -16,7 +16,6 @@ import attrs
 
 from dlopt.bundle import (
     ARTIFACTS_DIR,
-    PLAIN_NAME,
     Bundle,
     BundleError,
     BundleLoadError,
@@ -24,6 +23,7 @@ from dlopt.bundle import (
 )
 from dlopt.decision import OptimizationDecision
 from dlopt.errors import ConfigurationError
+from dlopt.names import is_plain_name
 from dlopt.policy import structure_options
 from dlopt.providers.contract import BuiltPlan, ProviderContext
 from dlopt.providers.loader import ProviderRegistry, load_providers, probe_provider
@@ -67,7 +67,7 @@ def _load_plan(
 ) -> OptimizationDecision:
     report = bundle.report
     plan_name = report.selected_plan
-    if not PLAIN_NAME.fullmatch(plan_name):
+    if not is_plain_name(plan_name):
         raise BundleError(f"{bundle.path}: the selected plan {plan_name!r} is not a plain name")
     evidence = report.candidate(plan_name)
     source = evidence.distribution or (

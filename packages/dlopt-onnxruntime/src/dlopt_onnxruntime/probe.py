@@ -27,7 +27,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from dlopt.plugin import check_distribution, distribution_version, try_import
+from dlopt.plugin import check_distribution, cpu_flags, distribution_version, try_import
 
 #: Supported ONNX Runtime range (IO binding with raw pointers, the options used here).
 ORT_SPEC = ">=1.17"
@@ -290,19 +290,6 @@ def _relevant_log(texts: list[str], limit: int = 500) -> str:
     ]
     joined = " | ".join(dict.fromkeys(lines))
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
-
-
-def cpu_flags() -> frozenset[str] | None:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (Linux); ``None`` where unreadable."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return None
 
 
 #: Flags of x86 instructions that multiply u8 x s8 without saturating.
