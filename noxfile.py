@@ -51,7 +51,8 @@ def tests(session: nox.Session) -> None:
     tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
     session.install("-e", EXAMPLE)
-    session.install(*TEST_DEPS)
+    # Figures are optional for users; the full suite tests them.
+    session.install("-e", f"{CORE}[plots]", *TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
 
 
