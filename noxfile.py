@@ -108,6 +108,20 @@ def tests_provider(session: nox.Session, provider: str) -> None:
 
 
 @nox.session(python=PYTHON)
+def gpu(session: nox.Session) -> None:
+    """The GPU-marked tests (``pytest -m gpu``) on a machine with a CUDA device.
+
+    torch is not pinned here: the CPU wheel the other sessions pin cannot see a GPU, so
+    the machine's CUDA torch must already satisfy the distributions' ranges. Without a
+    CUDA device every test skips with the probe's reason. tools/gpu/device_check.sh runs
+    the same tests plus the CLI and a race on a GPU machine that has no package registry.
+    """
+    editable = [CORE, *(path.replace("[cpu]", "[gpu]") for path in PROVIDERS.values())]
+    session.install(*[arg for path in editable for arg in ("-e", path)], *TEST_DEPS)
+    session.run("pytest", "-m", "gpu", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """dlopt's main job on the built-in demo model."""
     _install(session, "fx", "onnxruntime", "torchao")
