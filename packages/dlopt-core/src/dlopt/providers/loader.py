@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import pluggy
 from attrs import define, field, frozen
 
@@ -42,7 +43,7 @@ from dlopt.metric_registry import (
     set_discovery,
 )
 from dlopt.policy import default_probe_timeout_s
-from dlopt.probing import importlib_metadata
+from dlopt.probing import capture_output, importlib_metadata, release_capture, strip_ansi
 from dlopt.providers.boundary import check_plan_name, normalize_availability
 from dlopt.providers.contract import (
     PLUGIN_API_VERSION,
@@ -99,7 +100,12 @@ class PluginSettings:
 
 @frozen
 class ProviderStatus:
-    """One provider's probe result, ready for a table or a report."""
+    """One provider's probe result, ready for a table or a report.
+
+    ``sdk_output``: what the SDK printed or warned while it was probed (captured, so it
+    never lands in the host's output), one line each; also kept, once per process, in
+    :func:`dlopt.probing.captured_sdk_output`. An unavailable provider's reason quotes it.
+    """
 
     name: str
     plugin: str
@@ -108,6 +114,7 @@ class ProviderStatus:
     precision: str
     availability: ProviderAvailability
     probe_time_s: float
+    sdk_output: tuple[str, ...] = ()
 
 
 @define
@@ -182,32 +189,41 @@ def probe_provider(
         )
     who = info.distribution or info.plugin
     start = time.perf_counter()
-    try:
-        answered, answer = _call_with_limit(
-            lambda: info.provider.probe(context), limit, f"dlopt-probe-{info.name}"
-        )
-    except PLUGIN_ERRORS as exc:
+    answered, answer, error = False, None, None
+    # SDKs print while probed (C libraries straight to fds 1/2): catch it all, so a
+    # host's own output (``dlopt providers --json``) stays clean.
+    with capture_output(f"probe {info.name}") as capture:
+        try:
+            answered, answer = _call_with_limit(
+                lambda: info.provider.probe(context), limit, f"dlopt-probe-{info.name}"
+            )
+        except PLUGIN_ERRORS as exc:
+            error = exc
+        if error is None and not answered:
+            release_capture()  # the abandoned probe would hold stdout/stderr forever
+    if error is not None:
         availability = ProviderAvailability.unavailable(
-            f"probe raised {_describe_error(exc)}",
+            f"probe raised {_describe_error(error)}",
             install_hint=f"report this to the maintainers of {who}",
         )
+    elif not answered:
+        availability = ProviderAvailability.unavailable(
+            f"probe took {time.perf_counter() - start:.1f} s (limit {limit:g} s) without "
+            "answering and was left running in the background; if the SDK is only slow "
+            "to load, raise OptimizationPolicy.probe_timeout_s or DLOPT_PROBE_TIMEOUT_S",
+            install_hint=f"report a hanging probe to the maintainers of {who}",
+        )
     else:
-        if not answered:
+        try:
+            availability = normalize_availability(answer)
+        except Exception as exc:
             availability = ProviderAvailability.unavailable(
-                f"probe took {time.perf_counter() - start:.1f} s (limit {limit:g} s) without "
-                "answering and was left running in the background; if the SDK is only slow "
-                "to load, raise OptimizationPolicy.probe_timeout_s or DLOPT_PROBE_TIMEOUT_S",
-                install_hint=f"report a hanging probe to the maintainers of {who}",
+                f"plugin {info.plugin!r}: probe() returned values that cannot be used: "
+                f"{_describe_error(exc)}",
+                install_hint=f"report this to the maintainers of {who}",
             )
-        else:
-            try:
-                availability = normalize_availability(answer)
-            except Exception as exc:
-                availability = ProviderAvailability.unavailable(
-                    f"plugin {info.plugin!r}: probe() returned values that cannot be used: "
-                    f"{_describe_error(exc)}",
-                    install_hint=f"report this to the maintainers of {who}",
-                )
+    output = capture.result.lines() if capture.result is not None else ()
+    availability = _with_output(availability, output)
     precision = getattr(info.provider, "precision", None)
     return ProviderStatus(
         name=info.name,
@@ -217,7 +233,23 @@ def probe_provider(
         precision=getattr(precision, "value", str(precision)),
         availability=availability,
         probe_time_s=time.perf_counter() - start,
+        sdk_output=output,
     )
+
+
+def _with_output(
+    availability: ProviderAvailability, output: tuple[str, ...]
+) -> ProviderAvailability:
+    """An unavailable provider's reason, free of terminal codes, quoting what the SDK
+    printed while probed (unless the reason already does)."""
+    if availability.available or availability.reason is None:
+        return availability
+    reason = strip_ansi(availability.reason)
+    unquoted = [line for line in output if line not in reason]
+    if unquoted:
+        said = " | ".join(unquoted)
+        reason += f" (the SDK printed: {said if len(said) <= 300 else said[:297] + '...'})"
+    return attrs.evolve(availability, reason=reason)
 
 
 def _call_with_limit(fn: Any, limit: float | None, thread_name: str) -> tuple[bool, Any]:
