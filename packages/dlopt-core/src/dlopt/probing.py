@@ -383,3 +383,18 @@ def find_cxx_compiler() -> tuple[str | None, str | None]:
         first_line = (out.stdout or out.stderr).strip().splitlines()
         return path, first_line[0] if first_line else "unknown version"
     return None, None
+
+
+def cuda_bf16_native(index: int | None = None) -> bool:
+    """Whether CUDA device ``index`` (default: the current one) computes bf16 natively.
+
+    ``torch.cuda.is_bf16_supported()`` counts emulation by default (True below compute
+    capability 8.0, where bf16 runs slower than fp32) and asks the current device, not
+    the target's: both are set explicitly here.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    with torch.cuda.device(torch.cuda.current_device() if index is None else index):
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))

@@ -79,7 +79,7 @@ def inspect_runtime(
     """Describe the runtime for ``device``: versions, device, ISA, capabilities, providers."""
     import torch
 
-    from dlopt.probing import distribution_version, find_cxx_compiler
+    from dlopt.probing import cuda_bf16_native, distribution_version, find_cxx_compiler
 
     target = device if isinstance(device, ExecutionTarget) else ExecutionTarget(device)
     cpu = cpu_info()
@@ -100,7 +100,7 @@ def inspect_runtime(
             total_memory_mb=props.total_memory / 2**20,
         )
         device_name = props.name
-        amp_dtypes = ("float16", "bfloat16") if torch.cuda.is_bf16_supported() else ("float16",)
+        amp_dtypes = ("float16", "bfloat16") if cuda_bf16_native(index) else ("float16",)
     elif target.device_type == "cpu":
         amp_dtypes = ("bfloat16",) + (("float16",) if "avx512_fp16" in cpu.isa_flags else ())
 

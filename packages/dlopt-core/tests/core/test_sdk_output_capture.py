@@ -154,4 +154,3 @@ def test_nested_captures_each_see_their_own_output(
     assert inner.result is not None and inner.result.stdout == "inside\n"
     assert outer.result is not None
     assert outer.result.lines() == ("before", "inside", "after")
-

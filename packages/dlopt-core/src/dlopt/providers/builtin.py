@@ -20,6 +20,7 @@ from attrs import frozen
 from dlopt.hookspecs import hookimpl
 from dlopt.machine import cpu_info
 from dlopt.precision import Precision
+from dlopt.probing import cuda_bf16_native
 from dlopt.providers.contract import (
     BuiltPlan,
     ProviderAvailability,
@@ -82,7 +83,8 @@ class NativeProvider:
                     "install a CUDA build of torch on a machine with an NVIDIA GPU",
                     sdk_versions=versions,
                 )
-            if self.autocast_dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+            index = context.target.torch_device().index
+            if self.autocast_dtype is torch.bfloat16 and not cuda_bf16_native(index):
                 return ProviderAvailability.unavailable(
                     "this GPU has no native bf16 (needs compute capability 8.0+)",
                     sdk_versions=versions,
