@@ -32,6 +32,7 @@ def _new_api(
     autocast_low_precision_type: Any = None,
     workspace_size: int = 0,
     optimization_level: int | None = None,
+    timing_cache_path: str = "/tmp/torch_tensorrt_engine_cache/timing_cache.bin",
     **kwargs: Any,
 ) -> Any:
     """Signature of a strongly typed release (no enabled_precisions)."""
@@ -50,6 +51,7 @@ def _legacy_api(
     min_block_size: int = 5,
     workspace_size: int = 0,
     optimization_level: int | None = None,
+    timing_cache_path: str = "/tmp/torch_tensorrt_engine_cache/timing_cache.bin",
     **kwargs: Any,
 ) -> Any:
     """Signature of a weakly typed release (precision through enabled_precisions)."""
@@ -79,12 +81,19 @@ class FakeInput:
 
 
 class FakeTorchTensorRT(types.ModuleType):
-    """Records compile/save calls; "compiles" by returning the module it was given."""
+    """Records compile/save calls; "compiles" by returning the module it was given.
 
-    def __init__(self, api: str, tensorrt_version: str, dynamo: bool) -> None:
+    It behaves as Torch-TensorRT 2.13 does where dlopt has been caught out: a
+    ``torch.device("cuda")`` without an index becomes ``cuda:None`` and fails, and
+    ``save`` retraces by default (``retrace=True``), so a program saved with example
+    tensors accepts only their shapes once loaded.
+    """
+
+    def __init__(self, api: str, tensorrt_version: str | None, dynamo: bool) -> None:
         super().__init__("torch_tensorrt")
         self.__version__ = "2.13.0"
-        self.__tensorrt_version__ = tensorrt_version
+        if tensorrt_version is not None:
+            self.__tensorrt_version__ = tensorrt_version
         self.__cuda_version__ = "12.6"
         self.ENABLED_FEATURES = Features(dynamo, True)
         self.Input = FakeInput
@@ -92,16 +101,62 @@ class FakeTorchTensorRT(types.ModuleType):
         self.compile_calls: list[dict[str, Any]] = []
         self.save_calls: list[dict[str, Any]] = []
         self.fail_with: Exception | None = None
+        self.saved: dict[str, tuple[Any, list[tuple[int, ...]] | None]] = {}
 
     def compile(self, module: Any, **kwargs: Any) -> Any:
         self.compile_calls.append({"module": module, **kwargs})
         if self.fail_with is not None:
             raise self.fail_with
+        device = kwargs.get("device")
+        if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
+            raise RuntimeError("Invalid device string: 'cuda:None'")
         return module
 
-    def save(self, module: Any, path: str, **kwargs: Any) -> None:
-        self.save_calls.append({"module": module, "path": path, **kwargs})
-        Path(path).write_bytes(b"fake program")
+    def save(
+        self,
+        module: Any,
+        file_path: str = "",
+        *,
+        extra_files: Any = None,
+        output_format: str = "exported_program",
+        inputs: Any = None,
+        arg_inputs: Any = None,
+        kwarg_inputs: Any = None,
+        retrace: bool = True,
+        dynamic_shapes: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.save_calls.append(
+            {
+                "module": module,
+                "path": file_path,
+                "output_format": output_format,
+                "arg_inputs": arg_inputs,
+                "kwarg_inputs": kwarg_inputs,
+                "retrace": retrace,
+                **kwargs,
+            }
+        )
+        examples = list(inputs or arg_inputs or [])
+        # Retraced with plain tensors: torch.export specializes on their shapes.
+        static = (
+            retrace
+            and dynamic_shapes is None
+            and all(isinstance(x, torch.Tensor) for x in examples)
+        )
+        self.saved[file_path] = (module, [tuple(x.shape) for x in examples] if static else None)
+        Path(file_path).write_bytes(b"fake program")
+
+    def load(self, file_path: str) -> Any:
+        module, shapes = self.saved[file_path]
+
+        def run(*args: Any) -> Any:
+            got = [tuple(a.shape) for a in args]
+            if shapes is not None and got != shapes:
+                raise RuntimeError(f"the saved program was specialized to {shapes}, got {got}")
+            return module(*args)
+
+        return types.SimpleNamespace(module=lambda: run)
 
 
 def fake_metadata(
@@ -123,7 +178,11 @@ def fake_metadata(
             return real_requires(name)
         if version is None:
             raise importlib.metadata.PackageNotFoundError(name)
-        return requires if requires is not None else ["torch<2.14.0,>=2.13.0", "packaging"]
+        return (
+            requires
+            if requires is not None
+            else ["torch<2.14.0,>=2.13.0", "packaging", "tensorrt-cu13-libs<11.1.0,>=11.0.0"]
+        )
 
     monkeypatch.setattr(importlib.metadata, "requires", fake_requires)
 
@@ -133,6 +192,7 @@ def fake_gpu(monkeypatch: Any, capability: tuple[int, int] | None) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: capability is not None)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0 if capability is None else 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
 
 @pytest.fixture
@@ -141,7 +201,7 @@ def fake_trt(monkeypatch: Any) -> Callable[..., FakeTorchTensorRT]:
 
     def install(
         api: str = "new",
-        tensorrt_version: str = "10.14.1",
+        tensorrt_version: str | None = "10.14.1",
         capability: tuple[int, int] | None = (9, 0),
         dynamo: bool = True,
     ) -> FakeTorchTensorRT:

@@ -52,7 +52,7 @@ def test_compile_gets_dynamo_ir_and_a_shape_range(fake_trt: Any, tmp_path: Path)
     plan = TensorRTProvider(Precision.FP16).build(model, _context(tmp_path))
     (call,) = trt.compile_calls
     assert call["ir"] == "dynamo"
-    assert call["device"] == torch.device("cuda")
+    assert call["device"] == torch.device("cuda", 0)  # target "cuda": the current device
     assert call["min_block_size"] == 1
     (spec,) = call["inputs"]
     assert spec.kwargs["name"] == "features"  # the forward parameter

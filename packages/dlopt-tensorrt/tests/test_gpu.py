@@ -58,12 +58,29 @@ def test_engine_serves_every_case(tmp_path: Path, precision: Precision, tol: flo
             torch.testing.assert_close(plan(x).float(), model(x), rtol=tol, atol=tol)
 
 
-def test_saved_engine_loads_and_matches(tmp_path: Path) -> None:
+def test_saved_engine_serves_every_case_shape(tmp_path: Path) -> None:
+    """The loaded program keeps the engine's dynamic batch: every case's shape and one
+    between them run, not only the max shape it was saved with."""
     provider = TensorRTProvider(Precision.FP16)
     _require(provider)
     model, workload, context = _setup(tmp_path)
     context.options = TensorRTOptions(save_engine=True)
     with provider.build(model, context) as plan, torch.inference_mode():
         loaded = load_engine(plan.artifacts["engine"])
-        x = workload.cases[1].args[0]
-        torch.testing.assert_close(loaded(x), plan(x))
+        for x in [*(c.args[0] for c in workload.cases), torch.randn(5, 3, 32, 32, device="cuda")]:
+            torch.testing.assert_close(loaded(x), plan(x))
+
+
+def test_target_without_an_index_builds_on_the_current_device(tmp_path: Path) -> None:
+    """Target ``cuda`` (no index) once became ``cuda:None`` inside Torch-TensorRT."""
+    provider = TensorRTProvider(Precision.FP32)
+    _require(provider)
+    model, workload, context = _setup(tmp_path)
+    assert context.target.device == "cuda"
+    with provider.build(model, context) as plan, torch.inference_mode():
+        out = plan(workload.cases[0].args[0])
+    assert out.device == torch.device("cuda", torch.cuda.current_device())
+    assert plan.metadata["compile_options"]["device"] == f"cuda:{torch.cuda.current_device()}"
+    # The timing cache is the plan's own, not a file in /tmp shared by every build.
+    timing_cache = Path(plan.metadata["compile_options"]["timing_cache_path"])
+    assert timing_cache.parent == tmp_path / provider.name

@@ -39,7 +39,8 @@ def test_an_unreadable_torch_version_has_no_pin(torch_version: str) -> None:
 def test_the_install_command_pins_torch_tensorrt_and_names_the_cuda_index() -> None:
     assert install_command("2.13.0+cu126", "12.6") == (
         'pip install "torch-tensorrt==2.13.*" '
-        "--extra-index-url https://download.pytorch.org/whl/cu126"
+        "--extra-index-url https://download.pytorch.org/whl/cu126 "
+        "--extra-index-url https://pypi.nvidia.com"
     )
     # No extra of dlopt-tensorrt and never an open range: both would move torch.
     assert "[sdk]" not in install_command("2.13.0+cu126", "12.6")

@@ -47,7 +47,8 @@ def test_not_installed(sim: Any, monkeypatch: Any) -> None:
     # Pinned to this torch's minor, never an extra or an open range (either moves torch).
     assert availability.install_hint == (
         f'pip install "torch-tensorrt=={minor}.*" '
-        "--extra-index-url https://download.pytorch.org/whl/cu126"
+        "--extra-index-url https://download.pytorch.org/whl/cu126 "
+        "--extra-index-url https://pypi.nvidia.com"
     )
 
 

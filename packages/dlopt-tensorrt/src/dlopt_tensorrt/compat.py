@@ -55,6 +55,32 @@ def torch_requirement(requires: list[str] | None) -> str | None:
     return None
 
 
+def tensorrt_requirement(requires: list[str] | None) -> tuple[str, int] | None:
+    """``(distribution, major)`` of the TensorRT torch-tensorrt's metadata requires.
+
+    Torch-TensorRT names TensorRT as ``tensorrt``, ``tensorrt-cuXX`` or
+    ``tensorrt-cuXX-libs`` with a range (``>=11.0.0,<11.1``); the major comes from its
+    lower bound. ``None`` when the metadata names no TensorRT or no lower bound.
+    """
+    for line in requires or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        if not (name == "tensorrt" or name.startswith("tensorrt-cu")):
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        for spec in req.specifier:
+            if spec.operator in (">=", "==", "~=", ">"):
+                try:
+                    return name, Version(spec.version.rstrip(".*")).release[0]
+                except (InvalidVersion, IndexError):
+                    continue
+    return None
+
+
 def _minor(version: str) -> tuple[int, int] | None:
     try:
         release = Version(version).release

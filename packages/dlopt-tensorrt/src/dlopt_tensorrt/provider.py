@@ -47,9 +47,10 @@ from dlopt_tensorrt.compat import (
     check_torch_pairing,
     distribution_requires,
     min_compute_capability,
+    tensorrt_requirement,
 )
 from dlopt_tensorrt.inputs import OPT_SHAPE_POLICIES, derive_inputs, example_tensor, to_trt_input
-from dlopt_tensorrt.pins import NOT_INSTALLED_NOTE, install_command
+from dlopt_tensorrt.pins import NOT_INSTALLED_NOTE, install_command, libraries_hint
 
 #: Reduced precisions and their torch dtypes.
 _LOW_DTYPE = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
@@ -106,11 +107,22 @@ def precision_kwargs(precision: Precision, parameters: set[str]) -> tuple[dict[s
 def compile_parameters(torch_tensorrt: Any) -> set[str]:
     """Keyword names the installed ``torch_tensorrt.dynamo.compile`` accepts."""
     target = getattr(getattr(torch_tensorrt, "dynamo", None), "compile", None)
-    target = target or torch_tensorrt.compile
+    return _parameters(target or torch_tensorrt.compile)
+
+
+def _parameters(function: Any) -> set[str]:
     try:
-        return set(inspect.signature(target).parameters)
+        return set(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return set()
+
+
+def cuda_index(target: Any) -> int:
+    """The CUDA device index of ``target``: its own, else torch's current device."""
+    index = target.torch_device().index
+    if index is not None:
+        return int(index)
+    return int(torch.cuda.current_device()) if torch.cuda.is_available() else 0
 
 
 def _place(obj: Any, device: torch.device) -> Any:
@@ -267,9 +279,9 @@ class TensorRTProvider(Provider):
                     refuse(
                         f"TensorRT libraries are missing: importing torch_tensorrt {version} "
                         f"failed with {error}",
-                        f'pip install --force-reinstall "torch-tensorrt=={version}" '
-                        "(reinstalls its tensorrt wheels), or add the lib/ directory of a "
-                        "TensorRT tarball install to LD_LIBRARY_PATH",
+                        libraries_hint(
+                            version, tensorrt_requirement(distribution_requires(DISTRIBUTION))
+                        ),
                     ),
                     details,
                 )
@@ -320,7 +332,7 @@ class TensorRTProvider(Provider):
                 ),
                 details,
             )
-        index = target.torch_device().index or 0
+        index = cuda_index(target)
         count = torch.cuda.device_count()
         if index >= count:
             return (
@@ -409,7 +421,9 @@ class TensorRTProvider(Provider):
                 f"{self.name}: TensorRT engines are built for input shapes; pass a workload"
             )
         trt = sdk.module
-        device = context.target.torch_device()
+        # Torch-TensorRT turns torch.device("cuda") into Device(gpu_id=None) and later
+        # "cuda:None": always hand it an index.
+        device = torch.device("cuda", cuda_index(context.target))
         try:
             spec = derive_inputs(cases, _forward_arg_names(model), options.opt_shape)
         except WorkloadError as exc:
@@ -422,8 +436,13 @@ class TensorRTProvider(Provider):
             "min_block_size": options.min_block_size,
             **precision_options,
             **self._builder_kwargs(options, parameters),
-            **dict(self.compile_options),
         }
+        if "timing_cache_path" in parameters:
+            # The default is one file in /tmp shared by every build on the machine: setup
+            # times and tactics would then depend on earlier runs.
+            plan_dir = context.plan_dir(self.name)
+            compile_kwargs["timing_cache_path"] = str(plan_dir / "timing_cache.bin")
+        compile_kwargs.update(self.compile_options)
         inputs = [to_trt_input(s, trt) for s in spec.args]
         kwarg_inputs = {k: to_trt_input(s, trt) for k, s in spec.kwargs.items()}
         if kwarg_inputs:
@@ -438,10 +457,17 @@ class TensorRTProvider(Provider):
             ) from exc
 
         artifacts: dict[str, Path] = {}
+        save_options: dict[str, Any] | None = None
         if options.save_engine:
             path = context.plan_dir(self.name) / "trt_program.ep"
-            # Saving retraces the compiled module, so the examples must be on the device
-            # (the prepared cases' tensors are already there).
+            save_options = {"output_format": "exported_program"}
+            if "retrace" in _parameters(trt.save):
+                # Since 2.10 save re-exports by default, specialized to the example
+                # tensors' shapes: the loaded program would take only the max shape.
+                # retrace=False keeps the graph's symbolic (min..max) shapes.
+                save_options["retrace"] = False
+            # Older releases export from the examples, so they must be on the device (the
+            # prepared cases' tensors already are).
             example_args = [_place(example_tensor(s), device) for s in spec.args]
             try:
                 example_kwargs = {
@@ -450,9 +476,9 @@ class TensorRTProvider(Provider):
                 trt.save(
                     compiled,
                     str(path),
-                    output_format="exported_program",
                     arg_inputs=example_args,
                     **({"kwarg_inputs": example_kwargs} if example_kwargs else {}),
+                    **save_options,
                 )
             except Exception as exc:
                 raise ProviderBuildError(
@@ -483,6 +509,8 @@ class TensorRTProvider(Provider):
             "tensorrt_version": sdk.tensorrt_version,
             "compute_capability": details.get("compute_capability"),
         }
+        if save_options is not None:
+            metadata["save_options"] = save_options
         return BuiltPlan(
             runner=runner,
             precision=self.precision,
