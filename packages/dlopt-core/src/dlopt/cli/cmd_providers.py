@@ -6,8 +6,15 @@ import argparse
 import difflib
 from typing import Any
 
-from dlopt.cli.common import EXIT_OK, add_target_arguments, cli_target
-from dlopt.cli.tables import format_table
+from dlopt.cli.common import (
+    EXIT_OK,
+    add_plain_argument,
+    add_target_arguments,
+    captured_chatter,
+    cli_target,
+    show_chatter,
+)
+from dlopt.cli.tables import Output
 from dlopt.errors import ConfigurationError
 
 
@@ -19,18 +26,26 @@ def add_providers_command(sub: Any) -> None:
     p.add_argument(
         "--options", metavar="PLAN", help="list the options PLAN takes (name, type, default)"
     )
+    add_plain_argument(p)
     p.set_defaults(handler=_cmd_providers)
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:
     from dlopt.providers.contract import ProviderContext
     from dlopt.providers.loader import load_providers
+    from dlopt.reporting.tables import plugin_failures_table, providers_table
     from dlopt.serialization import dumps
 
-    registry = load_providers()
+    target = cli_target(args)
+    out = Output(plain=args.plain or None)
+    # SDK imports warn and print (torchao's deprecation): kept out of the table and JSON.
+    with captured_chatter() as chatter:
+        registry = load_providers()
+        statuses = None if args.options else registry.probe_all(ProviderContext(target=target))
+    show_chatter(chatter)
     if args.options:
-        return _print_options(registry, args.options, as_json=args.json)
-    statuses = registry.probe_all(ProviderContext(target=cli_target(args)))
+        return _print_options(registry, args.options, as_json=args.json, out=out)
+    assert statuses is not None
     if args.json:
         print(
             dumps(
@@ -42,41 +57,17 @@ def _cmd_providers(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    rows = [
-        (
-            s.name,
-            s.distribution,
-            s.version,
-            s.precision,
-            "available" if s.availability.available else "unavailable",
-            s.availability.reason or "",
-            s.availability.install_hint or "",
-        )
-        for s in statuses
-    ]
-    print(
-        format_table(
-            ("provider", "distribution", "version", "precision", "status", "reason", "install"),
-            rows,
-        )
-    )
+    out.table(providers_table(statuses))
     if registry.failures:
-        print("\nplugins that failed to load:")
-        print(
-            format_table(
-                ("plugin", "distribution", "version", "stage", "error"),
-                [
-                    (f.plugin, f.distribution, f.version, f.stage, f.error)
-                    for f in registry.failures
-                ],
-            )
-        )
+        out.line()
+        out.table(plugin_failures_table(registry.failures))
     return EXIT_OK
 
 
-def _print_options(registry: Any, plan: str, *, as_json: bool) -> int:
+def _print_options(registry: Any, plan: str, *, as_json: bool, out: Output) -> int:
     """``dlopt providers --options PLAN``: the options a plan declares."""
     from dlopt.policy import describe_options
+    from dlopt.reporting.tables import options_table
     from dlopt.serialization import dumps, strict_jsonable
 
     names = [info.name for info in registry.providers]
@@ -95,11 +86,6 @@ def _print_options(registry: Any, plan: str, *, as_json: bool) -> int:
     if not options:
         print(f"{plan} takes no options")
         return EXIT_OK
-    print(
-        format_table(
-            ("option", "type", "default", "help"),
-            [(o.name, o.type, repr(o.default), o.help) for o in options],
-        )
-    )
+    out.table(options_table(options))
     print(f"\npass them with: dlopt select ... --option {plan}.{options[0].name}=VALUE")
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""``dlopt report`` and the candidates table both ``report`` and ``select`` print."""
+"""``dlopt report``: a saved report as tables, as JSON, one plan's evidence, or HTML."""
 
 from __future__ import annotations
 
@@ -6,118 +6,68 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlopt.cli.common import EXIT_OK
-from dlopt.cli.tables import format_table
+from dlopt.cli.common import EXIT_OK, add_plain_argument
+from dlopt.cli.tables import Output
 from dlopt.errors import ConfigurationError
+from dlopt.reporting.tables import (
+    PAGE_FAULT_HINT_THRESHOLD,
+    candidate_summary,
+    candidates_table,
+    decision_lines,
+    headline,
+    inputs_kind,
+    latency_table,
+    measurement_line,
+    quantized_share,
+    unavailable_table,
+    validation_table,
+)
 
 if TYPE_CHECKING:
     from dlopt.report import OptimizationReport
 
-#: Minor page faults per call above which the table suggests allocator tuning.
-PAGE_FAULT_HINT_THRESHOLD = 100
+__all__ = [
+    "PAGE_FAULT_HINT_THRESHOLD",
+    "add_report_command",
+    "print_candidate",
+    "print_report",
+    "quantized_share",
+    "read_report",
+]
 
 
 def add_report_command(sub: Any) -> None:
     """Register ``dlopt report`` on the subcommand parsers ``sub``."""
-    p = sub.add_parser("report", help="print a saved report as a table")
+    p = sub.add_parser(
+        "report",
+        help="show a saved report: tables, one plan's evidence, JSON or an HTML page",
+        description="Show a report written by `dlopt select --report`.",
+        epilog="Examples: dlopt report r.json | dlopt report r.json --candidate fx_inductor | "
+        "dlopt report r.json --html r.html",
+    )
     p.add_argument("path", help="report JSON written by dlopt select --report")
+    p.add_argument("--json", action="store_true", help="print the report's JSON as it is")
+    p.add_argument(
+        "--candidate", metavar="PLAN", help="one plan's evidence per case (validation, latency)"
+    )
+    p.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write one self-contained HTML page (tables, figures, provenance) here",
+    )
+    add_plain_argument(p)
     p.set_defaults(handler=_cmd_report)
 
 
-def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def quantized_share(metadata: dict[str, Any]) -> str | None:
-    """``"quantized 1 of 8 ops"`` when a quantizing plan left part of the model in full
-    precision (its label alone would overstate it); ``None`` otherwise."""
-    fraction = metadata.get("quantized_fraction")
-    if not isinstance(fraction, (int, float)) or fraction >= 1:
-        return None
-    for unit in ("ops", "layers"):
-        done, of = metadata.get(f"quantized_{unit}"), metadata.get(f"quantizable_{unit}")
-        if isinstance(done, int) and isinstance(of, int):
-            return f"quantized {done} of {of} {unit}"
-    return f"quantized {fraction:.0%}"
-
-
-def candidates_table(report: OptimizationReport) -> str:
-    """One row per candidate: status, latency, speedup with its interval, costs, notes."""
-    rows = []
-    for c in report.candidates:
-        speedup = c.speedup_vs_eager
-        speed_text = "-"
-        if c.name == "eager_fp32":
-            speed_text = "1 (reference)"
-        elif speedup is not None and speedup.point is not None:
-            speed_text = f"{speedup.point:.2f} [{_fmt(speedup.low, '{:.2f}')}, {_fmt(speedup.high, '{:.2f}')}]"
-        note = ""
-        if c.error is not None:
-            note = f"{c.error.stage}: {c.error.message}"
-        elif c.status == "unavailable":
-            note = c.availability_reason or ""
-        elif c.measurement_verdict:
-            note = c.measurement_verdict + (" (noisy)" if c.noisy else "")
-            faults = max(
-                (cs.latency.page_faults_per_call or 0 for cs in c.cases if cs.latency), default=0
-            )
-            if faults >= PAGE_FAULT_HINT_THRESHOLD:
-                # glibc handing large buffers back to the OS every call: a real, fixable cost.
-                note += f"; {faults:.0f} page faults/call (allocator churn: see MALLOC_MMAP_THRESHOLD_ or jemalloc)"
-        coverage = quantized_share(c.metadata)
-        if coverage and c.status != "unavailable":
-            note = f"{coverage}; {note}" if note else coverage
-        rows.append(
-            (
-                c.name,
-                c.status,
-                c.precision,
-                _fmt(c.latency_ms),
-                _fmt(c.latency_p99_ms),
-                speed_text,
-                _fmt(c.setup_time_s, "{:.2f}"),
-                _fmt(c.first_call_time_s, "{:.2f}"),
-                _fmt(c.peak_memory_mb, "{:.0f}"),
-                note if len(note) < 140 else note[:137] + "...",
-            )
-        )
-    return format_table(
-        (
-            "plan",
-            "status",
-            "prec",
-            "median ms",
-            "p99 ms",
-            "speedup vs eager [CI]",
-            "setup s",
-            "1st call s",
-            "peak MB",
-            "notes",
-        ),
-        rows,
-    )
-
-
-def print_report(report: OptimizationReport) -> None:
-    """The candidates table, the race's summary and the decision with its reason."""
-    print(candidates_table(report))
-    m = report.measurement
-    if m is not None:
-        print(
-            f"\nmeasurement: {m.rounds} rounds, {m.timed_calls} timed calls, {m.total_time_s:.1f}s, "
-            f"stop: {m.stop_reason}, seed {m.seed}, confidence {m.confidence:g}"
-        )
-    print(f"\nselected: {report.selected_plan} (baseline {report.baseline})")
-    print(f"reason: {report.selection_reason}")
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
+def read_report(path_text: str) -> OptimizationReport:
+    """Load a report named on the command line; every failure is a usage error that says
+    what the file is and what to do."""
     from dlopt.fileio import FileTooLargeError
     from dlopt.report import load_report
 
-    path = Path(args.path)
+    path = Path(path_text)
     try:
-        report = load_report(path)
+        return load_report(path)
     except FileNotFoundError:
         raise ConfigurationError(f"no report at {path}") from None
     except IsADirectoryError:
@@ -130,8 +80,73 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise ConfigurationError(str(exc)) from None
     except ValueError as exc:
         raise ConfigurationError(f"{path} is not a dlopt report: {exc}") from exc
-    print(
-        f"workload: {report.workload.name}; objective: {report.objective}; target: {report.target.device}"
-    )
-    print_report(report)
+
+
+def print_report(report: OptimizationReport, out: Output | None = None) -> None:
+    """The candidates table, the plans unavailable here, the race's summary and the
+    decision with its reason."""
+    out = out if out is not None else Output()
+    out.table(candidates_table(report, include_unavailable=False))
+    unavailable = unavailable_table(report)
+    if unavailable is not None:
+        out.line()
+        out.table(unavailable)
+    line = measurement_line(report)
+    if line:
+        out.line()
+        out.line(line)
+    selected, reason = decision_lines(report)
+    out.line()
+    out.line(selected, style="bold green")
+    out.line(reason)
+
+
+def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:
+    """``--candidate PLAN``: its headline facts, then per case its latency statistics and
+    its validation metrics (before the race, after it, and the final check)."""
+    import difflib
+
+    names = [c.name for c in report.candidates]
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ConfigurationError(
+            f"no plan named {name!r} in this report{hint} (plans: {', '.join(names)})"
+        )
+    cand = report.candidate(name)
+    out.pairs(candidate_summary(cand), title=name)
+    if any(case.latency is not None for case in cand.cases):
+        out.line()
+        out.table(latency_table(cand))
+    for which in ("parity", "revalidation", "final_check"):
+        table = validation_table(cand, which)
+        if table is not None:
+            out.line()
+            out.table(table)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    report = read_report(args.path)
+    if args.json:
+        # The file as written (fields this dlopt does not know are kept), once it is known
+        # to be a report.
+        print(Path(args.path).read_text(encoding="utf-8").rstrip("\n"))
+        return EXIT_OK
+    out = Output(plain=args.plain or None)
+    if args.html:
+        from dlopt.reporting.html import write_html
+
+        result = write_html(report, args.html)
+        out.line(f"html: {result.path}")
+        if result.missing_figures:
+            out.dim(result.missing_figures)
+        return EXIT_OK
+    if args.candidate:
+        print_candidate(report, args.candidate, out)
+        return EXIT_OK
+    out.line(headline(report))
+    kind = inputs_kind(report)
+    if kind:
+        out.line(f"inputs: {kind}")
+    print_report(report, out)
     return EXIT_OK

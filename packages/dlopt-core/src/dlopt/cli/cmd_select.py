@@ -14,10 +14,16 @@ from typing import Any
 import attrs
 
 from dlopt.cli.cmd_report import print_report
-from dlopt.cli.common import EXIT_OK, add_target_arguments, cli_target
+from dlopt.cli.common import (
+    EXIT_OK,
+    add_plain_argument,
+    add_target_arguments,
+    captured_chatter,
+    cli_target,
+    show_chatter,
+)
+from dlopt.cli.tables import Output, wants_plain
 from dlopt.errors import ConfigurationError, WorkloadError
-from dlopt.events import Event, EventKind
-from dlopt.hookspecs import hookimpl
 from dlopt.measurement import MeasurementPolicy
 from dlopt.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 
@@ -109,13 +115,17 @@ def _random_input(shape: tuple[int, ...], dtype: str, seed: int) -> Any:
     return torch.randint(0, 100, shape, generator=generator).to(torch_dtype)
 
 
-def load_factory(spec: str) -> Any:
-    """Import ``MODULE:FACTORY`` and call it; the result must be an ``nn.Module``.
+def load_factory(spec: str) -> tuple[Any, Any]:
+    """Import ``MODULE:FACTORY`` and call it: ``(model, workload or None)``.
 
-    A module or factory that raises (any exception, or ``SystemExit``) is the user's
-    code failing, reported as a :class:`ConfigurationError` naming the exception.
+    The factory returns an ``nn.Module``, or a ``(model, WorkloadProfile)`` pair so that
+    the user's own representative inputs race. A module or factory that raises (any
+    exception, or ``SystemExit``) is the user's code failing, reported as a
+    :class:`ConfigurationError` naming the exception.
     """
     import torch
+
+    from dlopt.workload import WorkloadProfile
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -136,20 +146,29 @@ def load_factory(spec: str) -> Any:
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigurationError(f"{module_name!r} has no attribute {attr!r}")
-    model = factory
+    result = factory
     if callable(factory) and not isinstance(factory, torch.nn.Module):
         try:
-            model = factory()
+            result = factory()
         except (Exception, SystemExit) as exc:
             raise ConfigurationError(
                 f"the model factory {spec} raised {_describe(exc)}; call it in Python to "
                 "see the traceback"
             ) from exc
-    if not isinstance(model, torch.nn.Module):
+    workload = None
+    if isinstance(result, tuple) and len(result) == 2:
+        result, workload = result
+        if not isinstance(workload, WorkloadProfile):
+            raise ConfigurationError(
+                f"{spec} returned a pair whose second item is {type(workload).__name__}; "
+                "return (model, dlopt.WorkloadProfile(...)) or the model alone"
+            )
+    if not isinstance(result, torch.nn.Module):
         raise ConfigurationError(
-            f"{spec} returned {type(model).__name__}, expected a torch.nn.Module"
+            f"{spec} returned {type(result).__name__}, expected a torch.nn.Module or a "
+            "(model, WorkloadProfile) pair"
         )
-    return model.eval()
+    return result.eval(), workload
 
 
 def _describe(exc: BaseException) -> str:
@@ -245,27 +264,11 @@ def _on_target(model: Any, target: Any) -> Any:
     return model.to(target.torch_device())
 
 
-class ProgressPrinter:
-    """Prints progress events to stderr: the CLI's ``dlopt_on_event`` hook implementation."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-
-    @hookimpl
-    def dlopt_on_event(self, event: Event) -> None:
-        if event.kind is EventKind.ROUND_FINISHED:
-            resolved = event.data.get("resolved") or []
-            print(f"  round {event.data.get('round')}: resolved {len(resolved)}", file=self.stream)
-            return
-        prefix = f"[{event.candidate}] " if event.candidate else ""
-        print(f"{event.kind.value}: {prefix}{event.message}", file=self.stream)
-
-
 def _cmd_select(args: argparse.Namespace) -> int:
     from dlopt.demo import build_demo_model, demo_workload
     from dlopt.optimizer import InferenceOptimizer
     from dlopt.providers.loader import load_providers
-    from dlopt.workload import WorkloadCase, WorkloadProfile
+    from dlopt.reporting.progress import ProgressDisplay
 
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
@@ -273,24 +276,14 @@ def _cmd_select(args: argparse.Namespace) -> int:
     # Everything the user typed is checked before anything is built or allocated.
     check_outputs(args.report, args.bundle)
     if args.demo:
-        model, workload = build_demo_model(), demo_workload()
-    else:
-        specs = [parse_case_spec(c) for c in args.case]
-        if args.input:
-            specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
-        if not specs:
+        if args.inputs or args.input or args.case:
             raise ConfigurationError(
-                "describe the inputs: --input 8x3x224x224 and/or --case NAME=SHAPE@WEIGHT"
+                "--demo brings its own inputs: drop --inputs/--input/--case, or name your model"
             )
-        check_input_sizes(specs)
-        model = load_factory(args.model)
-        workload = WorkloadProfile(
-            name=args.model,
-            cases=list(
-                WorkloadCase(name, args=(_random_input(shape, dtype, i),), weight=weight)
-                for i, (name, shape, dtype, weight) in enumerate(specs)
-            ),
-        )
+        model, workload = build_demo_model(), demo_workload()
+        workload = attrs.evolve(workload, name=f"{workload.name} [inputs: the demo's]")
+    else:
+        model, workload = workload_from_args(args)
     model = _on_target(model, target)
     measurement = (
         MeasurementPolicy(max_time_s=args.max_measure_time, seed=args.seed)
@@ -307,21 +300,71 @@ def _cmd_select(args: argparse.Namespace) -> int:
         exclude=tuple(args.exclude),
         plan_options=parse_plan_options(args.option),
     )
-    registry = load_providers()
-    registry.plugin_manager.register(ProgressPrinter(), name="dlopt.cli.progress")
-    optimizer = InferenceOptimizer(
-        target=target, policy=policy, registry=registry, artifact_dir=args.artifacts
+    out = Output(plain=args.plain or None)
+    progress = ProgressDisplay(
+        plain=wants_plain(sys.stderr, args.plain), budget_s=policy.measurement.max_time_s
     )
-    decision = optimizer.select(model, workload)
-    print()
-    print_report(decision.report)
-    if args.report:
-        path = decision.save_report(args.report)
-        print(f"report: {path}")
-    if args.bundle:
-        print(f"bundle: {decision.save_bundle(args.bundle)}")
-    decision.close()
+    # What SDKs print or warn while they are imported, built and raced is shown once,
+    # after the tables, never inside them.
+    with captured_chatter() as chatter:
+        try:
+            registry = load_providers()
+            registry.plugin_manager.register(progress, name="dlopt.cli.progress")
+            optimizer = InferenceOptimizer(
+                target=target, policy=policy, registry=registry, artifact_dir=args.artifacts
+            )
+            with progress:
+                decision = optimizer.select(model, workload)
+        finally:
+            progress.close()
+    try:
+        out.line()
+        print_report(decision.report, out)
+        if args.report:
+            path = decision.save_report(args.report)
+            out.line(f"report: {path}")
+        if args.bundle:
+            out.line(f"bundle: {decision.save_bundle(args.bundle)}")
+    finally:
+        decision.close()
+        show_chatter(chatter)
     return EXIT_OK
+
+
+def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and the inputs it races on: ``--inputs FILE``, random tensors of the
+    ``--input``/``--case`` shapes, or the workload the factory returned. The workload's
+    name says which (``NAME [inputs: ...]``), so the report does too."""
+    from dlopt.cli.inputs import describe_inputs_file, load_inputs
+    from dlopt.workload import WorkloadCase, WorkloadProfile
+
+    specs = [parse_case_spec(c) for c in args.case]
+    if args.input:
+        specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
+    if specs and args.inputs:
+        raise ConfigurationError("give --inputs FILE or random shapes (--input/--case), not both")
+    if specs:
+        check_input_sizes(specs)
+    entries = load_inputs(args.inputs) if args.inputs else None
+    model, returned = load_factory(args.model)
+    if entries is not None:
+        kind = describe_inputs_file(args.inputs, len(entries))
+        cases = [WorkloadCase(name, args=(tensor,)) for name, tensor in entries]
+    elif specs:
+        kind = "random tensors of the given shapes"
+        cases = [
+            WorkloadCase(name, args=(_random_input(shape, dtype, i),), weight=weight)
+            for i, (name, shape, dtype, weight) in enumerate(specs)
+        ]
+    elif returned is not None:
+        return model, attrs.evolve(returned, name=f"{returned.name} [inputs: from the factory]")
+    else:
+        raise ConfigurationError(
+            "describe the inputs: --inputs FILE (.npz or .safetensors, one case per entry), "
+            "--input 8x3x224x224 and/or --case NAME=SHAPE@WEIGHT, or return "
+            "(model, WorkloadProfile) from the factory"
+        )
+    return model, WorkloadProfile(name=f"{args.model} [inputs: {kind}]", cases=cases)
 
 
 def add_select_command(sub: Any) -> None:
@@ -331,8 +374,18 @@ def add_select_command(sub: Any) -> None:
         help="race every eligible plan and pick one",
         description="Build, validate and race every eligible plan on the given inputs.",
     )
-    p.add_argument("model", nargs="?", help="MODULE:FACTORY returning an nn.Module (or use --demo)")
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="MODULE:FACTORY returning an nn.Module or a (model, WorkloadProfile) pair "
+        "(or use --demo)",
+    )
     p.add_argument("--demo", action="store_true", help="use the built-in demo model and workload")
+    p.add_argument(
+        "--inputs",
+        metavar="FILE",
+        help="example inputs from a .npz or .safetensors file, one workload case per entry",
+    )
     p.add_argument("--input", help="one input signature, e.g. 8x3x224x224[:float16]")
     p.add_argument(
         "--case",
@@ -380,6 +433,7 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
+    add_plain_argument(p)
     p.set_defaults(handler=_cmd_select)
 
 

@@ -1,8 +1,18 @@
-"""What every command shares: exit codes and the ``--device``/``--host`` target."""
+"""What every command shares: exit codes, the ``--device``/``--host`` target, ``--plain``,
+and keeping provider chatter out of tables and JSON."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import logging
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
 
 from dlopt.target import ExecutionTarget
 
@@ -26,3 +36,93 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
         help="where the model and inputs live when plans compute elsewhere (an SDK that "
         "takes host tensors: --device npu:0 --host cpu)",
     )
+
+
+def add_plain_argument(parser: argparse.ArgumentParser) -> None:
+    """``--plain``: plain text even on a terminal (also when ``NO_COLOR`` is set)."""
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain text, no colours or fitted tables (default when stdout is not a terminal "
+        "or NO_COLOR is set)",
+    )
+
+
+@attrs.define
+class Chatter:
+    """What provider code printed, warned or logged while the CLI loaded or probed it."""
+
+    warnings: list[str] = attrs.field(factory=list)
+    logs: list[str] = attrs.field(factory=list)
+    output: list[str] = attrs.field(factory=list)
+
+    def lines(self) -> list[str]:
+        """Each distinct message once, in the order first seen."""
+        seen: dict[str, None] = {}
+        for text in [*self.warnings, *self.logs, *self.output]:
+            for line in text.strip().splitlines():
+                if line.strip():
+                    seen.setdefault(line.rstrip(), None)
+        return list(seen)
+
+
+class _Recorder(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.sink.append(f"{record.name}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def captured_chatter(*, streams: bool = True) -> Iterator[Chatter]:
+    """Record Python warnings, log records of WARNING and above, and (``streams``) what is
+    printed to ``sys.stdout``/``sys.stderr`` inside the block, instead of letting them land
+    in the middle of a table or of JSON output. SDKs warn at import (torchao's
+    ``register_constant`` deprecation comes through torch's own log handler), which
+    happens when a provider is probed.
+
+    Loggers that have their own handlers (torch's does not propagate) have them swapped
+    for a recorder for the duration of the block, and restored after it.
+    """
+    chatter = Chatter()
+    recorder = _Recorder(chatter.logs)
+    loggers = [logging.getLogger()] + [
+        logger
+        for logger in list(logging.Logger.manager.loggerDict.values())
+        if isinstance(logger, logging.Logger) and logger.handlers
+    ]
+    saved = [(logger, list(logger.handlers)) for logger in loggers]
+    for logger, _ in saved:
+        logger.handlers = [recorder]
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.ExitStack() as stack:
+            caught = stack.enter_context(warnings.catch_warnings(record=True))
+            if streams:
+                stack.enter_context(contextlib.redirect_stdout(out))
+                stack.enter_context(contextlib.redirect_stderr(err))
+            try:
+                yield chatter
+            finally:
+                chatter.warnings.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+    finally:
+        for logger, handlers in saved:
+            logger.handlers = handlers
+        chatter.output.extend(text for text in (out.getvalue(), err.getvalue()) if text)
+
+
+def show_chatter(chatter: Chatter, stream: Any = None) -> None:
+    """Each captured line once, dimmed, on stderr (never on stdout, where tables and JSON
+    go)."""
+    from dlopt.cli.tables import Output
+
+    lines = chatter.lines()
+    if not lines:
+        return
+    err = Output(stream if stream is not None else sys.stderr)
+    err.dim(f"provider packages said ({len(lines)} line{'s' if len(lines) != 1 else ''}):")
+    for line in lines:
+        err.dim(f"  {line}")

@@ -1,0 +1,502 @@
+"""A saved report as tables of text: one source for the terminal, the HTML page and exports.
+
+Every function here reads an :class:`~dlopt.report.OptimizationReport` and returns
+:class:`Table` values (headers, cells as text, how each column may break). Fields a
+report may lack (an older writer, a candidate that never ran) show as ``-``; fields this
+module does not know are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+if TYPE_CHECKING:
+    from dlopt.report import CandidateEvidence, OptimizationReport
+
+#: Minor page faults per call above which the table suggests allocator tuning.
+PAGE_FAULT_HINT_THRESHOLD = 100
+
+#: How a column may break when the terminal is narrow: never (names, numbers), at spaces
+#: (reasons) or anywhere (install commands, paths).
+NOWRAP, WRAP, FOLD = "none", "wrap", "fold"
+
+
+@frozen
+class Table:
+    """Headers, text cells and, per column, how it may break (:data:`NOWRAP`, :data:`WRAP`,
+    :data:`FOLD`), whether it is numeric (right-aligned) and its priority (0 is always
+    shown; on a narrow terminal the highest numbers give way first); per row an optional
+    style (``"selected"``, ``"failed"``, ``"unavailable"``)."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    overflow: tuple[str, ...]
+    numeric: tuple[bool, ...]
+    row_styles: tuple[str | None, ...] = ()
+    title: str | None = None
+    priority: tuple[int, ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        columns: Sequence[tuple[str, str, bool] | tuple[str, str, bool, int]],
+        rows: Iterable[Sequence[object]],
+        *,
+        row_styles: Sequence[str | None] = (),
+        title: str | None = None,
+    ) -> Table:
+        """``columns`` as ``(header, overflow, numeric[, priority])``; ``None`` cells
+        become ``-``."""
+        text_rows = tuple(tuple(text(v) for v in row) for row in rows)
+        return cls(
+            headers=tuple(c[0] for c in columns),
+            rows=text_rows,
+            overflow=tuple(c[1] for c in columns),
+            numeric=tuple(c[2] for c in columns),
+            row_styles=tuple(row_styles),
+            title=title,
+            priority=tuple(c[3] if len(c) > 3 else 0 for c in columns),  # type: ignore[misc]
+        )
+
+
+def text(value: object) -> str:
+    """A cell: ``None`` as ``-``, everything else as ``str``."""
+    return "-" if value is None else str(value)
+
+
+def number(value: float | None, pattern: str = "{:.3f}") -> str:
+    """``value`` formatted, or ``-`` when it is missing."""
+    return "-" if value is None else pattern.format(value)
+
+
+def quantized_share(metadata: dict[str, Any]) -> str | None:
+    """``"quantized 1 of 8 ops"`` when a quantizing plan left part of the model in full
+    precision (its label alone would overstate it); ``None`` otherwise."""
+    fraction = metadata.get("quantized_fraction")
+    if not isinstance(fraction, (int, float)) or fraction >= 1:
+        return None
+    for unit in ("ops", "layers"):
+        done, of = metadata.get(f"quantized_{unit}"), metadata.get(f"quantizable_{unit}")
+        if isinstance(done, int) and isinstance(of, int):
+            return f"quantized {done} of {of} {unit}"
+    return f"quantized {fraction:.0%}"
+
+
+def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
+    """``"1.99 [1.93, 2.06]"`` (point and interval against eager), or what stands instead."""
+    if getattr(cand, "role", None) == "reference" or cand.name == "eager_fp32":
+        return "1 (reference)"
+    speedup = getattr(cand, "speedup_vs_eager", None)
+    if speedup is None or speedup.point is None:
+        return "-"
+    return (
+        f"{speedup.point:.2f} [{number(speedup.low, '{:.2f}')}, {number(speedup.high, '{:.2f}')}]"
+    )
+
+
+def gate_text(cand: CandidateEvidence) -> str:
+    """The confidence gate: passed / not passed (against which plan), or ``-``."""
+    passed = getattr(cand, "confidence_gate_passed", None)
+    if passed is None:
+        return "-"
+    return "passed" if passed else "failed"
+
+
+def _worst(values: Iterable[float | None], *, high: bool = True) -> float | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return max(present) if high else min(present)
+
+
+def _leaves(result: Any) -> list[Any]:
+    return [leaf for case in getattr(result, "cases", ()) or () for leaf in case.leaves or ()]
+
+
+def parity_text(cand: CandidateEvidence, *, detail: bool = False) -> str:
+    """The quality gate: ``ok``, ``failed`` or ``-``; with ``detail`` the worst relative
+    L2 error over cases and outputs (``ok (rel L2 3.1e-04)``)."""
+    parity = getattr(cand, "parity", None)
+    if parity is None:
+        return "-"
+    word = "ok" if parity.passed else "failed"
+    rel = _worst(leaf.rel_l2 for leaf in _leaves(parity)) if detail else None
+    return f"{word} (rel L2 {rel:.1e})" if rel is not None else word
+
+
+def notes_text(cand: CandidateEvidence) -> str:
+    """Why a candidate stands where it does: its error, why it is unavailable, its verdict."""
+    note = ""
+    error = getattr(cand, "error", None)
+    verdict = getattr(cand, "measurement_verdict", None)
+    if error is not None:
+        note = f"{error.stage}: {error.message}"
+    elif cand.status == "unavailable":
+        note = getattr(cand, "availability_reason", None) or ""
+    elif verdict:
+        note = str(verdict) + (" (noisy)" if getattr(cand, "noisy", None) else "")
+        faults = max(
+            (
+                cs.latency.page_faults_per_call or 0
+                for cs in getattr(cand, "cases", ()) or ()
+                if cs.latency is not None
+            ),
+            default=0,
+        )
+        if faults >= PAGE_FAULT_HINT_THRESHOLD:
+            # glibc handing large buffers back to the OS every call: a real, fixable cost.
+            note += (
+                f"; {faults:.0f} page faults/call "
+                "(allocator churn: see MALLOC_MMAP_THRESHOLD_ or jemalloc)"
+            )
+    coverage = quantized_share(getattr(cand, "metadata", None) or {})
+    if coverage and cand.status != "unavailable":
+        note = f"{coverage}; {note}" if note else coverage
+    return note
+
+
+def row_style(cand: CandidateEvidence, report: OptimizationReport) -> str | None:
+    """The row's emphasis in a rendered table."""
+    if cand.name == report.selected_plan:
+        return "selected"
+    if cand.status == "unavailable":
+        return "unavailable"
+    if cand.status == "rejected" or getattr(cand, "error", None) is not None:
+        return "failed"
+    return None
+
+
+CANDIDATE_COLUMNS = (
+    ("plan", NOWRAP, False, 0),
+    ("status", NOWRAP, False, 0),
+    ("prec", NOWRAP, False, 1),
+    ("median ms", NOWRAP, True, 0),
+    ("p99 ms", NOWRAP, True, 2),
+    ("vs eager [CI]", NOWRAP, False, 0),
+    ("gate", NOWRAP, False, 1),
+    ("parity", NOWRAP, False, 1),
+    ("setup s", NOWRAP, True, 3),
+    ("1st call s", NOWRAP, True, 3),
+    ("peak MB", NOWRAP, True, 3),
+    ("notes", WRAP, False, 0),
+)
+
+
+def candidates_table(report: OptimizationReport, *, include_unavailable: bool = True) -> Table:
+    """One row per candidate: status, precision, latency, speedup with its interval, the
+    confidence gate, parity, one-off costs, and why it stands where it does."""
+    cands = [c for c in report.candidates if include_unavailable or c.status != "unavailable"]
+    rows = [
+        (
+            c.name,
+            c.status,
+            c.precision,
+            number(c.latency_ms),
+            number(c.latency_p99_ms),
+            speedup_text(c),
+            gate_text(c),
+            parity_text(c),
+            number(c.setup_time_s, "{:.2f}"),
+            number(c.first_call_time_s, "{:.2f}"),
+            number(c.peak_memory_mb, "{:.0f}"),
+            notes_text(c),
+        )
+        for c in cands
+    ]
+    return Table.build(
+        CANDIDATE_COLUMNS,
+        rows,
+        row_styles=[row_style(c, report) for c in cands],
+    )
+
+
+def unavailable_table(report: OptimizationReport) -> Table | None:
+    """The plans that could not run here, each with its reason and install hint."""
+    rows = [
+        (c.name, c.distribution, c.availability_reason, c.install_hint)
+        for c in report.candidates
+        if c.status == "unavailable"
+    ]
+    failures = getattr(report, "plugin_failures", ()) or ()
+    rows += [
+        (f.plugin, f.distribution, f"plugin failed at {f.stage}: {f.error}", None) for f in failures
+    ]
+    if not rows:
+        return None
+    return Table.build(
+        (
+            ("plan", NOWRAP, False),
+            ("distribution", NOWRAP, False),
+            ("reason", WRAP, False),
+            ("install", FOLD, False),
+        ),
+        rows,
+        title="unavailable here",
+    )
+
+
+def measurement_line(report: OptimizationReport) -> str | None:
+    """The race in one line: rounds, calls, time, why it stopped, seed, confidence."""
+    m = getattr(report, "measurement", None)
+    if m is None:
+        return None
+    return (
+        f"measurement: {m.rounds} rounds, {m.timed_calls} timed calls, {m.total_time_s:.1f}s, "
+        f"stop: {m.stop_reason}, seed {m.seed}, confidence {m.confidence:g}"
+    )
+
+
+def headline(report: OptimizationReport) -> str:
+    """What was decided on what: workload, objective, target."""
+    return (
+        f"workload: {report.workload.name}; objective: {report.objective}; "
+        f"target: {report.target.device}"
+    )
+
+
+def decision_lines(report: OptimizationReport) -> tuple[str, str]:
+    """``selected: ...`` and ``reason: ...``."""
+    return (
+        f"selected: {report.selected_plan} (baseline {report.baseline})",
+        f"reason: {report.selection_reason}",
+    )
+
+
+def inputs_kind(report: OptimizationReport) -> str | None:
+    """Which inputs were raced (``random``, ``factory``, ``npz:FILE``...), when recorded."""
+    kind = getattr(getattr(report, "workload", None), "inputs", None)
+    if isinstance(kind, str):
+        return kind
+    name = getattr(getattr(report, "workload", None), "name", None) or ""
+    marker = " [inputs: "
+    if marker in name and name.endswith("]"):
+        return name[name.index(marker) + len(marker) : -1]
+    return None
+
+
+def providers_table(statuses: Iterable[Any]) -> Table:
+    """``dlopt providers``: every plan, where it comes from, whether it runs here and why
+    not, and how to get it (``ProviderStatus`` records)."""
+    rows, styles = [], []
+    for s in statuses:
+        available = bool(s.availability.available)
+        rows.append(
+            (
+                s.name,
+                s.distribution,
+                s.version,
+                s.precision,
+                "available" if available else "unavailable",
+                s.availability.reason or "",
+                s.availability.install_hint or "",
+            )
+        )
+        styles.append(None if available else "unavailable")
+    return Table.build(
+        (
+            ("provider", NOWRAP, False),
+            ("distribution", NOWRAP, False),
+            ("version", NOWRAP, False),
+            ("precision", NOWRAP, False),
+            ("status", NOWRAP, False),
+            ("reason", WRAP, False),
+            ("install", FOLD, False),
+        ),
+        rows,
+        row_styles=styles,
+    )
+
+
+def plugin_failures_table(failures: Iterable[Any]) -> Table:
+    """Plugins that failed to load: which, from where, at which stage, with what error."""
+    return Table.build(
+        (
+            ("plugin", NOWRAP, False),
+            ("distribution", NOWRAP, False),
+            ("version", NOWRAP, False),
+            ("stage", NOWRAP, False),
+            ("error", WRAP, False),
+        ),
+        [(f.plugin, f.distribution, f.version, f.stage, f.error) for f in failures],
+        row_styles=["failed" for _ in failures] if isinstance(failures, Sequence) else (),
+        title="plugins that failed to load",
+    )
+
+
+def options_table(options: Iterable[Any]) -> Table:
+    """A plan's options (``describe_options`` records): name, type, default, help."""
+    return Table.build(
+        (
+            ("option", NOWRAP, False),
+            ("type", WRAP, False),
+            ("default", FOLD, False),
+            ("help", WRAP, False),
+        ),
+        [(o.name, o.type, repr(o.default), o.help) for o in options],
+        title="options",
+    )
+
+
+def _latency_rows(cand: CandidateEvidence) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
+    for case in getattr(cand, "cases", ()) or ():
+        lat = case.latency
+        if lat is None:
+            rows.append((case.name, case.weight, number(case.first_call_time_s, "{:.4f}")))
+            continue
+        interval = f"[{number(lat.mean_low_ms)}, {number(lat.mean_high_ms)}]"
+        rows.append(
+            (
+                case.name,
+                f"{case.weight:g}",
+                number(case.first_call_time_s, "{:.4f}"),
+                number(lat.median_ms),
+                number(lat.mean_ms),
+                interval,
+                number(lat.p90_ms),
+                number(lat.p99_ms),
+                number(lat.min_ms),
+                number(lat.stdev_ms, "{:.4f}"),
+                f"{lat.samples} x{lat.block_size}" if lat.block_size > 1 else str(lat.samples),
+                lat.rounds,
+                "yes" if lat.noisy else "no",
+            )
+        )
+    return rows
+
+
+def latency_table(cand: CandidateEvidence) -> Table:
+    """Per workload case: first call and the steady-state latency statistics."""
+    columns = (
+        ("case", NOWRAP, False),
+        ("weight", NOWRAP, True),
+        ("1st call s", NOWRAP, True),
+        ("median ms", NOWRAP, True),
+        ("mean ms", NOWRAP, True),
+        ("mean CI ms", WRAP, False),
+        ("p90 ms", NOWRAP, True),
+        ("p99 ms", NOWRAP, True),
+        ("min ms", NOWRAP, True),
+        ("stdev ms", NOWRAP, True),
+        ("samples", NOWRAP, True),
+        ("rounds", NOWRAP, True),
+        ("noisy", NOWRAP, False),
+    )
+    rows = [row + ("",) * (len(columns) - len(row)) for row in _latency_rows(cand)]
+    return Table.build(columns, rows, title=f"{cand.name}: latency per case")
+
+
+def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | None:
+    """Per case and output leaf: the validation metrics against the fp32 reference.
+
+    ``which`` is the evidence field: ``parity`` (before the race), ``revalidation`` (its
+    last measured outputs) or ``final_check``.
+    """
+    result = getattr(cand, which, None)
+    if result is None:
+        return None
+    rows: list[tuple[object, ...]] = []
+    styles: list[str | None] = []
+    for case in result.cases or ():
+        if not case.leaves:
+            rows.append((case.name, "-", "-", "-", "-", "-", "-", "-", case.reason or case.error))
+            styles.append(None if case.passed else "failed")
+        for leaf in case.leaves:
+            problems = "; ".join([*leaf.failures, *leaf.notes])
+            rows.append(
+                (
+                    case.name,
+                    leaf.path,
+                    f"{leaf.candidate_dtype}{list(leaf.shape)}",
+                    number(leaf.max_abs_error, "{:.3g}"),
+                    number(leaf.rel_l2, "{:.3g}"),
+                    number(leaf.cosine, "{:.6f}"),
+                    number(
+                        leaf.outside_fraction
+                        if leaf.outside_fraction is not None
+                        else leaf.mismatch_fraction,
+                        "{:.3g}",
+                    ),
+                    "ok" if leaf.passed else "failed",
+                    problems or (leaf.limits_label or ""),
+                )
+            )
+            styles.append(None if leaf.passed else "failed")
+    return Table.build(
+        (
+            ("case", NOWRAP, False),
+            ("output", WRAP, False),
+            ("dtype/shape", FOLD, False),
+            ("max abs err", NOWRAP, True),
+            ("rel L2", NOWRAP, True),
+            ("cosine", NOWRAP, True),
+            ("outside", NOWRAP, True),
+            ("result", NOWRAP, False),
+            ("limits / notes", WRAP, False),
+        ),
+        rows,
+        row_styles=styles,
+        title=f"{cand.name}: {which.replace('_', ' ')}",
+    )
+
+
+def candidate_summary(cand: CandidateEvidence) -> list[tuple[str, str]]:
+    """One plan's headline facts as ``(field, value)`` pairs."""
+    pairs = [
+        ("plan", cand.name),
+        ("status", str(cand.status)),
+        ("role", str(getattr(cand, "role", "-"))),
+        ("precision", cand.precision),
+        ("provider", " ".join(text(v) for v in (cand.distribution, cand.version) if v) or "-"),
+        ("options", text(cand.options) if cand.options else "-"),
+        ("speedup vs eager [CI]", speedup_text(cand)),
+        (
+            "confidence gate",
+            gate_text(cand) + (f" vs {cand.gate_against}" if cand.gate_against else ""),
+        ),
+        ("parity", parity_text(cand, detail=True)),
+        ("verdict", text(getattr(cand, "measurement_verdict", None))),
+        ("setup s / 1st call s", f"{number(cand.setup_time_s)} / {number(cand.first_call_time_s)}"),
+        ("peak memory MB", number(cand.peak_memory_mb, "{:.1f}")),
+    ]
+    error = getattr(cand, "error", None)
+    if error is not None:
+        pairs.append(("error", f"{error.stage}: {error.message}"))
+    if cand.status == "unavailable":
+        pairs.append(("unavailable", text(cand.availability_reason)))
+        pairs.append(("install", text(cand.install_hint)))
+    note = notes_text(cand)
+    if note and error is None:
+        pairs.append(("notes", note))
+    return pairs
+
+
+__all__ = [
+    "FOLD",
+    "NOWRAP",
+    "PAGE_FAULT_HINT_THRESHOLD",
+    "WRAP",
+    "Table",
+    "candidate_summary",
+    "candidates_table",
+    "decision_lines",
+    "gate_text",
+    "headline",
+    "inputs_kind",
+    "latency_table",
+    "measurement_line",
+    "notes_text",
+    "number",
+    "options_table",
+    "plugin_failures_table",
+    "providers_table",
+    "parity_text",
+    "quantized_share",
+    "speedup_text",
+    "text",
+    "unavailable_table",
+    "validation_table",
+]
