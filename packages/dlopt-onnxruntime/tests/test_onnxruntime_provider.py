@@ -23,6 +23,7 @@ from dlopt.testing import ProviderContractSuite
 from dlopt.validation import validate_outputs
 from dlopt.workload import WorkloadCase, WorkloadProfile
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
+from dlopt_onnxruntime.effective import normalize_option
 from dlopt_onnxruntime.options import OrtOptions
 from dlopt_onnxruntime.plugin import default_providers
 
@@ -495,7 +496,13 @@ def _cuda_context(tmp_path: Path, workload: WorkloadProfile) -> ProviderContext:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "name", ["onnxruntime_cuda", "onnxruntime_cuda_fp16", "onnxruntime_tensorrt"]
+    "name",
+    [
+        "onnxruntime_cuda",
+        "onnxruntime_cuda_fp16",
+        "onnxruntime_tensorrt",
+        "onnxruntime_tensorrt_fp16",
+    ],
 )
 def test_gpu_plans_run_nested_workloads(name: str, tmp_path: Path) -> None:
     provider = _provider(name)
@@ -523,6 +530,15 @@ def test_gpu_plans_run_nested_workloads(name: str, tmp_path: Path) -> None:
     plan = provider.build(model, _cuda_context(tmp_path, moved))
     try:
         assert plan.metadata["session_providers"][0] == provider.execution_provider
+        # Every option the plan set is in effect (build refuses otherwise); say so here too.
+        effective = plan.runner.session.get_provider_options()
+        for ep, options in plan.metadata["provider_options"].items():
+            for key in ("use_tf32", "user_compute_stream", "trt_fp16_enable"):
+                if key in options:
+                    assert normalize_option(effective[ep][key]) == normalize_option(options[key])
+        assignment = plan.metadata["node_assignment"]
+        if assignment is not None:
+            assert assignment.get(provider.execution_provider, 0) > 0, assignment
         for _ in range(2):  # second round uses the learned/preallocated output shapes
             _check_against_eager(plan, model, moved, plan.precision)
         out = plan(*moved.cases[0].args, **moved.cases[0].kwargs)

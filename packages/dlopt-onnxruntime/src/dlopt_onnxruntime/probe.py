@@ -17,20 +17,29 @@ Three layers, cheapest first:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import io
 import os
 import platform
+import re
+import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
 
 from dlopt.plugin import check_distribution, cpu_flags, distribution_version, try_import
 
-#: Supported ONNX Runtime range (IO binding with raw pointers, the options used here).
-ORT_SPEC = ">=1.17"
+#: Supported ONNX Runtime range: 1.18 is the first with every provider option the plans
+#: set (the CUDA EP's use_tf32 came in 1.18; user_compute_stream as an option earlier).
+ORT_SPEC = ">=1.18"
+
+#: NVIDIA's package index: TensorRT's libraries live there (PyPI has stubs of them).
+NVIDIA_INDEX = "https://pypi.nvidia.com"
 
 CPU_INSTALL_HINT = 'pip install "dlopt-onnxruntime[cpu]"'
 GPU_INSTALL_HINT = 'pip install "dlopt-onnxruntime[gpu]"'
@@ -52,8 +61,8 @@ EP_INFO: Mapping[str, tuple[str, str]] = {
     "CUDAExecutionProvider": ("cuda", GPU_INSTALL_HINT),
     "TensorrtExecutionProvider": (
         "cuda",
-        f"{GPU_INSTALL_HINT}, plus the TensorRT libraries that onnxruntime-gpu build "
-        "was made for (pip install tensorrt or the NVIDIA packages)",
+        f"{GPU_INSTALL_HINT}, plus the TensorRT libraries of the major that "
+        f"onnxruntime-gpu build links (TensorRT 10 up to 1.31) from {NVIDIA_INDEX}",
     ),
     "OpenVINOExecutionProvider": (
         "cpu",
@@ -206,8 +215,7 @@ def _check_execution_provider(ort: Any, provider: str, options: dict[str, str]) 
         providers.append("CPUExecutionProvider")
     captured: list[str] = []
     try:
-        with _capture_native_stderr(captured), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with capture_sdk_output(captured):
             session_options = ort.SessionOptions()
             session_options.log_severity_level = 2
             session = ort.InferenceSession(
@@ -216,12 +224,11 @@ def _check_execution_provider(ort: Any, provider: str, options: dict[str, str]) 
             used = tuple(session.get_providers())
             if provider in used:
                 session.run(None, {"x": np.ones(2, dtype=np.float32)})
-        captured.extend(str(w.message) for w in caught)
     except Exception as exc:
-        detail = _first_line(str(exc))
+        detail = first_line(strip_ansi(str(exc)))
         return EpCheck(provider, False, f"a test session with {provider} failed: {detail}")
     if provider not in used:
-        said = _relevant_log(captured)
+        said = relevant_log(captured)
         return EpCheck(
             provider,
             False,
@@ -250,46 +257,130 @@ def _tiny_model_bytes() -> bytes:
     return model.SerializeToString()
 
 
-@contextlib.contextmanager
-def _capture_native_stderr(sink: list[str]) -> Iterator[None]:
-    """Collect what native code writes to fd 2 (ONNX Runtime logs EP load failures there)."""
-    import sys
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (ONNX Runtime colours its log lines)."""
+    return _ANSI.sub("", text)
+
+
+@contextlib.contextmanager
+def capture_sdk_output(sink: list[str]) -> Iterator[None]:
+    """Collect what ONNX Runtime says while the block runs, instead of printing it: its
+    Python prints ("EP Error ... Falling back"), native logs on fds 1 and 2, warnings.
+
+    Each text appended to ``sink`` has its colour codes removed.
+    """
+    saved: dict[int, int] = {}
+    files: dict[int, Any] = {}
+    python_out = io.StringIO()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
     try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        try:
-            sys.stderr.flush()
-            os.dup2(tmp.fileno(), 2)
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                saved[fd] = os.dup(fd)
+                files[fd] = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed below)
+                os.dup2(files[fd].fileno(), fd)
+        with (
+            contextlib.redirect_stdout(python_out),
+            contextlib.redirect_stderr(python_out),
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("always")
             yield
-        finally:
+        sink.extend(str(w.message) for w in caught)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+                stream.flush()
+        for fd, tmp in files.items():
+            with contextlib.suppress(OSError):
+                os.dup2(saved.pop(fd), fd)
             tmp.seek(0)
             sink.append(tmp.read().decode("utf-8", "replace"))
+            tmp.close()
+        for duplicate in saved.values():
+            os.close(duplicate)
+        sink.append(python_out.getvalue())
+        sink[:] = [strip_ansi(text) for text in sink]
 
 
-def _first_line(text: str, limit: int = 400) -> str:
+def first_line(text: str, limit: int = 400) -> str:
+    """The first non-blank line of ``text``, cut at ``limit``."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text.strip())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _relevant_log(texts: list[str], limit: int = 500) -> str:
+def relevant_log(texts: list[str], limit: int = 500) -> str:
     """The lines of ONNX Runtime's output that explain a fallback."""
-    keys = ("error", "fail", "cannot", "could not", "require", ".so", ".dll", "not in available")
+    keys = (
+        "error",
+        "fail",
+        "cannot",
+        "could not",
+        "require",
+        ".so",
+        ".dll",
+        "not in available",
+        "falling back",
+    )
     lines = [
         ln.strip()
         for text in texts
-        for ln in text.splitlines()
+        for ln in strip_ansi(text).splitlines()
         if ln.strip() and any(k in ln.lower() for k in keys)
     ]
     joined = " | ".join(dict.fromkeys(lines))
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
+
+
+def _linked_majors(library: Path, soname: str) -> list[int]:
+    """Majors of ``soname`` (``libnvinfer.so``) that a shared library names (read, not
+    loaded: loading is what fails when the library is missing)."""
+    try:
+        data = library.read_bytes()
+    except OSError:
+        return []
+    pattern = re.escape(soname.encode()) + rb"\.(\d+)"
+    return sorted({int(m.group(1)) for m in re.finditer(pattern, data)})
+
+
+def _ort_capi_dir() -> Path | None:
+    spec = importlib.util.find_spec("onnxruntime")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) / "capi" if locations else None
+
+
+def tensorrt_ep_needs(capi: Path | None = None) -> tuple[int | None, int | None]:
+    """``(TensorRT major, CUDA major)`` the installed ONNX Runtime's TensorRT EP links,
+    read from its provider libraries; ``None`` where they do not say."""
+    capi = capi if capi is not None else _ort_capi_dir()
+    if capi is None:
+        return None, None
+    trt = _linked_majors(capi / "libonnxruntime_providers_tensorrt.so", "libnvinfer.so")
+    cuda = _linked_majors(capi / "libonnxruntime_providers_cuda.so", "libcudart.so") or (
+        _linked_majors(capi / "libonnxruntime_providers_cuda.so", "libcublas.so")
+    )
+    return (trt[-1] if trt else None), (cuda[-1] if cuda else None)
+
+
+def tensorrt_ep_hint(capi: Path | None = None) -> str:
+    """How to give this ONNX Runtime's TensorRT EP its libraries: the TensorRT major it
+    links, from NVIDIA's index (PyPI's ``tensorrt-cuXX-libs`` is a stub that downloads
+    from there), and why torch-tensorrt cannot share the environment."""
+    trt, cuda = tensorrt_ep_needs(capi)
+    if trt is None:
+        return EP_INFO["TensorrtExecutionProvider"][1]
+    package = f"tensorrt-cu{cuda}-libs" if cuda else "tensorrt-cuXX-libs"
+    return (
+        f'pip install "{package}=={trt}.*" --extra-index-url {NVIDIA_INDEX}, then add its '
+        f"tensorrt_libs directory to LD_LIBRARY_PATH: this onnxruntime-gpu's TensorRT EP "
+        f"links libnvinfer.so.{trt}. Not `pip install tensorrt` (the newest major). "
+        "torch-tensorrt 2.13 needs TensorRT 11, so it and this EP need separate environments"
+    )
 
 
 #: Flags of x86 instructions that multiply u8 x s8 without saturating.

@@ -27,6 +27,13 @@ from dlopt.plugin import (
     try_import,
 )
 from dlopt_onnxruntime import probe as _probe
+from dlopt_onnxruntime.effective import (
+    ASSIGNMENT_KEY,
+    assignment_problem,
+    describe_lost,
+    node_assignment,
+    options_not_in_effect,
+)
 from dlopt_onnxruntime.export import (
     MANIFEST_FORMAT,
     MODEL_NAME,
@@ -132,6 +139,8 @@ class OnnxRuntimeProvider:
         return _probe.EP_INFO.get(self.execution_provider, ("cpu", ""))[0]
 
     def install_hint(self) -> str:
+        if self.execution_provider == "TensorrtExecutionProvider":
+            return _probe.tensorrt_ep_hint()
         if self.execution_provider in _probe.EP_INFO:
             return _probe.EP_INFO[self.execution_provider][1]
         return (
@@ -683,23 +692,52 @@ class OnnxRuntimeProvider:
         providers = self._provider_list(
             context, cache_root, layout, stream.cuda_stream if stream is not None else None
         )
+        # Where this ONNX Runtime can (1.31+), record which EP takes which node.
+        if hasattr(ort.InferenceSession, "get_provider_graph_assignment_info"):
+            sess_options.add_session_config_entry(ASSIGNMENT_KEY, "1")
         session_start = time.perf_counter()
-        try:
-            session = ort.InferenceSession(
-                str(session_model), sess_options=sess_options, providers=providers
-            )
-        except Exception as exc:
+        # ONNX Runtime prints "EP Error ... Falling back" to stdout when it retries.
+        printed: list[str] = []
+        with _probe.capture_sdk_output(printed):
+            try:
+                session = ort.InferenceSession(
+                    str(session_model), sess_options=sess_options, providers=providers
+                )
+            except Exception as exc:
+                failure: Exception | None = exc
+            else:
+                failure = None
+        said = _probe.relevant_log(printed) or _probe.first_line(" ".join(printed).strip())
+        if failure is not None:
             raise ProviderBuildError(
                 f"ONNX Runtime could not load {session_model.name} with "
-                f"{self.execution_provider}: {summarize_error(exc)}"
-            ) from exc
+                f"{self.execution_provider}: {summarize_error(failure)}"
+                + (f" (it printed: {said})" if said else "")
+            ) from failure
         session_seconds = time.perf_counter() - session_start
         used = list(session.get_providers())
         if self.execution_provider not in used:
             raise ProviderBuildError(
                 f"the session fell back to {', '.join(used)} instead of using "
                 f"{self.execution_provider}; this plan would not measure what it claims"
+                + (f" (onnxruntime printed: {said})" if said else "")
             )
+        try:
+            effective = session.get_provider_options()
+        except Exception:  # an ONNX Runtime without it: nothing to compare
+            effective = None
+        lost = options_not_in_effect(providers, effective, used) if effective is not None else {}
+        if lost:
+            raise ProviderBuildError(
+                f"{self.name}: the session does not have the provider options the plan set "
+                f"({describe_lost(lost)}); ONNX Runtime dropped or ignored them"
+                + (f" (it printed: {said})" if said else " (an option this EP does not know?)")
+                + ". A plan without them would not measure what it claims"
+            )
+        assignment = node_assignment(session)
+        problem = assignment_problem(self.execution_provider, assignment)
+        if problem is not None:
+            raise ProviderBuildError(f"{self.name}: {problem}")
         unknown = [i.name for i in session.get_inputs() if i.name not in layout.names]
         if unknown:
             raise ExportedModelDoesNotServe(
@@ -727,6 +765,8 @@ class OnnxRuntimeProvider:
                 },
                 "intra_op_allow_spinning": config.get(SPINNING_KEY),
                 "io": io,
+                # Nodes per EP as ONNX Runtime assigned them (None: not recorded).
+                "node_assignment": assignment,
             },
         }
 
