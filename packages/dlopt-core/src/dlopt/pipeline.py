@@ -35,7 +35,6 @@ from dlopt.measurement import (
     run_race,
     time_call,
 )
-from dlopt.measurement.compare import paired_speedup
 from dlopt.policy import OptimizationPolicy, check_plan_names, structure_options
 from dlopt.providers.boundary import check_built_plan, check_plan_name
 from dlopt.providers.contract import (
@@ -513,6 +512,7 @@ def race(
                 synchronize={c.name: run.synchronize(c.plan) for c in alive},
                 on_round=on_round,
                 case_names=[case.name for case in reference.cases],
+                natives=[c.name for c in alive if c.role is Role.NATIVE],
             )
     except DloptError:
         raise
@@ -670,7 +670,7 @@ def _choose(
     def steady_speedup(name: str, against: str) -> RatioInterval | None:
         if against == reference:
             return result.candidate(name).speedup_vs_baseline
-        return paired_speedup(result, name, against)
+        return result.paired_speedup(name, against)
 
     return choose(
         objective=policy.objective,

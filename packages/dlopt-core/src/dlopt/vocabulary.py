@@ -64,6 +64,9 @@ class StopReason(Word):
 
     RESOLVED = "resolved"
     FUTILITY = "futility"
+    #: The leader passed the gate but no budget left could show that every other
+    #: survivor is within the indifference zone of it: the regret bound reached is reported.
+    INDIFFERENCE_FUTILITY = "indifference_futility"
     MAX_ROUNDS = "max_rounds"
     TIME_BUDGET = "time_budget"
     CANCELLED = "cancelled"

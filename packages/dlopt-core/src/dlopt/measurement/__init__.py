@@ -1,8 +1,11 @@
 """The measurement kernel: setup, first-call and steady-state costs of every plan.
 
-Steady state is measured in a race (``run_race``): rounds of settled bursts in a shuffled
-order, each challenger paired with the baseline round by round, stopping adaptively with
-intervals that stay valid at every look. See docs/measurement.md.
+Steady state is measured in a race (``run_race``): rounds of settled bursts, each
+challenger paired with the baseline round by round, decided by a group-sequential rule
+that stays valid whenever the race stops. The modules: ``scheduler`` (timing, quiet-wait,
+warm-up, bursts), ``sequential`` (boundaries, pooled variance, paired statistics),
+``kernel`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
+``clock``, ``memory``, ``stats``. See docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -16,29 +19,33 @@ from dlopt.measurement.clock import (
     ProcessCpuTime,
     time_call,
 )
-from dlopt.measurement.fixed import FixedProtocolResult, fixed_protocol
-from dlopt.measurement.kernel import CandidateMeasurement, RaceResult, run_race
+from dlopt.measurement.kernel import run_race
 from dlopt.measurement.memory import MemoryProbe, PeakMemory, track_peak_memory
 from dlopt.measurement.policy import MeasurementPolicy
-from dlopt.measurement.stats import LatencyStats, RatioInterval, alpha_for_look
+from dlopt.measurement.results import (
+    AllocatorRegime,
+    CandidateMeasurement,
+    OpenComparison,
+    RaceResult,
+)
+from dlopt.measurement.stats import LatencyStats, RatioInterval
 
 __all__ = [
+    "AllocatorRegime",
     "CandidateMeasurement",
     "Clock",
     "CpuTimeSource",
     "FakeClock",
     "FakeCpuTime",
-    "FixedProtocolResult",
     "LatencyStats",
     "MeasurementPolicy",
     "MemoryProbe",
     "MonotonicClock",
+    "OpenComparison",
     "PeakMemory",
     "ProcessCpuTime",
     "RaceResult",
     "RatioInterval",
-    "alpha_for_look",
-    "fixed_protocol",
     "run_race",
     "time_call",
     "track_peak_memory",

@@ -1,13 +1,9 @@
-"""Statistics of the measurement kernel: latency summaries and paired-ratio intervals.
+"""Statistics of the measurement kernel: latency summaries and descriptive intervals.
 
-Two kinds of interval, on purpose (docs/measurement.md explains both):
-
-* the *decision* interval of a paired log-ratio: a Student-t interval at a per-look level
-  taken from an alpha-spending schedule, so that it holds simultaneously over every look
-  of a race (``alpha_for_look`` + ``t_interval``). Stopping, dropping and the verdict use
-  it, and it is the one reported as ``speedup_vs_baseline``;
-* a *descriptive* fixed-sample interval of the final data (scipy's BCa bootstrap),
-  reported as ``speedup_fixed_sample``: tighter, but not valid after optional stopping.
+The intervals that decide come from :mod:`dlopt.measurement.sequential` (a group-sequential
+boundary); this module holds the per-case latency summary, the Student-t helpers and the
+*descriptive* fixed-sample bootstrap interval reported as ``speedup_fixed_sample``
+(tighter, but not valid after sequential stopping). docs/measurement.md explains both.
 """
 
 from __future__ import annotations
@@ -56,6 +52,8 @@ class LatencyStats:
     warmup_converged: bool
     timed_calls: int
     untimed_calls: int
+    burst_calls: int = 0
+    round_spread: float | None = None
 
 
 @frozen
@@ -86,22 +84,6 @@ def _t_quantile(q: float, df: int) -> float:
 def t_quantile(q: float, df: int) -> float:
     """``scipy.stats.t.ppf(q, df)``, cached."""
     return _t_quantile(float(q), int(df))
-
-
-def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
-    """Two-sided error share of look ``look`` (1-based) out of at most ``max_looks``.
-
-    Half of ``alpha`` is spread evenly over all looks (so late looks are never worse than a
-    Bonferroni split over 2 x ``max_looks``); the other half is front-loaded as
-    ``6 / (pi^2 k^2)``, so a clear difference is declared at the first looks. The shares
-    sum to at most ``alpha``; by the union bound the intervals then hold at every look at
-    once with probability at least ``1 - alpha``.
-    """
-    if look < 1 or max_looks < 1:
-        raise ValueError("looks are counted from 1")
-    even = 0.5 * alpha / max_looks
-    front = 0.5 * alpha * 6.0 / (math.pi**2 * look * look)
-    return even + front
 
 
 def t_interval(
@@ -182,6 +164,8 @@ def summarize_latency(
     case: str,
     samples_s: Sequence[float],
     burst_means_s: Sequence[float],
+    statistics_s: Sequence[float],
+    burst_calls: int,
     block_size: int,
     confidence: float,
     noise_threshold: float,
@@ -221,16 +205,18 @@ def summarize_latency(
             warmup_converged,
             timed_calls,
             untimed_calls,
+            burst_calls,
         )
     p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
     mean = float(arr.mean())
     stdev = float(arr.std(ddof=1)) if n > 1 else None
     interval = t_interval(np.asarray(burst_means_s, dtype=float) * 1e3, 1.0 - confidence)
     low = high = None
-    noisy = False
     if interval is not None:
         _, low, high = interval
-        noisy = mean > 0 and (high - low) / 2.0 > noise_threshold * mean
+    logs = [math.log(v) for v in statistics_s if v > 0]
+    spread = float(np.std(logs, ddof=1)) if len(logs) > 1 else None
+    noisy = spread is not None and spread > noise_threshold
     faults = None
     if page_faults is not None and timed_calls > 0:
         faults = page_faults / timed_calls
@@ -255,4 +241,6 @@ def summarize_latency(
         warmup_converged=warmup_converged,
         timed_calls=timed_calls,
         untimed_calls=untimed_calls,
+        burst_calls=burst_calls,
+        round_spread=finite_or_none(spread) if spread is not None else None,
     )

@@ -8,7 +8,13 @@ Each simulated call advances a ``FakeClock`` by ``latency x factors``:
 * rare spikes: with ``spike_probability`` a call costs ``spike_factor`` times more;
 * interference when plans alternate: the first calls after another plan ran pay
   ``1 + switch_penalty x switch_decay^j`` (j = calls since the switch), the way a previous
-  plan's thread pool and allocator state slow the next one on a CPU.
+  plan's thread pool and allocator state slow the next one on a CPU;
+* turn-to-turn variation: each turn of a plan (calls since another plan ran) draws one
+  factor ``exp(N(0, turn_jitter))`` for all its calls (thread placement, cache state),
+  which the pairing of a round cannot cancel;
+* contention (bimodal calls): with ``preempt_probability`` a call is preempted and pays an
+  extra ``Exp(mean = preempt_delay)`` times its latency, as when another process takes a
+  core from an OpenMP team on a shared 2-core machine.
 
 ``run_simulated_race`` and ``run_simulated_fixed`` give the kernel and the fixed peer
 protocol the same machine, so tests and ``benchmarks/measurement_kernel.py`` share them.
@@ -23,8 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from attrs import evolve, frozen
 
 from dlopt.measurement.clock import FakeClock
-from dlopt.measurement.fixed import FixedProtocolResult, fixed_protocol
-from dlopt.measurement.kernel import RaceResult, run_race
+from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
+from dlopt.measurement.kernel import run_race
+from dlopt.measurement.results import RaceResult
 from dlopt.measurement.policy import MeasurementPolicy
 
 
@@ -41,6 +48,9 @@ class NoiseModel:
     switch_decay: float = 0.2
     step_at_s: float | None = None
     step_factor: float = 1.0
+    preempt_probability: float = 0.0
+    preempt_delay: float = 0.0
+    turn_jitter: float = 0.0
 
 
 class SimulatedMachine:
@@ -55,6 +65,7 @@ class SimulatedMachine:
         self._phase = self._rng.uniform(0.0, 2.0 * math.pi)
         self._last_plan: str | None = None
         self._since_switch = 0
+        self._turn = 1.0
         self.calls = 0
 
     def factor(self, plan: str) -> float:
@@ -67,8 +78,12 @@ class SimulatedMachine:
         f *= math.exp(rng.gauss(0.0, n.jitter))
         if rng.random() < n.spike_probability:
             f *= n.spike_factor
+        if n.preempt_probability and rng.random() < n.preempt_probability:
+            f *= 1.0 + rng.expovariate(1.0 / n.preempt_delay)
         if plan != self._last_plan:
             self._last_plan, self._since_switch = plan, 0
+            self._turn = math.exp(rng.gauss(0.0, n.turn_jitter)) if n.turn_jitter else 1.0
+        f *= self._turn
         f *= 1.0 + n.switch_penalty * n.switch_decay**self._since_switch
         self._since_switch += 1
         return f
@@ -101,6 +116,7 @@ def run_simulated_race(
     seed: int = 0,
     weights: Sequence[float] | None = None,
     resolution_ns: int = 1,
+    natives: Sequence[str] = (),
 ) -> RaceResult:
     """One race on a fresh simulated machine (machine seed and shuffle seed from ``seed``)."""
     machine = SimulatedMachine(noise, seed=seed, resolution_ns=resolution_ns)
@@ -112,6 +128,7 @@ def run_simulated_race(
         min_speedup,
         evolve(policy, seed=seed),
         clock=machine.clock,
+        natives=natives,
     )
 
 

@@ -1,0 +1,233 @@
+"""What a race returns: one record per plan, the race's own figures, the open comparisons.
+
+Plain attrs value types (strict-JSON through ``dlopt.serialization``); the kernel fills
+them, the report copies them. ``RaceResult.paired_speedup`` compares any two plans after
+the race on the rounds both ran, with the race's own boundary.
+"""
+
+from __future__ import annotations
+
+import math
+
+from attrs import field, frozen
+
+from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.measurement.sequential import boundary, pair_stats
+from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
+from dlopt.vocabulary import StopReason, Verdict
+
+#: A call taking at least this share of the time budget is said to overrun it.
+OVERRUN_SHARE = 0.5
+
+
+@frozen
+class OpenComparison:
+    """A comparison the budget ended before it was decided, and what would decide it.
+
+    ``kind``: ``"gate"`` (``candidate`` against the baseline and ``min_speedup``) or
+    ``"leader"`` (whether ``candidate`` is within the indifference zone of ``against``,
+    the leading plan). ``rounds_needed``: rounds after which the interval would be narrow
+    enough at the spread seen (``None``: not within any budget, the point sits on the
+    bar); ``budget_s_needed``: the measurement budget that would give them.
+    """
+
+    candidate: str
+    against: str
+    kind: str
+    rounds: int
+    rounds_needed: int | None
+    budget_s_needed: float | None
+
+
+@frozen
+class AllocatorRegime:
+    """The heap allocator's state during the race, and what it means for serving.
+
+    ``faults_per_call_before``: minor page faults per call of the baseline's first calls,
+    before the race settled the allocator (``None`` where not measured). ``settled``:
+    whether the race fixed glibc's thresholds (``method`` says how); ``advice``: what a
+    deployment should do when the default regime cost the baseline page faults on every
+    call.
+    """
+
+    settled: bool
+    method: str
+    faults_per_call_before: float | None = None
+    faults_per_call_after: float | None = None
+    latency_before_ms: float | None = None
+    latency_after_ms: float | None = None
+    advice: str | None = None
+
+
+@frozen
+class CandidateMeasurement:
+    """Everything the race measured about one plan.
+
+    ``verdict``: ``"baseline"`` for the baseline; for a challenger ``"faster"`` when its
+    gate interval's low end clears ``min_speedup``, ``"not_faster"`` when its high end is
+    below it, ``"unresolved"`` when the race stopped first (budget, futility, or the
+    leader was identified while this plan stayed within the indifference zone),
+    ``"dropped"`` when it was eliminated as slower than the leading plan by more than the
+    indifference zone (``dropped_at_round``), ``"failed"`` when a call raised
+    (``error``). A plan already ``"faster"`` that is eliminated keeps its verdict and
+    records ``dropped_at_round``.
+
+    ``speedup_vs_baseline`` is the gate interval: the intersection of the looks'
+    intervals, each at the race's group-sequential boundary, so it is valid whenever the
+    race stopped; its point is the mean over *every* round both plans ran (a winner is
+    ranked on all the evidence, not on the look where it cleared the gate).
+    ``speedup_fixed_sample``: a descriptive bootstrap interval of the same paired
+    differences, as if the number of rounds had been fixed. ``weighted_mean_ms``: the
+    traffic-weighted mean latency over all timed calls, with a t-interval over rounds.
+    ``round_scores``: per round (index = round - 1) the plan's score, the cost-share
+    weighted log of its burst statistics (``None``: did not run that round).
+    """
+
+    name: str
+    verdict: Verdict
+    cases: tuple[LatencyStats, ...]
+    weighted_mean_ms: float | None
+    weighted_mean_low_ms: float | None
+    weighted_mean_high_ms: float | None
+    speedup_vs_baseline: RatioInterval | None
+    speedup_fixed_sample: RatioInterval | None
+    rounds: int
+    resolved_at_round: int | None
+    dropped_at_round: int | None
+    error: str | None
+    noisy: bool
+    warmup_calls: int
+    timed_calls: int
+    untimed_calls: int
+    note: str = ""
+    round_scores: tuple[float | None, ...] = ()
+    #: Bursts whose settling hit its cap before a call ran within ``settle_tolerance``.
+    unsettled_bursts: int = 0
+    #: Seconds the race waited for the process to go quiet before this plan's turns.
+    quiet_wait_s: float = 0.0
+    #: Of those waits, how many hit ``quiesce_max_s``.
+    quiet_waits_capped: int = 0
+    #: Seconds waited right after this plan's turns: how long it left the process busy.
+    quiet_wait_after_s: float = 0.0
+    #: The longest single call (or block of back-to-back calls) it made.
+    longest_call_s: float = 0.0
+    #: Per-round standard deviation of its paired log difference with the baseline.
+    round_spread: float | None = None
+
+
+@frozen
+class RaceResult:
+    """The outcome of ``run_race``: every plan's measurement plus how the race went.
+
+    ``budget_s``: the measurement budget the race had (``policy.max_time_s``, or the one
+    scaled to the model's per-call cost). ``leader``: the plan ranked first on all rounds
+    among those still in contention; ``regret_bound``: an upper confidence bound of how
+    much faster (as a ratio) any other surviving plan may be than the leader (1.0 when the
+    leader is identified within the indifference zone's resolution).
+    """
+
+    baseline: str
+    min_speedup: float
+    confidence: float
+    seed: int
+    rounds: int
+    stop_reason: StopReason
+    total_time_s: float
+    timed_calls: int
+    untimed_calls: int
+    case_names: tuple[str, ...]
+    weights: tuple[float, ...]
+    candidates: tuple[CandidateMeasurement, ...]
+    policy: MeasurementPolicy = field(factory=MeasurementPolicy)
+    final: bool = True
+    quiet_wait_s: float = 0.0
+    budget_s: float = 0.0
+    warmup_time_s: float = 0.0
+    #: Cost share of each case in a round's score (from the baseline's warm-up latency).
+    case_shares: tuple[float, ...] = ()
+    #: Comparisons in the error family (challengers x references they may be judged by).
+    family_size: int = 1
+    leader: str | None = None
+    regret_bound: float | None = None
+    open_comparisons: tuple[OpenComparison, ...] = ()
+    allocator: AllocatorRegime | None = None
+
+    def candidate(self, name: str) -> CandidateMeasurement:
+        """The measurement of candidate ``name``."""
+        for cand in self.candidates:
+            if cand.name == name:
+                return cand
+        raise KeyError(
+            f"no candidate {name!r} in this race; known: {[c.name for c in self.candidates]}"
+        )
+
+    @property
+    def faster(self) -> tuple[str, ...]:
+        """Challengers whose gate interval clears ``min_speedup``."""
+        return tuple(c.name for c in self.candidates if c.verdict == "faster")
+
+    @property
+    def unresolved(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.candidates if c.verdict == "unresolved")
+
+    @property
+    def longest_call(self) -> tuple[str | None, float]:
+        """The plan that made the race's longest single call, and that call's seconds."""
+        if not self.candidates:
+            return None, 0.0
+        slowest = max(self.candidates, key=lambda c: c.longest_call_s)
+        return slowest.name, slowest.longest_call_s
+
+    def budget_overrun(self) -> str | None:
+        """Why the time budget ran out, when one call took a large share of it."""
+        name, seconds = self.longest_call
+        budget = self.budget_s or (self.policy.max_time_s or 0.0)
+        if name is None or budget <= 0 or seconds < OVERRUN_SHARE * budget:
+            return None
+        return (
+            f"a single call of {name} took {seconds:.1f} s, which overran the {budget:g} s "
+            "measurement budget; a plan that stalls like this would stall in serving too"
+        )
+
+    def paired_speedup(self, candidate: str, reference: str) -> RatioInterval:
+        """Speedup of ``candidate`` over ``reference`` (> 1: candidate faster).
+
+        Paired over the rounds both ran, at the race's boundary for its error family (a
+        native plan that becomes the baseline is one of the references the family was
+        sized for), so the interval is as strict as the gate's.
+        """
+        cand = self.candidate(candidate)
+        ref = self.candidate(reference)
+        stats = pair_stats(_by_round(ref.round_scores), _by_round(cand.round_scores))
+        policy = self.policy
+        if stats is None:
+            interval = None
+            critical = None
+        else:
+            critical = boundary(
+                policy.alpha / self.family_size, policy.min_rounds, policy.max_rounds, stats.df
+            )
+            interval = stats.interval(critical)
+        return ratio_from_log(
+            interval,
+            confidence=policy.confidence,
+            method=(
+                f"paired t over {0 if stats is None else stats.rounds} common rounds of the "
+                f"score difference vs {reference!r}, at the race's group-sequential boundary "
+                f"(one-sided alpha {policy.alpha:g}/{self.family_size} per side)"
+            ),
+            rounds=0 if stats is None else stats.rounds,
+            per_look_confidence=None
+            if critical is None
+            else 1.0 - _tail(critical, stats.df if stats else 1),
+        )
+
+
+def _by_round(scores: tuple[float | None, ...]) -> dict[int, float]:
+    return {r + 1: s for r, s in enumerate(scores) if s is not None and math.isfinite(s)}
+
+
+def _tail(critical: float, df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.sf(critical, max(int(df), 1)))

@@ -1,0 +1,216 @@
+"""The sequential rule: when a paired comparison is decided, which plans leave, when to stop.
+
+Pure statistics over per-round scores, no clock and no callables; docs/measurement.md
+explains each piece with the figures behind the defaults.
+
+* **Scores.** Each round gives every measured plan one score: the cost-share-weighted sum
+  over cases of the log of its burst statistic. Two plans are compared on the per-round
+  differences of their scores (paired: drift common to a round cancels).
+* **Variance.** The residual variance of the rounds x plans layout (two-way, plans and
+  rounds as effects) is pooled over every plan still measured, with ``(n-1)(P-1)``
+  degrees of freedom; a pair whose own spread fails an F check against the pooled value
+  falls back to its own variance with ``n-1``.
+* **Boundary.** One-sided Pocock-type group-sequential boundary: one constant ``c`` with
+  ``P(some look n in [first, last] has S_n / sqrt(n) >= c) = alpha`` for a standard
+  random walk ``S_n``, computed exactly by recursive numerical integration
+  (:func:`pocock_constant`); with an estimated variance the nominal per-look level
+  ``1 - Phi(c)`` is turned into a Student-t quantile at the look's degrees of freedom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+from attrs import frozen
+
+from dlopt.measurement.stats import t_quantile
+
+#: Grid step of the recursive integration (in units of one round's standard deviation).
+_GRID_STEP = 0.05
+#: Half-width of the Gaussian step kernel, in standard deviations.
+_KERNEL_SDS = 8.0
+
+
+def _crossing_probability(c: float, first: int, last: int) -> float:
+    """``P(max_{first <= n <= last} S_n / sqrt(n) >= c)`` for a standard random walk."""
+    from scipy.stats import norm
+
+    h = _GRID_STEP
+    low = -_KERNEL_SDS * math.sqrt(last) - c * math.sqrt(last)
+    high = c * math.sqrt(last)
+    grid = np.arange(low, high + h, h)
+    # Density of S_first, cut at the first boundary.
+    bound = c * math.sqrt(first)
+    density = norm.pdf(grid, scale=math.sqrt(first))
+    crossed = float(norm.sf(bound / math.sqrt(first)))
+    density[grid >= bound] = 0.0
+    offsets = np.arange(-_KERNEL_SDS, _KERNEL_SDS + h, h)
+    kernel = norm.pdf(offsets) * h
+    half = len(offsets) // 2
+    for n in range(first + 1, last + 1):
+        moved = np.convolve(density, kernel)[half : half + len(grid)]
+        bound = c * math.sqrt(n)
+        over = grid >= bound
+        crossed += float(moved[over].sum() * h)
+        moved[over] = 0.0
+        density = moved
+    return crossed
+
+
+@lru_cache(maxsize=256)
+def pocock_constant(alpha: float, first: int, last: int) -> float:
+    """The one-sided Pocock constant for looks at rounds ``first..last`` at level ``alpha``.
+
+    Found by bisection on the exact crossing probability; cached (the race asks for a
+    handful of levels).
+    """
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if last < first or first < 2:
+        raise ValueError(f"looks must satisfy 2 <= first <= last, got {first}..{last}")
+    from scipy.stats import norm
+
+    lo = float(norm.isf(alpha))  # one look: the plain one-sided quantile
+    hi = float(norm.isf(alpha / (last - first + 1)))  # Bonferroni over every look
+    if last == first:
+        return lo
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if _crossing_probability(mid, first, last) > alpha:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-4:
+            break
+    return hi
+
+
+def per_look_level(alpha: float, first: int, last: int) -> float:
+    """Nominal one-sided level of each look: ``1 - Phi(pocock_constant(...))``."""
+    from scipy.stats import norm
+
+    return float(norm.sf(pocock_constant(alpha, first, last)))
+
+
+def boundary(alpha: float, first: int, last: int, df: float) -> float:
+    """The t-scale boundary of a look with ``df`` degrees of freedom (one-sided)."""
+    level = per_look_level(alpha, first, max(last, first))
+    return t_quantile(1.0 - level, max(int(df), 1))
+
+
+@frozen
+class PairStats:
+    """Per-round paired difference ``a - b`` of two plans' scores (log cost).
+
+    ``mean`` < 0: ``a`` is cheaper. ``se`` is the standard error of ``mean``; ``df`` its
+    degrees of freedom; ``pooled`` whether the pooled variance was used.
+    """
+
+    rounds: int
+    mean: float
+    sd: float
+    se: float
+    df: float
+    pooled: bool
+
+    def interval(self, critical: float) -> tuple[float, float, float]:
+        """``(mean, mean - critical*se, mean + critical*se)``."""
+        half = critical * self.se
+        return self.mean, self.mean - half, self.mean + half
+
+
+@frozen
+class PooledVariance:
+    """The residual variance of a balanced rounds x plans block."""
+
+    plans: frozenset[str]
+    rounds: tuple[int, ...]
+    variance: float
+    df: int
+
+
+def pooled_variance(scores: Mapping[str, Mapping[int, float]]) -> PooledVariance | None:
+    """Two-way residual variance over the rounds every plan in ``scores`` ran.
+
+    ``scores[plan][round]`` is a plan's score. Needs at least 3 plans (with two, the
+    pooled and per-pair variances coincide) and 3 common rounds.
+    """
+    plans = sorted(scores)
+    if len(plans) < 3:
+        return None
+    common = sorted(set.intersection(*(set(scores[p]) for p in plans)))
+    if len(common) < 3:
+        return None
+    table = np.array([[scores[p][r] for r in common] for p in plans])
+    resid = (
+        table
+        - table.mean(axis=1, keepdims=True)
+        - table.mean(axis=0, keepdims=True)
+        + table.mean()
+    )
+    df = (len(plans) - 1) * (len(common) - 1)
+    return PooledVariance(frozenset(plans), tuple(common), float((resid**2).sum() / df), df)
+
+
+#: Level of the F check that sends a pair back to its own variance.
+HETEROGENEITY_LEVEL = 0.05
+
+
+@lru_cache(maxsize=4096)
+def _f_upper(dfn: int, dfd: int) -> float:
+    from scipy.stats import f
+
+    return float(f.isf(HETEROGENEITY_LEVEL, dfn, dfd))
+
+
+def pair_stats(
+    a: Mapping[int, float], b: Mapping[int, float], pooled: PooledVariance | None = None
+) -> PairStats | None:
+    """Paired statistics of ``a - b`` over the rounds both ran (None under 2 rounds).
+
+    With ``pooled`` (a block that contains both plans), the variance of a difference is
+    ``2 * pooled.variance`` unless the pair's own variance exceeds it beyond the F
+    check's upper ``HETEROGENEITY_LEVEL`` quantile.
+    """
+    common = sorted(set(a) & set(b))
+    n = len(common)
+    if n < 2:
+        return None
+    diffs = [a[r] - b[r] for r in common]
+    mean = math.fsum(diffs) / n
+    var = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
+    if pooled is not None and set(common) >= set(pooled.rounds) and pooled.variance > 0:
+        pooled_var = 2.0 * pooled.variance
+        if var <= pooled_var * _f_upper(n - 1, pooled.df):
+            sd = math.sqrt(pooled_var)
+            return PairStats(n, mean, sd, sd / math.sqrt(n), float(pooled.df), True)
+    sd = math.sqrt(var)
+    return PairStats(n, mean, sd, sd / math.sqrt(n), float(n - 1), False)
+
+
+def rounds_to_reach(sd: float, margin: float, critical: float) -> float:
+    """Rounds after which ``critical * sd / sqrt(n)`` falls below ``margin`` (inf if never)."""
+    if margin <= 0:
+        return math.inf
+    if sd <= 0:
+        return 0.0
+    return (critical * sd / margin) ** 2
+
+
+def scores_of(
+    per_case: Sequence[Mapping[int, float]], shares: Sequence[float]
+) -> dict[int, float]:
+    """Per-round score of one plan: ``sum_case share * log(statistic)``, over the rounds
+    in which every case ran (a round with a missing or non-positive case is skipped)."""
+    if not per_case:
+        return {}
+    rounds = set.intersection(*(set(case) for case in per_case))
+    out: dict[int, float] = {}
+    for r in sorted(rounds):
+        values = [case[r] for case in per_case]
+        if all(v > 0 for v in values):
+            out[r] = math.fsum(s * math.log(v) for s, v in zip(shares, values))
+    return out
