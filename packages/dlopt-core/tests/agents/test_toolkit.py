@@ -66,7 +66,7 @@ def test_unknown_tool_is_a_structured_error_listing_the_tools(make_toolkit) -> N
     result = toolkit.invoke("dlopt_delete_everything", {})
     assert error_code(result) == "unknown_tool"
     assert result["error"]["details"]["tools"] == list(TOOL_NAMES)
-    assert error_code(toolkit.invoke(42, {})) == "unknown_tool"  # type: ignore[arg-type]
+    assert error_code(toolkit.invoke(42, {})) == "unknown_tool"
 
 
 @pytest.mark.parametrize("tool", [OPTIMIZE, READ_REPORT])
@@ -114,6 +114,8 @@ def test_reading_before_optimizing_and_unknown_candidates(make_toolkit) -> None:
         '{"workload": NaN}',
         '["w"]',
         "x" * 70_000,
+        "[" * 60_000,  # nested past the parser's depth
+        {"workload": "w", "measurement": {"a": [[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]}},
     ],
 )
 def test_invalid_arguments_are_refused_before_anything_runs(make_toolkit, arguments) -> None:
@@ -239,14 +241,14 @@ def test_the_agents_budget_is_what_the_race_gets(make_toolkit) -> None:
     measurement = checked(result)["result"]["measurement"]
     assert (measurement["max_time_s"], measurement["max_rounds"]) == (0.5, 3)
     assert measurement["rounds"] <= 3
-    policy = toolkit.report("w").measurement.policy  # type: ignore[union-attr]
+    policy = toolkit.report("w").measurement.policy
     assert (policy.max_time_s, policy.max_rounds) == (0.5, 3)
 
 
 def test_without_a_budget_the_race_gets_the_hosts_cap(make_toolkit) -> None:
     toolkit, _, _ = make_toolkit(ToolkitLimits(max_measure_time_s=1.5, max_rounds=6))
     toolkit.invoke(OPTIMIZE, {"workload": "w"})
-    policy = toolkit.report("w").measurement.policy  # type: ignore[union-attr]
+    policy = toolkit.report("w").measurement.policy
     assert (policy.max_time_s, policy.max_rounds) == (1.5, 6)
 
 
@@ -280,7 +282,7 @@ def test_agent_settings_reach_the_policy(make_toolkit) -> None:
     summary = checked(result)["result"]
     assert summary["objective"] == "lifecycle_latency" and summary["min_speedup"] == 1.5
     assert summary["selected_plan"] == "eager_fp32"
-    assert toolkit.report("w").constraints.expected_calls == 1000  # type: ignore[union-attr]
+    assert toolkit.report("w").constraints.expected_calls == 1000
 
 
 def test_the_race_budget_is_spent_then_refused(make_toolkit) -> None:
@@ -473,9 +475,30 @@ def test_registration_refuses_unsafe_names_and_silent_replacement(make_toolkit) 
     with pytest.raises(ConfigurationError, match="replace=True"):
         toolkit.register_workload("w", model, x)
     with pytest.raises(ConfigurationError, match=r"torch\.nn\.Module"):
-        toolkit.register_workload("f", lambda v: v, x)  # type: ignore[arg-type]
+        toolkit.register_workload("f", lambda v: v, x)
     with pytest.raises(ConfigurationError, match="InferenceOptimizer"):
         OptimizationAgentToolkit("cpu")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"max_result_chars": 100}, "max_result_chars"),
+        ({"max_measure_time_s": 0}, "max_measure_time_s"),
+        ({"max_rounds": 2}, "max_rounds"),
+        ({"min_speedup_range": (2.0, 1.0)}, "lowest 2.0 is above highest 1.0"),
+        ({"min_speedup_range": (1.0,)}, r"\(lowest, highest\)"),
+        ({"max_races": -1}, "max_races"),
+    ],
+)
+def test_limits_refuse_what_cannot_bound_anything(limits, message) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        ToolkitLimits(**limits)
+
+
+def test_caps_below_the_policys_min_rounds_are_refused(make_toolkit) -> None:
+    with pytest.raises(ConfigurationError, match="below the optimizer policy's min_rounds"):
+        make_toolkit(ToolkitLimits(max_rounds=3), min_rounds=4)
 
 
 def test_the_toolkit_source_runs_no_code_paths_or_network() -> None:
