@@ -371,6 +371,20 @@ def test_a_call_waiting_for_another_workloads_race_can_be_cancelled(make_toolkit
     assert checked(first_box[0])["ok"] and gated.inner.builds == 1
 
 
+def test_inspecting_waits_for_a_running_race(make_toolkit) -> None:
+    toolkit, _, providers = make_toolkit(gated=True)
+    gated = providers["fast"]
+    race, race_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
+    assert gated.started.wait(20)
+    inspect, inspect_box = in_thread(lambda: toolkit.invoke(INSPECT_RUNTIME))
+    inspect.join(0.5)
+    assert inspect_box == []  # no probe runs while plans are being built and timed
+    gated.gate.set()
+    race.join(20)
+    inspect.join(20)
+    assert checked(race_box[0])["ok"] and checked(inspect_box[0])["ok"]
+
+
 # -- bounded, strict results ---------------------------------------------------------
 
 

@@ -380,12 +380,15 @@ class OptimizationAgentToolkit:
         registry, infos = self._provider_infos()
         context = ProviderContext(target=optimizer.target, policy=optimizer.policy)
         providers = []
-        for provider_info in infos:
+        # Probes import SDKs and may run kernels: never while a race is timing plans.
+        with _RACE_LOCK:
+            statuses = [probe_provider(i, context) for i in infos]
+        for provider_info, status in zip(infos, statuses):
             try:
                 role: str | None = Role.of(provider_info.provider).value
             except TypeError:
                 role = None
-            providers.append(views.provider_view(probe_provider(provider_info, context), role))
+            providers.append(views.provider_view(status, role))
         runtime = strict_jsonable(info)
         runtime.pop("providers", None)
         runtime.pop("plugin_failures", None)
