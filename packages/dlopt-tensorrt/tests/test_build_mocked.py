@@ -17,7 +17,7 @@ from dlopt.plugin import (
     WorkloadCase,
     WorkloadProfile,
 )
-from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, precision_kwargs
+from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, load_engine, precision_kwargs
 
 
 class Net(torch.nn.Module):
@@ -174,3 +174,64 @@ def test_precision_kwargs_without_any_precision_api() -> None:
         {"disable_tf32": True, "enabled_precisions": {torch.float32}},
         "fp32",
     )
+
+
+# What Torch-TensorRT 2.13 does with these calls, as the fake SDK simulates it ----------
+
+# target "cuda" without an index ---------------------------------------------------
+
+
+def test_target_cuda_without_an_index_builds_on_the_current_device(
+    fake_trt: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trt = fake_trt()
+    plan = TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    (call,) = trt.compile_calls
+    assert call["device"] == torch.device("cuda", 0)
+    assert plan.metadata["compile_options"]["device"] == "cuda:0"
+
+
+def test_an_explicit_index_is_kept(fake_trt: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    trt = fake_trt()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    TensorRTProvider(Precision.FP16).build(
+        Net().eval(),
+        ProviderContext(
+            target=ExecutionTarget("cuda:1"), workload=_workload(), artifact_dir=tmp_path
+        ),
+    )
+    assert trt.compile_calls[0]["device"] == torch.device("cuda", 1)
+
+
+# a saved program keeps its dynamic batch -----------------------------------------
+
+
+def test_a_saved_program_serves_every_case_shape(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    context = _context(tmp_path)
+    context.options = TensorRTOptions(save_engine=True)
+    model = Net().eval()
+    plan = TensorRTProvider(Precision.FP16).build(model, context)
+    (save,) = trt.save_calls
+    assert save["retrace"] is False
+    loaded = load_engine(plan.artifacts["engine"])
+    for case in _workload().cases:
+        x = case.args[0]
+        torch.testing.assert_close(loaded(x), model(x))
+    assert plan.metadata["save_options"] == {"output_format": "exported_program", "retrace": False}
+
+
+# the timing cache belongs to the plan ---------------------------------------------
+
+
+def test_the_timing_cache_lives_in_the_plan_directory(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt()
+    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    path = Path(trt.compile_calls[0]["timing_cache_path"])
+    assert path.parent == tmp_path / "tensorrt_fp16"
+
+
+def test_a_release_without_the_option_is_not_given_it(fake_trt: Any, tmp_path: Path) -> None:
+    trt = fake_trt(api="minimal")
+    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    assert "timing_cache_path" not in trt.compile_calls[0]
