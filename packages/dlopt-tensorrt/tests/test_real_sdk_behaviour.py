@@ -76,3 +76,22 @@ def test_tensorrt_version_without_the_old_attribute(
     )
     assert availability.available, availability.reason
     assert availability.sdk_versions["tensorrt"] == "11.0.0.7"
+
+
+def test_tensorrt_version_from_metadata_when_no_module_says(
+    fake_trt: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlopt_tensorrt import provider as provider_module
+
+    fake_trt(tensorrt_version=None)
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+    monkeypatch.setattr(
+        provider_module,
+        "distribution_version",
+        lambda name: "11.0.0.7" if name == "tensorrt-cu13-libs" else None,
+    )
+    availability = TensorRTProvider(Precision.FP16).probe(
+        ProviderContext(target=ExecutionTarget("cuda"))
+    )
+    assert availability.available, availability.reason
+    assert availability.sdk_versions["tensorrt"] == "11.0.0.7"

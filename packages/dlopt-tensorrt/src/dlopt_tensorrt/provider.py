@@ -39,6 +39,7 @@ from dlopt.plugin import (
     Role,
     WorkloadError,
     check_distribution,
+    distribution_version,
     strict_jsonable,
     try_import,
 )
@@ -537,12 +538,28 @@ class TensorRTProvider(Provider):
         return {parameter: value for parameter, (_, value) in wanted.items()}
 
 
+#: Distributions TensorRT's libraries come in, for its version without importing it.
+_TENSORRT_DISTRIBUTIONS = (
+    "tensorrt",
+    "tensorrt-cu13",
+    "tensorrt-cu12",
+    "tensorrt-cu13-libs",
+    "tensorrt-cu12-libs",
+)
+
+
 def _sdk_info(module: Any, version: str) -> SdkInfo:
     import sys
 
+    # torch_tensorrt.__tensorrt_version__ is gone since 2.6: the tensorrt module it
+    # imported, else the installed TensorRT distribution, says which TensorRT runs.
     trt_version = getattr(module, "__tensorrt_version__", None)
     if not trt_version:
         trt_version = getattr(sys.modules.get("tensorrt"), "__version__", None)
+    if not trt_version:
+        trt_version = next(
+            (v for name in _TENSORRT_DISTRIBUTIONS if (v := distribution_version(name))), None
+        )
     features = getattr(module, "ENABLED_FEATURES", None)
     dynamo = getattr(features, "dynamo_frontend", None)
     return SdkInfo(
