@@ -237,9 +237,16 @@ class _Redirect:
         _flush_c_stdio()
 
     def _read(self, fd: int, offset: int) -> str:
-        tmp = self.files[fd]
-        end = os.lseek(tmp.fileno(), 0, os.SEEK_END)
-        data = os.pread(tmp.fileno(), end - offset, offset) if end > offset else b""
+        file = self.files[fd].fileno()
+        end = os.lseek(file, 0, os.SEEK_END)
+        if end <= offset:
+            return ""
+        if hasattr(os, "pread"):
+            data = os.pread(file, end - offset, offset)
+        else:  # Windows: fd 1/2 share this offset, so leave it at the end again
+            os.lseek(file, offset, os.SEEK_SET)
+            data = os.read(file, end - offset)
+            os.lseek(file, 0, os.SEEK_END)
         return strip_ansi(data.decode("utf-8", "replace"))
 
     def _stop(self) -> None:

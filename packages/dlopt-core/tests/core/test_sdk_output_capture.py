@@ -154,3 +154,41 @@ def test_nested_captures_each_see_their_own_output(
     assert inner.result is not None and inner.result.stdout == "inside\n"
     assert outer.result is not None
     assert outer.result.lines() == ("before", "inside", "after")
+
+
+class _ChattyEntryPoint:
+    """An entry point whose module prints while it is imported (and maybe fails)."""
+
+    name = "chatty"
+    value = "chatty_plugin"
+    dist = None
+
+    def __init__(self, fails: bool) -> None:
+        self.fails = fails
+
+    def load(self) -> Any:
+        import os
+        import types
+
+        print("chatty plugin says hello")
+        os.write(2, b"native chatter while importing the plugin\n")
+        if self.fails:
+            raise ImportError("chatty plugin is broken")
+        return types.SimpleNamespace(DLOPT_PLUGIN_API_VERSION="2.0")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_plugin_that_prints_while_loading_leaves_the_output_clean(
+    fails: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from dlopt.providers.loader import PluginSettings, load_providers
+
+    registry = load_providers(PluginSettings(), entry_points=[_ChattyEntryPoint(fails)])
+    assert capfd.readouterr() == ("", "")
+    assert [f.plugin for f in registry.failures] == (["chatty"] if fails else [])
+    (captured,) = probing.captured_sdk_output()
+    assert captured.source == "load plugin chatty"
+    assert captured.lines() == (
+        "chatty plugin says hello",
+        "native chatter while importing the plugin",
+    )

@@ -366,10 +366,19 @@ def load_providers(
                     )
                 )
                 continue
-            try:
-                plugin = ep.load()
-            except PLUGIN_ERRORS as exc:
-                fail(PluginFailure(ep.name, "load", _short_error(exc), distribution, version), exc)
+            # A plugin's import may print (it should not import its SDK, but may).
+            with capture_output(f"load plugin {ep.name}"):
+                try:
+                    plugin = ep.load()
+                except PLUGIN_ERRORS as exc:
+                    error: BaseException | None = exc
+                else:
+                    error = None
+            if error is not None:
+                fail(
+                    PluginFailure(ep.name, "load", _short_error(error), distribution, version),
+                    error,
+                )
                 continue
             loaded.append((ep.name, plugin, distribution, version))
     loaded.extend((name, plugin, None, None) for name, plugin in extra_plugins)
