@@ -19,6 +19,7 @@ from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
 from dlopt_onnxruntime.effective import (
     assignment_problem,
     describe_lost,
+    fell_back,
     options_not_in_effect,
 )
 from dlopt_onnxruntime.plugin import default_providers
@@ -96,7 +97,8 @@ def test_options_dropped_by_the_fallback_are_found() -> None:
         },
         CPU: {},
     }
-    lost = options_not_in_effect(requested, defaults, [CUDA, CPU])
+    lost, unconfirmed = options_not_in_effect(requested, defaults, [CUDA, CPU])
+    assert unconfirmed == {}
     assert lost == {
         CUDA: {
             "use_tf32": ("0", "1"),
@@ -108,15 +110,38 @@ def test_options_dropped_by_the_fallback_are_found() -> None:
     assert "CUDAExecutionProvider: use_tf32=0 (in effect: 1)" in describe_lost(lost)
     # The options in effect, spelled as ONNX Runtime reports them: nothing lost.
     applied = {CUDA: dict(requested[0][1]), CPU: {}}
-    assert options_not_in_effect(requested, applied, [CUDA, CPU]) == {}
+    assert options_not_in_effect(requested, applied, [CUDA, CPU]) == ({}, {})
 
 
 def test_booleans_compare_as_onnx_runtime_reports_them() -> None:
     requested = [(TRT, {"trt_fp16_enable": "True", "trt_engine_cache_enable": "False"})]
     effective = {TRT: {"trt_fp16_enable": "1", "trt_engine_cache_enable": "0"}}
-    assert options_not_in_effect(requested, effective, [TRT]) == {}
+    assert options_not_in_effect(requested, effective, [TRT]) == ({}, {})
     # An EP the session does not use is the fell-back check's business, not this one's.
-    assert options_not_in_effect(requested, {}, [CUDA]) == {}
+    assert options_not_in_effect(requested, {}, [CUDA]) == ({}, {})
+
+
+def test_options_an_ep_does_not_report_are_unconfirmed_not_refused() -> None:
+    """The TensorRT EP does not report its stream or timing-cache path; OpenVINO reports
+    nothing. The CPU EP takes no options: any given to it were ignored."""
+    requested = [
+        (TRT, {"trt_fp16_enable": "True", "user_compute_stream": "94330000"}),
+        ("OpenVINOExecutionProvider", {"device_type": "CPU"}),
+        (CPU, {"arena_size": "64"}),
+    ]
+    effective = {TRT: {"trt_fp16_enable": "1"}, "OpenVINOExecutionProvider": {}, CPU: {}}
+    used = [TRT, "OpenVINOExecutionProvider", CPU]
+    lost, unconfirmed = options_not_in_effect(requested, effective, used)
+    assert unconfirmed == {
+        TRT: ["user_compute_stream"],
+        "OpenVINOExecutionProvider": ["device_type"],
+    }
+    assert lost == {CPU: {"arena_size": ("64", None)}}
+
+
+def test_the_fallback_is_recognised_by_what_onnx_runtime_prints() -> None:
+    assert fell_back(["EP Error x\nFalling back to ['CPUExecutionProvider'] and retrying.\n"])
+    assert not fell_back(["", "2026 [W:onnxruntime] some warning"])
 
 
 def test_a_tensorrt_plan_whose_nodes_all_ran_on_cuda_is_refused() -> None:
@@ -229,10 +254,11 @@ def test_what_onnx_runtime_prints_while_falling_back_is_quoted_not_printed(
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", falling_back)
     context, model = _context(tmp_path)  # type: ignore[misc]
-    provider = OnnxRuntimeProvider("ort_cpu_tuned", CPU, provider_options={"arena_size": "64"})
+    provider = OnnxRuntimeProvider("ort_cpu_plain", CPU)
     with pytest.raises(ProviderBuildError) as info:
         provider.build(model, context)
-    assert "arena_size=64 (in effect: unset)" in str(info.value)
-    assert "Falling back to ['CPUExecutionProvider'] and retrying." in str(info.value)
+    message = str(info.value)
+    assert "retried with fallback providers, without the provider options" in message
+    assert "Falling back to ['CPUExecutionProvider'] and retrying." in message
     printed = capfd.readouterr()
     assert "EP Error" not in printed.out and "EP Error" not in printed.err

@@ -5,8 +5,11 @@ When creating a session with the requested providers raises, ONNX Runtime's Pyth
 creates the session again with fallback providers and *no provider options*. The CUDA EP
 then runs without ``user_compute_stream`` or ``use_tf32=0``, while the plan's runner has
 turned off the EP's synchronization: its timings and its fp32 claim would both be wrong.
-Some EPs also ignore options they do not know. So a plan compares
-``session.get_provider_options()`` with its request and is refused with the difference.
+So a plan is refused when ONNX Runtime fell back, and when ``session.get_provider_options()``
+reports one of the plan's options with another value. EPs report only some of their
+options (the TensorRT EP leaves out its stream and timing-cache path; OpenVINO reports
+none): an option not reported is unconfirmed, not refused. The CPU EP takes no provider
+options at all, so options given to it are refused as ignored.
 
 Where ONNX Runtime records which EP took which nodes (1.31+, session config
 ``session.record_ep_graph_assignment_info``), a plan whose EP took no node (a TensorRT
@@ -21,6 +24,17 @@ from typing import Any
 #: Session config entry that makes ONNX Runtime keep the EP assignment of every node.
 ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
 
+#: EPs that take no provider options: whatever is passed to them is ignored.
+TAKES_NO_OPTIONS = frozenset({"CPUExecutionProvider"})
+
+#: What ONNX Runtime's Python session prints when it retries with fallback providers.
+FALLBACK_MARK = "Falling back to"
+
+
+def fell_back(printed: Iterable[str]) -> bool:
+    """Whether ONNX Runtime said it retried the session with fallback providers."""
+    return any(FALLBACK_MARK in text for text in printed)
+
 
 def normalize_option(value: Any) -> str:
     """An option value as ONNX Runtime reports it back (``True``/``true``/``1`` alike)."""
@@ -32,11 +46,16 @@ def options_not_in_effect(
     requested: Iterable[tuple[str, Mapping[str, Any]]],
     effective: Mapping[str, Mapping[str, Any]],
     used: Iterable[str],
-) -> dict[str, dict[str, tuple[str, str | None]]]:
-    """Per EP the session uses: ``{option: (requested, effective or None)}`` for every
-    requested option that the session does not have (missing, or another value)."""
+) -> tuple[dict[str, dict[str, tuple[str, str | None]]], dict[str, list[str]]]:
+    """``(lost, unconfirmed)`` for the EPs the session uses.
+
+    ``lost``: ``{ep: {option: (requested, in effect or None)}}``, options reported with
+    another value, and every option given to an EP that takes none. ``unconfirmed``:
+    ``{ep: [option, ...]}``, options the EP does not report back.
+    """
     used = set(used)
     lost: dict[str, dict[str, tuple[str, str | None]]] = {}
+    unconfirmed: dict[str, list[str]] = {}
     for ep, options in requested:
         if ep not in used:
             continue
@@ -44,9 +63,11 @@ def options_not_in_effect(
         for key, value in options.items():
             wanted = normalize_option(value)
             got = reported.get(str(key))
-            if got != wanted:
+            if got is None and ep not in TAKES_NO_OPTIONS:
+                unconfirmed.setdefault(ep, []).append(str(key))
+            elif got != wanted:
                 lost.setdefault(ep, {})[str(key)] = (wanted, got)
-    return lost
+    return lost, unconfirmed
 
 
 def describe_lost(lost: Mapping[str, Mapping[str, tuple[str, str | None]]]) -> str:

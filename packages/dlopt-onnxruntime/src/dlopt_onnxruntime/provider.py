@@ -31,6 +31,7 @@ from dlopt_onnxruntime.effective import (
     ASSIGNMENT_KEY,
     assignment_problem,
     describe_lost,
+    fell_back,
     node_assignment,
     options_not_in_effect,
 )
@@ -725,13 +726,20 @@ class OnnxRuntimeProvider:
         try:
             effective = session.get_provider_options()
         except Exception:  # an ONNX Runtime without it: nothing to compare
-            effective = None
-        lost = options_not_in_effect(providers, effective, used) if effective is not None else {}
-        if lost:
+            effective = {}
+        lost, unconfirmed = options_not_in_effect(providers, effective, used)
+        problems = [describe_lost(lost)] if lost else []
+        if fell_back(printed):
+            problems.insert(
+                0,
+                "ONNX Runtime could not create it as asked and retried with fallback "
+                "providers, without the provider options",
+            )
+        if problems:
             raise ProviderBuildError(
-                f"{self.name}: the session does not have the provider options the plan set "
-                f"({describe_lost(lost)}); ONNX Runtime dropped or ignored them"
-                + (f" (it printed: {said})" if said else " (an option this EP does not know?)")
+                f"{self.name}: the session does not run with what the plan set "
+                f"({'; '.join(problems)})"
+                + (f"; onnxruntime printed: {said}" if said else "")
                 + ". A plan without them would not measure what it claims"
             )
         assignment = node_assignment(session)
@@ -767,6 +775,8 @@ class OnnxRuntimeProvider:
                 "io": io,
                 # Nodes per EP as ONNX Runtime assigned them (None: not recorded).
                 "node_assignment": assignment,
+                # Options set that the EP does not report back (so not confirmed).
+                "provider_options_unconfirmed": unconfirmed,
             },
         }
 
