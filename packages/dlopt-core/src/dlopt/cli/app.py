@@ -1,4 +1,4 @@
-"""The ``dlopt`` command line: ``inspect``, ``providers``, ``select``, ``report``.
+"""The ``dlopt`` command line: ``inspect``, ``providers``, ``select``, ``report``, ``export``.
 
 Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
 2 bad usage or input (argparse's convention). Each command lives in its own module
@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from dlopt._version import __version__
+from dlopt.cli.cmd_export import add_export_command
 from dlopt.cli.cmd_inspect import add_inspect_command
 from dlopt.cli.cmd_providers import add_providers_command
 from dlopt.cli.cmd_report import add_report_command
@@ -25,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlopt",
         description="Pick the fastest validated inference plan for a PyTorch model.",
-        epilog="Examples: dlopt select --demo | dlopt providers | dlopt inspect --json",
+        epilog="Examples: dlopt select --demo --report r.json | dlopt report r.json | "
+        "dlopt report r.json --html r.html | dlopt export r.json -o paper/ | dlopt providers",
     )
     parser.add_argument("--version", action="version", version=f"dlopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_providers_command(sub)
     add_select_command(sub)
     add_report_command(sub)
+    add_export_command(sub)
     return parser
 
 

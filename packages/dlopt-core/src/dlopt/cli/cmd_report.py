@@ -134,8 +134,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = Output(plain=args.plain or None)
     if args.html:
+        from dlopt.fileio import check_writable_file
         from dlopt.reporting.html import write_html
 
+        try:
+            check_writable_file(args.html, purpose="the HTML page")
+        except ValueError as exc:
+            raise ConfigurationError(f"--html {args.html}: {exc}") from None
         result = write_html(report, args.html)
         out.line(f"html: {result.path}")
         if result.missing_figures:

@@ -115,11 +115,15 @@ def captured_chatter(*, streams: bool = True) -> Iterator[Chatter]:
 
 
 def show_chatter(chatter: Chatter, stream: Any = None) -> None:
-    """Each captured line once, dimmed, on stderr (never on stdout, where tables and JSON
-    go)."""
+    """What provider packages said, each line once, dimmed, on stderr (never on stdout,
+    where tables and JSON go): ``chatter`` and what the probes captured
+    (:func:`dlopt.probing.captured_sdk_output`, forgotten once shown)."""
     from dlopt.cli.tables import Output
+    from dlopt.probing import captured_sdk_output, clear_captured_sdk_output
 
-    lines = chatter.lines()
+    probed = [line for output in captured_sdk_output() for line in output.lines()]
+    clear_captured_sdk_output()
+    lines = list(dict.fromkeys([*probed, *chatter.lines()]))
     if not lines:
         return
     err = Output(stream if stream is not None else sys.stderr)

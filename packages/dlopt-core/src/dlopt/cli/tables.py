@@ -26,13 +26,20 @@ ROW_STYLES = {"selected": "bold green", "failed": "red", "unavailable": "dim", "
 class TableLike(Protocol):
     """What :func:`Output.table` renders (:class:`dlopt.reporting.tables.Table`)."""
 
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    overflow: tuple[str, ...]
-    numeric: tuple[bool, ...]
-    row_styles: tuple[str | None, ...]
-    title: str | None
-    priority: tuple[int, ...]
+    @property
+    def headers(self) -> tuple[str, ...]: ...
+    @property
+    def rows(self) -> tuple[tuple[str, ...], ...]: ...
+    @property
+    def overflow(self) -> tuple[str, ...]: ...
+    @property
+    def numeric(self) -> tuple[bool, ...]: ...
+    @property
+    def row_styles(self) -> tuple[str | None, ...]: ...
+    @property
+    def title(self) -> str | None: ...
+    @property
+    def priority(self) -> tuple[int, ...]: ...
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -153,9 +153,9 @@ class ProgressState:
             self.resolved = len(data.get("resolved") or [])
             elapsed = data.get("elapsed_s")
             self.elapsed_s = float(elapsed) if isinstance(elapsed, (int, float)) else None
-            budget = data.get("budget_s")
-            if isinstance(budget, (int, float)) and budget > 0:
-                self.budget_s = float(budget)
+            reported = data.get("budget_s")
+            if isinstance(reported, (int, float)) and reported > 0:
+                self.budget_s = float(reported)
         elif kind is EventKind.RACE_FINISHED:
             self._start_race()
             spent = f"{_seconds(self.spent_s())}" + (

@@ -58,7 +58,7 @@ class Table:
             numeric=tuple(c[2] for c in columns),
             row_styles=tuple(row_styles),
             title=title,
-            priority=tuple(c[3] if len(c) > 3 else 0 for c in columns),  # type: ignore[misc]
+            priority=tuple(c[3] if len(c) > 3 else 0 for c in columns),
         )
 
 
@@ -402,13 +402,13 @@ def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | 
     styles: list[str | None] = []
     for case in result.cases or ():
         if not case.leaves:
-            rows.append((case.name, "-", "-", "-", "-", "-", "-", "-", case.reason or case.error))
+            rows.append((case.case, "-", "-", "-", "-", "-", "-", "-", case.reason or case.error))
             styles.append(None if case.passed else "failed")
         for leaf in case.leaves:
             problems = "; ".join([*leaf.failures, *leaf.notes])
             rows.append(
                 (
-                    case.name,
+                    case.case,
                     leaf.path,
                     f"{leaf.candidate_dtype}{list(leaf.shape)}",
                     number(leaf.max_abs_error, "{:.3g}"),

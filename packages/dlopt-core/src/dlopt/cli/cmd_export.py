@@ -1,0 +1,48 @@
+"""``dlopt export``: reports as CSV, a LaTeX table, a provenance manifest and figures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from dlopt.cli.cmd_report import read_report
+from dlopt.cli.common import EXIT_OK, add_plain_argument
+from dlopt.cli.tables import Output
+from dlopt.errors import ConfigurationError
+
+
+def add_export_command(sub: Any) -> None:
+    """Register ``dlopt export`` on the subcommand parsers ``sub``."""
+    p = sub.add_parser(
+        "export",
+        help="write reports as CSV, a LaTeX table, provenance and figures",
+        description="Export one or more reports (repeated runs, other machines) together: "
+        "candidates.csv, cases.csv, samples.csv (every raw latency sample), table.tex (a "
+        "column per run), provenance.json and figures/*.svg (with matplotlib).",
+    )
+    p.add_argument("reports", nargs="+", metavar="REPORT", help="report JSON files")
+    p.add_argument("--output-dir", "-o", required=True, metavar="DIR", help="write here")
+    add_plain_argument(p)
+    p.set_defaults(handler=_cmd_export)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from dlopt.fileio import check_can_create_in
+    from dlopt.reporting.export import export, label_runs
+
+    reports = [read_report(path) for path in args.reports]
+    root = Path(args.output_dir)
+    if root.exists() and not root.is_dir():
+        raise ConfigurationError(f"--output-dir {root} is a file; name a directory")
+    try:
+        check_can_create_in(root, purpose="the export")
+    except ValueError as exc:
+        raise ConfigurationError(f"--output-dir {root}: {exc}") from None
+    result = export(label_runs(reports, args.reports), root)
+    out = Output(plain=args.plain or None)
+    for path in result.files:
+        out.line(f"wrote {path}")
+    if result.figures_missing:
+        out.line(f"figures not drawn: {result.figures_missing}", style="yellow")
+    return EXIT_OK

@@ -1,0 +1,74 @@
+"""What provider SDKs print, warn or log while they are probed stays out of tables and
+JSON, and is shown once, on stderr."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import warnings
+
+import pytest
+
+from dlopt.cli import main
+from dlopt.providers import loader
+from dlopt.providers.loader import PluginSettings
+from dlopt.testing import FakeProvider
+from dlopt.testing.plugins import plugin_module
+
+OWN = "noisysdk.own"
+
+
+class NoisyProvider(FakeProvider):
+    def probe(self, context):
+        warnings.warn("noisy_sdk.register_constant is deprecated", FutureWarning, stacklevel=1)
+        logging.getLogger("noisysdk").warning("no triton, some kernels will not work")
+        logging.getLogger(OWN).warning("own handler message")
+        print("noisy sdk banner on stdout")
+        print("noisy sdk banner on stderr", file=sys.stderr)
+        return super().probe(context)
+
+
+@pytest.fixture
+def noisy_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    own = logging.getLogger(OWN)
+    handler = logging.StreamHandler(sys.stderr)  # like torch's logger: its own handler
+    own.addHandler(handler)
+    own.propagate = False
+    real = loader.load_providers
+
+    def with_noisy(settings=None, **kwargs):
+        module = plugin_module("noisy", NoisyProvider("noisy_plan"))
+        return real(PluginSettings(autoload=False), extra_plugins=[("noisy", module)])
+
+    monkeypatch.setattr(loader, "load_providers", with_noisy)
+    yield
+    own.removeHandler(handler)
+    own.propagate = True
+
+
+MESSAGES = (
+    "noisy_sdk.register_constant is deprecated",
+    "no triton, some kernels will not work",
+    "own handler message",
+    "noisy sdk banner on stdout",
+    "noisy sdk banner on stderr",
+)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_probe_chatter_is_shown_once_on_stderr_only(noisy_registry, capsys, as_json):
+    assert main(["providers", *(["--json"] if as_json else [])]) == 0
+    captured = capsys.readouterr()
+    if as_json:
+        data = json.loads(captured.out)  # nothing but the JSON on stdout
+        (noisy,) = [p for p in data["providers"] if p["name"] == "noisy_plan"]
+        # The probe's own output is part of its record, as data.
+        assert any("banner on stdout" in line for line in noisy["sdk_output"])
+    else:
+        assert "noisy_plan" in captured.out
+        for message in MESSAGES:
+            assert message not in captured.out
+    for message in MESSAGES:
+        assert captured.err.count(message) == 1, captured.err
+    assert "provider packages said (5 lines):" in captured.err

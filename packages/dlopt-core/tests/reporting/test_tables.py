@@ -1,0 +1,120 @@
+"""The report's tables and the one renderer: fitted on a terminal, plain text otherwise."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from dlopt.cli.tables import Output, fitting_columns, wants_plain
+from dlopt.reporting.tables import (
+    candidate_summary,
+    candidates_table,
+    latency_table,
+    unavailable_table,
+    validation_table,
+)
+
+
+def _render(table, width: int) -> str:
+    buffer = io.StringIO()
+    Output(buffer, plain=False, width=width).table(table)
+    return buffer.getvalue()
+
+
+def test_candidates_table_says_what_happened_to_every_plan(race_report):
+    table = candidates_table(race_report)
+    rows = {row[0]: dict(zip(table.headers, row)) for row in table.rows}
+    assert set(rows) == {c.name for c in race_report.candidates}
+    winner = rows[race_report.selected_plan]
+    assert winner["status"] == "selected" and winner["gate"] == "passed"
+    assert winner["vs eager [CI]"].count("[") == 1 and winner["parity"] == "ok"
+    assert rows["broken"]["notes"].startswith("build: RuntimeError: fake build failed")
+    assert rows["wrong"]["notes"].startswith("validation:")
+    assert rows["nosdk"]["notes"] == "fake SDK missing"
+    styles = dict(zip((r[0] for r in table.rows), table.row_styles))
+    assert styles[race_report.selected_plan] == "selected"
+    assert styles["broken"] == "failed" and styles["nosdk"] == "unavailable"
+
+
+def test_unavailable_providers_come_with_reasons_and_hints(race_report):
+    table = unavailable_table(race_report)
+    assert table is not None
+    assert table.rows == (("nosdk", "-", "fake SDK missing", "pip install fake-sdk"),)
+
+
+@pytest.mark.parametrize("width", [80, 100, 140])
+def test_the_terminal_table_fits_its_width_and_keeps_names_whole(race_report, width):
+    text = _render(candidates_table(race_report), width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for cand in race_report.candidates:
+        assert cand.name in text  # names never break
+    # Reasons wrap inside their column rather than disappear.
+    assert "aten::fake" in text.replace("\n", " ")
+
+
+def test_narrow_terminals_drop_the_least_important_columns_first(race_report):
+    table = candidates_table(race_report)
+    wide, narrow = fitting_columns(table, 400), fitting_columns(table, 80)
+    assert wide == list(range(len(table.headers)))
+    kept = {table.headers[i] for i in narrow}
+    assert {"plan", "status", "median ms", "vs eager [CI]", "notes"} <= kept
+    assert "peak MB" not in kept
+    assert "too narrow for" in _render(table, 80)
+
+
+def test_install_hints_fold_instead_of_widening_the_table(unavailable_report):
+    table = unavailable_table(unavailable_report)
+    assert table is not None
+    text = _render(table, 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "cu126" in text and "needs a CUDA GPU" in text.replace("\n", " ")
+
+
+def test_plain_text_when_not_a_terminal_or_asked():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert wants_plain(io.StringIO()) is True
+    assert wants_plain(Tty(), environ={}) is False
+    assert wants_plain(Tty(), plain=True, environ={}) is True
+    assert wants_plain(Tty(), environ={"NO_COLOR": "1"}) is True
+    assert wants_plain(Tty(), environ={"TERM": "dumb"}) is True
+
+
+def test_plain_output_keeps_long_cells_whole(race_report):
+    buffer = io.StringIO()
+    Output(buffer).table(candidates_table(race_report))
+    text = buffer.getvalue()
+    broken = next(line for line in text.splitlines() if line.startswith("broken"))
+    assert "build: RuntimeError: fake build failed: unsupported operator aten::fake" in broken
+    assert "\x1b[" not in text  # no colour codes in a pipe
+
+
+def test_edge_cases_render_everywhere(edge_report):
+    name, report = edge_report
+    for width in (80, 160):
+        text = _render(candidates_table(report), width)
+        assert report.selected_plan in text
+    for cand in report.candidates:
+        candidate_summary(cand)
+        latency_table(cand)
+        for which in ("parity", "revalidation", "final_check"):
+            validation_table(cand, which)
+    if name == "only_unavailable":
+        table = unavailable_table(report)
+        assert table is not None and len(table.rows) == len(report.candidates) - 1
+    if name == "bare":
+        assert all(row[3] == "-" for row in candidates_table(report).rows)
+
+
+def test_latency_and_validation_per_case(race_report):
+    cand = race_report.candidate(race_report.selected_plan)
+    latency = latency_table(cand)
+    assert [row[0] for row in latency.rows] == ["b1", "b4"]
+    parity = validation_table(cand, "parity")
+    assert parity is not None and {row[0] for row in parity.rows} == {"b1", "b4"}
+    assert all(row[7] == "ok" for row in parity.rows)
+    wrong = validation_table(race_report.candidate("wrong"), "parity")
+    assert wrong is not None and "failed" in {row[7] for row in wrong.rows}
