@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import os
 import re
 import shutil
@@ -122,32 +123,11 @@ class CapturedOutput:
         return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
-class _Sink:
-    """A text stream that writes straight to a file descriptor (no buffer to flush)."""
-
-    encoding = "utf-8"
-    errors = "replace"
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def write(self, text: str) -> int:
-        with contextlib.suppress(OSError):
-            os.write(self._fd, text.encode("utf-8", "replace"))
-        return len(text)
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._fd
+def _text_stream(fd: int) -> TextIO:
+    """A text stream over a copy of ``fd`` that writes through at once (no buffer left
+    to flush), with the ``buffer`` and ``fileno`` that code writing bytes expects."""
+    raw = os.fdopen(os.dup(fd), "wb", buffering=0)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", write_through=True)
 
 
 def _flush_c_stdio() -> None:
@@ -173,6 +153,7 @@ class _Redirect:
     files: dict[int, Any] = field(factory=dict)
     saved_fds: dict[int, int] = field(factory=dict)
     saved_streams: tuple[TextIO, TextIO] | None = None
+    own_streams: dict[int, TextIO] = field(factory=dict)
     saved_showwarning: Any = None
     caught_warnings: list[str] = field(factory=list)
 
@@ -221,8 +202,9 @@ class _Redirect:
             os.dup2(tmp.fileno(), fd)
             self.saved_fds[fd], self.files[fd] = saved, tmp
         self.saved_streams = (sys.stdout, sys.stderr)
-        sys.stdout = _Sink(self.files[1].fileno()) if 1 in self.files else sys.stdout
-        sys.stderr = _Sink(self.files[2].fileno()) if 2 in self.files else sys.stderr
+        self.own_streams = {fd: _text_stream(f.fileno()) for fd, f in self.files.items()}
+        sys.stdout = self.own_streams.get(1, sys.stdout)
+        sys.stderr = self.own_streams.get(2, sys.stderr)
         self.saved_showwarning = warnings.showwarning
 
         def record(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
@@ -259,9 +241,12 @@ class _Redirect:
             with contextlib.suppress(OSError):
                 os.dup2(saved, fd)
                 os.close(saved)
+        for stream in self.own_streams.values():
+            with contextlib.suppress(Exception):
+                stream.close()
         for tmp in self.files.values():
             tmp.close()
-        self.saved_fds, self.files = {}, {}
+        self.saved_fds, self.files, self.own_streams = {}, {}, {}
         self.saved_streams = self.saved_showwarning = None
 
 

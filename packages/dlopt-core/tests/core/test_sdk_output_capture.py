@@ -192,3 +192,15 @@ def test_a_plugin_that_prints_while_loading_leaves_the_output_clean(
         "chatty plugin says hello",
         "native chatter while importing the plugin",
     )
+
+
+def test_code_writing_bytes_to_stdout_works_inside_a_capture(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with probing.capture_output("bytes") as capture:
+        sys.stdout.buffer.write(b"raw bytes\n")
+        sys.stdout.flush()
+        print("text", file=sys.stderr)
+    assert capfd.readouterr() == ("", "")
+    assert capture.result is not None
+    assert (capture.result.stdout, capture.result.stderr) == ("raw bytes\n", "text\n")
