@@ -34,7 +34,8 @@ PROVIDERS = {
 }
 #: The worked third-party provider distribution: CI installs and tests it like a user would.
 EXAMPLE = "examples/dlopt-example-npu"
-TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+# safetensors: `dlopt select --inputs FILE.safetensors` is tested with real files.
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "safetensors>=0.4"]
 
 
 def _install(session: nox.Session, *providers: str) -> None:
