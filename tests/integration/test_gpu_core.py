@@ -100,14 +100,17 @@ def test_time_call_waits_for_the_device() -> None:
     assert seconds >= device_seconds * 0.9, (seconds, device_seconds)
 
 
-def test_a_race_on_a_cuda_target(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inputs_on", ["cuda", "cpu"])
+def test_a_race_on_a_cuda_target(inputs_on: str, tmp_path: Path) -> None:
+    """Inputs given on the CPU (as ``dlopt select --device cuda`` makes them) are prepared
+    on the target before any plan sees them."""
     policy = OptimizationPolicy(
         include=("native_fp16", "native_bf16"),
         measurement=MeasurementPolicy(max_time_s=3.0, seed=3, bootstrap_resamples=0),
     )
     model = _mlp().cuda()
     decision = InferenceOptimizer("cuda", policy, artifact_dir=tmp_path / "plans").select(
-        model, _workload("cuda")
+        model, _workload(inputs_on)
     )
     report = decision.report
     assert report.baseline == "eager_fp32"
