@@ -37,7 +37,7 @@ _CSS = """
   --ok: #1b7f3b; --bad: #b42318; --bg-sel: #e8f6ec; --bg-bad: #fdecea; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
-  color: var(--fg); margin: 0 auto; padding: 24px; max-width: 1200px; }
+  color: var(--fg); margin: 0 auto; padding: 24px; max-width: 1440px; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid var(--line);
   padding-bottom: 4px; }
@@ -53,7 +53,8 @@ th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line
 th { background: #f3f5f8; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.nowrap { white-space: nowrap; }
-td.fold { word-break: break-all; }
+td.fold { word-break: break-all; min-width: 14em; }
+td.wrap { overflow-wrap: anywhere; min-width: 16em; }
 tr.selected td { background: var(--bg-sel); font-weight: 600; }
 tr.failed td { background: var(--bg-bad); }
 tr.unavailable td { color: var(--muted); }
@@ -87,7 +88,7 @@ def table_html(table: Table) -> str:
     for row, style in zip(table.rows, styles):
         cells = []
         for cell, overflow, numeric in zip(row, table.overflow, table.numeric):
-            cls = "num" if numeric else {"none": "nowrap", "fold": "fold"}.get(overflow, "")
+            cls = "num" if numeric else {"none": "nowrap", "fold": "fold"}.get(overflow, "wrap")
             attr = f' class="{cls}"' if cls else ""
             cells.append(f"<td{attr}>{_esc(cell)}</td>")
         row_attr = f' class="{_esc(style)}"' if style else ""
