@@ -37,6 +37,7 @@ def _fake_gpu(monkeypatch: Any, capability: tuple[int, int]) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
 
 
 def test_every_scheme_declares_its_precision() -> None:
@@ -185,3 +186,14 @@ def test_probe_never_raises(monkeypatch: Any) -> None:
     availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
     assert not availability.available
     assert "metadata store is corrupt" in availability.reason
+
+
+def test_a_target_without_an_index_asks_the_current_gpu(monkeypatch: Any) -> None:
+    """Target ``cuda`` runs on torch's current device, so that device's generation decides."""
+    capabilities = {0: (8, 6), 1: (9, 0)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capabilities[index])
+    assert TorchAOProvider(Scheme.FP8).probe(_context("cuda")).available
+    assert not TorchAOProvider(Scheme.FP8).probe(_context("cuda:0")).available

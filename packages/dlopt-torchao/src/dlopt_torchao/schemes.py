@@ -109,7 +109,9 @@ def cuda_capability(target: ExecutionTarget) -> tuple[tuple[int, int] | None, Un
             f"(built with CUDA {torch.version.cuda or 'none'})",
             CUDA_TORCH_HINT,
         )
-    index = target.torch_device().index or 0
+    index = target.torch_device().index
+    if index is None:  # target "cuda": torch's current device, where the plan will run
+        index = torch.cuda.current_device()
     count = torch.cuda.device_count()
     if index >= count:
         return None, Unavailable(f"target {target.device} does not exist: {count} CUDA device(s)")
