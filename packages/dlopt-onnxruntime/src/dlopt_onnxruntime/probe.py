@@ -337,11 +337,17 @@ def relevant_log(texts: list[str], limit: int = 500) -> str:
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
+#: How much of a provider library to read for the names it links: the dynamic string
+#: table sits near the start, and the CUDA provider library is hundreds of MB.
+_HEAD_BYTES = 16 * 2**20
+
+
 def _linked_majors(library: Path, soname: str) -> list[int]:
     """Majors of ``soname`` (``libnvinfer.so``) that a shared library names (read, not
     loaded: loading is what fails when the library is missing)."""
     try:
-        data = library.read_bytes()
+        with library.open("rb") as file:
+            data = file.read(_HEAD_BYTES)
     except OSError:
         return []
     pattern = re.escape(soname.encode()) + rb"\.(\d+)"
