@@ -118,3 +118,49 @@ def test_latency_and_validation_per_case(race_report):
     assert all(row[7] == "ok" for row in parity.rows)
     wrong = validation_table(race_report.candidate("wrong"), "parity")
     assert wrong is not None and "failed" in {row[7] for row in wrong.rows}
+
+
+def test_race_notes_name_open_comparisons_and_advice_where_recorded(race_report):
+    from types import SimpleNamespace
+
+    from dlopt.reporting.tables import measurement_line, race_notes
+
+    assert all(isinstance(note, str) for note in race_notes(race_report))
+    measurement = SimpleNamespace(
+        **{f: getattr(race_report.measurement, f) for f in ("rounds", "timed_calls", "seed")},
+        total_time_s=12.0,
+        stop_reason="time_budget",
+        confidence=0.95,
+        budget_s=12.0,
+        leader="fast",
+        regret_bound=1.04,
+        open_comparisons=(
+            SimpleNamespace(
+                candidate="mid",
+                against="eager_fp32",
+                kind="gate",
+                rounds=9,
+                rounds_needed=30,
+                budget_s_needed=40.0,
+            ),
+            SimpleNamespace(
+                candidate="fast",
+                against="mid",
+                kind="leader",
+                rounds=9,
+                rounds_needed=None,
+                budget_s_needed=None,
+            ),
+        ),
+        allocator=SimpleNamespace(advice="set MALLOC_MMAP_THRESHOLD_=1048576"),
+    )
+    report = SimpleNamespace(measurement=measurement)
+    assert "12.0s of a 12.0s budget" in measurement_line(report)
+    assert race_notes(report) == [
+        "leader: fast; another plan may still be up to 1.04x faster",
+        "open: mid vs eager_fp32 (the gate) after 9 rounds; about 30 rounds (40s of budget) "
+        "would decide it",
+        "open: fast vs mid (within reach of) after 9 rounds; no budget would decide it "
+        "(the estimate sits on the bar)",
+        "allocator: set MALLOC_MMAP_THRESHOLD_=1048576",
+    ]

@@ -19,6 +19,7 @@ from dlopt.reporting.tables import (
     latency_table,
     measurement_line,
     quantized_share,
+    race_notes,
     unavailable_table,
     validation_table,
 )
@@ -95,6 +96,8 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     if line:
         out.line()
         out.line(line)
+    for note in race_notes(report):
+        out.line(note, style="yellow")
     selected, reason = decision_lines(report)
     out.line()
     out.line(selected, style="bold green")

@@ -25,6 +25,7 @@ from dlopt.reporting.tables import (
     inputs_kind,
     latency_table,
     measurement_line,
+    race_notes,
     unavailable_table,
     validation_table,
 )
@@ -178,6 +179,9 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
     line = measurement_line(report)
     if line:
         parts.append(f'<p class="muted">{_esc(line)}</p>')
+    notes = race_notes(report)
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")
     parts.append("</section>")
     parts.append('<h2 id="candidates">Candidates</h2>')
     parts.append(table_html(candidates_table(report, include_unavailable=False)))

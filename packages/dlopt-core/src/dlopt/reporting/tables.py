@@ -243,10 +243,43 @@ def measurement_line(report: OptimizationReport) -> str | None:
     m = getattr(report, "measurement", None)
     if m is None:
         return None
+    budget = getattr(m, "budget_s", None)
+    of_budget = f" of a {budget:.1f}s budget" if isinstance(budget, (int, float)) else ""
     return (
-        f"measurement: {m.rounds} rounds, {m.timed_calls} timed calls, {m.total_time_s:.1f}s, "
-        f"stop: {m.stop_reason}, seed {m.seed}, confidence {m.confidence:g}"
+        f"measurement: {m.rounds} rounds, {m.timed_calls} timed calls, "
+        f"{m.total_time_s:.1f}s{of_budget}, stop: {m.stop_reason}, seed {m.seed}, "
+        f"confidence {m.confidence:g}"
     )
+
+
+def race_notes(report: OptimizationReport) -> list[str]:
+    """What the race left open and what to know about it, where the report records it:
+    the leader and how much faster another plan may still be, each comparison the budget
+    ended with the budget that would decide it, and allocator advice."""
+    m = getattr(report, "measurement", None)
+    if m is None:
+        return []
+    notes = []
+    leader, regret = getattr(m, "leader", None), getattr(m, "regret_bound", None)
+    if leader and isinstance(regret, (int, float)):
+        notes.append(f"leader: {leader}; another plan may still be up to {regret:.3g}x faster")
+    for open_ in getattr(m, "open_comparisons", ()) or ():
+        what = "the gate" if open_.kind == "gate" else "within reach of"
+        needs = (
+            f"about {open_.rounds_needed} rounds ({open_.budget_s_needed:.0f}s of budget) "
+            "would decide it"
+            if open_.rounds_needed is not None and open_.budget_s_needed is not None
+            else "no budget would decide it (the estimate sits on the bar)"
+        )
+        notes.append(
+            f"open: {open_.candidate} vs {open_.against} ({what}) after {open_.rounds} "
+            f"rounds; {needs}"
+        )
+    allocator = getattr(m, "allocator", None)
+    advice = getattr(allocator, "advice", None)
+    if advice:
+        notes.append(f"allocator: {advice}")
+    return notes
 
 
 def headline(report: OptimizationReport) -> str:
@@ -495,6 +528,7 @@ __all__ = [
     "providers_table",
     "parity_text",
     "quantized_share",
+    "race_notes",
     "speedup_text",
     "text",
     "unavailable_table",
