@@ -86,6 +86,13 @@ def build_report(
             policy=race.policy,
             longest_call_s=race.longest_call[1] if race.longest_call[0] else None,
             longest_call_plan=race.longest_call[0],
+            budget_s=race.budget_s,
+            warmup_time_s=race.warmup_time_s,
+            family_size=race.family_size,
+            leader=race.leader,
+            regret_bound=race.regret_bound,
+            open_comparisons=race.open_comparisons,
+            allocator=race.allocator,
         ),
         plugin_failures=tuple(plugin_failures),
     )

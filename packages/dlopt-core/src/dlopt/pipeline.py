@@ -663,6 +663,7 @@ def _choose(
                 sum(cand.first_calls_s),
                 steady,
                 first_call_count=len(cand.first_calls_s),
+                peak_memory_mb=cand.memory.mb if cand.memory is not None else None,
             )
         )
     reference = candidates[0].name
@@ -685,6 +686,7 @@ def _choose(
         else None,
         reference=reference,
         natives=[c.name for c in candidates if c.role is Role.NATIVE],
+        indifference_zone=policy.measurement.indifference_zone,
     )
 
 

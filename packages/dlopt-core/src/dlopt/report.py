@@ -9,8 +9,15 @@ from typing import Any
 import cattrs
 from attrs import field, frozen
 
+from dlopt._version import __version__
 from dlopt.fileio import read_bytes_capped
-from dlopt.measurement import LatencyStats, MeasurementPolicy, RatioInterval
+from dlopt.measurement import (
+    AllocatorRegime,
+    LatencyStats,
+    MeasurementPolicy,
+    OpenComparison,
+    RatioInterval,
+)
 from dlopt.policy import DeploymentConstraints
 from dlopt.providers.records import PluginFailure
 from dlopt.runtime import RuntimeInfo
@@ -20,7 +27,7 @@ from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Stage, Status, StopReason, Verdict
 
 #: Bumped whenever a field changes meaning or is removed (adding a field is compatible).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The largest report file :func:`load_report` reads; real reports are far smaller.
 MAX_REPORT_BYTES = 64 * 2**20
 
@@ -137,6 +144,19 @@ class MeasurementSummary:
     #: The longest single call of the race and the plan that made it.
     longest_call_s: float | None = None
     longest_call_plan: str | None = None
+    #: The measurement budget the race had (fixed, or scaled to the model's call cost).
+    budget_s: float | None = None
+    warmup_time_s: float | None = None
+    #: Comparisons in the error family the boundary was set for.
+    family_size: int | None = None
+    #: The plan ranked first on all rounds among those in contention, and an upper bound
+    #: (ratio) of how much faster any other surviving plan may still be.
+    leader: str | None = None
+    regret_bound: float | None = None
+    #: Comparisons the race left open, with the budget that would close them.
+    open_comparisons: tuple[OpenComparison, ...] = ()
+    #: The heap allocator's regime during the race, and advice for deployments.
+    allocator: AllocatorRegime | None = None
 
 
 @frozen
@@ -196,9 +216,12 @@ def report_from_json(text: str) -> OptimizationReport:
         raise ValueError("the JSON is nested too deeply to be a dlopt report") from None
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
+        writer = data.get("dlopt_version") if isinstance(data, dict) else None
+        by = f" (written by dlopt {writer})" if isinstance(writer, str) else ""
         raise ValueError(
-            f"report schema_version {version!r} is not supported by this dlopt "
-            f"(reads version {SCHEMA_VERSION}); use the dlopt version that wrote it"
+            f"report schema_version {version!r}{by} is not supported by this dlopt "
+            f"{__version__} (reads version {SCHEMA_VERSION}); read it with the dlopt "
+            "version that wrote it, or rerun the selection to get a current report"
         )
     try:
         return from_jsonable(data, OptimizationReport)

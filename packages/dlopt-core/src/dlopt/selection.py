@@ -9,7 +9,14 @@ decides and explains. The rules:
   Roles are declared by providers; names carry no meaning.
 * A challenger replaces the baseline only when the lower confidence bound of its speedup
   against the baseline, in the objective the user chose, is at least ``min_speedup``.
-  Among several that clear it, the best point estimate wins.
+  Among several that clear it, the best point estimate wins; in the steady-state
+  objective the plans are then ranked head to head on every round both ran (a plan that
+  beats the best-point one paired, takes its place: points against the baseline only
+  cover the rounds the baseline ran).
+* Indifference zone (steady-state objective): among the plans that cleared the gate and
+  are shown within the zone of the leader (the lower bound of their paired speedup over
+  it is at least ``1 / indifference_zone``), the one with the lower one-off cost (setup
+  plus first calls) serves, then the one with the lower peak memory; the reason says so.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Costs:
     first_calls_s: float  # summed over workload cases (each case's first call)
     steady_ms: float | None  # traffic-weighted mean request latency (None: not measured)
     first_call_count: int = 1
+    peak_memory_mb: float | None = None  # the secondary rule's last key (None: unknown)
 
 
 @frozen
@@ -153,6 +161,7 @@ def choose(
     budget_note: str | None = None,
     reference: str = EAGER,
     natives: Collection[str] = (),
+    indifference_zone: float = 1.0,
 ) -> SelectionOutcome:
     """Pick the serving plan among ``eligible`` (which must include ``reference``).
 
@@ -164,7 +173,9 @@ def choose(
     candidates that passed validation and the constraints but were never timed in a
     round (the budget ran out first); they cannot win, and the reason says so.
     ``budget_note`` says why the budget ran out when one call overran it; the reason
-    then carries it instead of advice to raise the budget.
+    then carries it instead of advice to raise the budget. ``indifference_zone`` (> 1
+    turns the secondary rule on) is the ratio within which two plans count as equally
+    fast.
     """
     by_name = {c.name: c for c in eligible}
     if reference not in by_name:
@@ -212,7 +223,11 @@ def choose(
     ]
     comparisons.extend(challengers)
     winners = [c for c in challengers if c.gate_passed]
-    selected = max(winners, key=_point).candidate if winners else baseline
+    selected, pick_note = (
+        _pick(winners, objective, steady_speedup, by_name, indifference_zone)
+        if winners
+        else (baseline, "")
+    )
     reason = _reason(
         reference,
         budget_note,
@@ -226,6 +241,8 @@ def choose(
         by_name,
         totals,
     )
+    if pick_note:
+        reason += f" {pick_note}"
     if unmeasured:
         reason += (
             f" Not compared: the measurement budget ran out before any round measured "
@@ -239,6 +256,61 @@ def choose(
     return SelectionOutcome(
         selected, baseline, reason, tuple(comparisons), totals, reference, steady_vs_baseline
     )
+
+
+def _pick(
+    winners: Sequence[Comparison],
+    objective: str,
+    steady_speedup: Callable[[str, str], RatioInterval | None],
+    costs: dict[str, Costs],
+    zone: float,
+) -> tuple[str, str]:
+    """The winner that serves, and a sentence when the rule behind it is not the plain
+    best point: head-to-head ranking on all rounds, then the indifference zone."""
+    best = max(winners, key=_point)
+    if objective != Objective.STEADY_STATE_LATENCY or len(winners) == 1:
+        return best.candidate, ""
+    by_point = best
+    # One pass from the best point down: the pick depends on the order of ``eligible``
+    # only through exact ties on the point.
+    for comparison in sorted(winners, key=_point, reverse=True):
+        if comparison is best:
+            continue
+        head = steady_speedup(comparison.candidate, best.candidate)
+        if head is not None and head.point is not None and head.point > 1.0:
+            best = comparison
+    note = ""
+    if best is not by_point:
+        note = (
+            f"{best.candidate} ranks first head to head: paired over every round both ran, "
+            f"it is faster than {by_point.candidate}, whose point against the baseline is "
+            "higher on the baseline's rounds only."
+        )
+    if zone <= 1.0:
+        return best.candidate, note
+    tied = [best] + [
+        c
+        for c in winners
+        if c is not best and _within(steady_speedup(c.candidate, best.candidate), zone)
+    ]
+    chosen = min(tied, key=lambda c: _secondary(costs[c.candidate]))
+    if chosen is not best:
+        one_off = costs[chosen.candidate].setup_s + costs[chosen.candidate].first_calls_s
+        note = (
+            f"{note} {chosen.candidate} serves instead of {best.candidate}: they are within "
+            f"the {zone:g}x indifference zone of each other, and {chosen.candidate} costs less "
+            f"to set up and call first ({one_off:.2f} s), then less peak memory."
+        ).strip()
+    return chosen.candidate, note
+
+
+def _within(speedup: RatioInterval | None, zone: float) -> bool:
+    return speedup is not None and speedup.low is not None and speedup.low >= 1.0 / zone
+
+
+def _secondary(costs: Costs) -> tuple[float, float]:
+    memory = costs.peak_memory_mb if costs.peak_memory_mb is not None else math.inf
+    return (costs.setup_s + costs.first_calls_s, memory)
 
 
 def _point(comparison: Comparison) -> float:

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 from attrs import evolve
 from scipy import stats
@@ -11,7 +9,6 @@ from dlopt.measurement import (
     FakeClock,
     MeasurementPolicy,
     MonotonicClock,
-    alpha_for_look,
     time_call,
 )
 from dlopt.measurement.stats import bootstrap_mean_interval, t_interval
@@ -22,7 +19,8 @@ def test_policy_defaults_round_trip_json() -> None:
     policy = MeasurementPolicy()
     assert policy.confidence == 0.95
     assert policy.settle_time_s == pytest.approx(0.03)
-    assert policy.max_looks == policy.max_rounds - policy.min_rounds + 1
+    assert policy.max_time_s is None  # scaled to the model's call cost
+    assert policy.timed_calls_per_burst >= 4 and policy.burst_statistic == "min"
     assert from_jsonable(parse_strict_json(dumps(policy)), MeasurementPolicy) == policy
 
 
@@ -35,6 +33,11 @@ def test_policy_defaults_round_trip_json() -> None:
         {"min_rounds": 10, "max_rounds": 5},
         {"settle_time_s": -1.0},
         {"timed_calls_per_burst": 0},
+        {"timed_calls_per_burst": 3},
+        {"indifference_zone": 1.0},
+        {"auto_budget_min_s": 60.0, "auto_budget_max_s": 30.0},
+        {"burst_statistic": "max"},
+        {"warmup_budget_share": 0.0},
         {"max_time_s": float("nan")},
         {"settle_tolerance": -0.1},
     ],
@@ -76,15 +79,6 @@ def test_time_call_counts_asynchronous_work_when_synchronized() -> None:
     assert time_call(launch, clock)[0] == pytest.approx(1e-6)
     pending.clear()
     assert time_call(launch, clock, synchronize)[0] == pytest.approx(5e-3 + 1e-6)
-
-
-def test_alpha_spending_never_exceeds_the_budget_and_front_loads() -> None:
-    for looks in (1, 5, 37, 200):
-        shares = [alpha_for_look(0.05, k, looks) for k in range(1, looks + 1)]
-        assert math.fsum(shares) <= 0.05 + 1e-12
-        assert shares == sorted(shares, reverse=True)
-        assert min(shares) >= 0.025 / looks
-    assert alpha_for_look(0.05, 1, 37) > 0.25 * 0.05
 
 
 def test_t_interval_matches_scipy() -> None:

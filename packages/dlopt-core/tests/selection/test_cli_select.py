@@ -97,7 +97,7 @@ def test_case_specs():
 
 def test_report_that_does_not_match_the_schema_is_a_usage_error(tmp_path, capsys):
     path = tmp_path / "broken.json"
-    path.write_text('{"schema_version": 1, "candidates": 3}')
+    path.write_text('{"schema_version": 2, "candidates": 3}')
     assert main(["report", str(path)]) == 2
     assert "is not a dlopt report" in capsys.readouterr().err
 

@@ -210,7 +210,7 @@ def test_report_is_strict_json_and_round_trips(race, x, tmp_path):
     assert loaded == decision.report
     assert loaded.to_json() + "\n" == text
     data = json.loads(text)
-    assert data["schema_version"] == 1 and data["measurement"]["seed"] == 7
+    assert data["schema_version"] == 2 and data["measurement"]["seed"] == 7
     fast = next(c for c in data["candidates"] if c["name"] == "fast")
     for key in (
         "latency_ms",

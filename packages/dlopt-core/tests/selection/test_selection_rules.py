@@ -10,7 +10,9 @@ exact ties occur). The oracle below restates the documented rules (docs/selectio
 * the baseline is the reference, replaced by the native plan with the best point among
   those that clear the gate against the reference;
 * a challenger replaces the baseline only by clearing the gate against that baseline;
-  among several, the best point wins;
+  among several, the best point wins, except that in the steady-state objective a cleared
+  plan whose paired point over the current pick exceeds 1 takes its place (one pass from
+  the best point down: head-to-head ranking on all rounds);
 * ties on the point go to the plan listed first in ``eligible`` (``max`` keeps the first).
 """
 
@@ -130,6 +132,21 @@ class Scenario:
         s = self.judged(name, against)
         return s.point if s is not None and s.point is not None else 0.0
 
+    def ranked_pick(self, against: str) -> str | None:
+        """The challenger that should serve: best point, then the head-to-head pass."""
+        best = self.best_that_clear(self.challengers(), against)
+        if not best:
+            return None
+        pick = best[0]
+        cleared = [n for n in self.challengers() if self.clears(n, against)]
+        if self.objective != STEADY or len(cleared) == 1:
+            return pick
+        for name in sorted(cleared, key=lambda n: self.point(n, against), reverse=True):
+            head = self.table[(name, pick)] if name != pick else None
+            if head is not None and head.point is not None and head.point > 1.0:
+                pick = name
+        return pick
+
     def best_that_clear(self, names: list[str], against: str) -> list[str]:
         """The plans among ``names`` that clear the gate with the best point, in order."""
         cleared = [n for n in names if self.clears(n, against)]
@@ -190,8 +207,9 @@ def test_a_challenger_wins_only_by_clearing_the_bar_with_the_best_point(scenario
     else:
         assert outcome.selected in scenario.challengers()
         assert scenario.clears(outcome.selected, outcome.baseline)
-        # the best point among those that clear; an exact tie goes to the first listed
-        assert outcome.selected == best[0]
+        # the best point among those that clear (an exact tie goes to the first listed),
+        # then ranked head to head in the steady-state objective
+        assert outcome.selected == scenario.ranked_pick(outcome.baseline)
 
 
 @settings(max_examples=100, deadline=None)

@@ -66,7 +66,8 @@ class GlibcAllocator:
         mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         mallopt.restype = ctypes.c_int
         if not (
-            mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+            mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+            and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
         ):
             return None
         GlibcAllocator._settled = (

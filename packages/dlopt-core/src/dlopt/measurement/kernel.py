@@ -127,7 +127,6 @@ class _Race:
         self.base = next(p for p in self.plans if p.is_baseline)
         self.standing = {p.name: _Standing() for p in self.plans}
         self.natives = tuple(natives)
-        self.shares = self.weights
         self.rounds = 0
         self.round_times_s: list[float] = []
         self.stop_reason = StopReason.MAX_ROUNDS
@@ -181,6 +180,12 @@ class _Race:
         p = self.policy
         return boundary(p.alpha / self.family_size(), p.min_rounds, p.max_rounds, df)
 
+    def critical_at(self, pair: PairStats, rounds: int) -> float:
+        """The boundary ``pair`` would face after ``rounds`` rounds: its degrees of
+        freedom grow in proportion (per pair ``n - 1``; pooled ``(n - 1)(P - 1)``)."""
+        per_round = pair.df / max(pair.rounds - 1, 1)
+        return self.critical(max(pair.df, per_round * (rounds - 1)))
+
     def _fail(self, plan: PlanRecord, exc: BaseException, stage: str) -> None:
         if plan.is_baseline:
             raise exc
@@ -225,11 +230,6 @@ class _Race:
             except Exception as exc:
                 self._fail(plan, exc, f"warm-up of case {self.case_names[i]!r}")
         self.warmup_s = (self.clock.now_ns() - start) / 1e9
-        # Cost shares of the round score: fixed from the baseline's warm-up latency.
-        costs = [w * c.reference_s for w, c in zip(self.weights, self.base.cases)]
-        total = math.fsum(costs)
-        if total > 0 and all(math.isfinite(c) for c in costs):
-            self.shares = tuple(c / total for c in costs)
         regime = self.allocator_regime
         if regime is not None:
             after = [
@@ -274,7 +274,7 @@ class _Race:
 
     def scores(self) -> dict[str, dict[int, float]]:
         return {
-            plan.name: scores_of([c.statistic for c in plan.cases], self.shares)
+            plan.name: scores_of([c.statistic for c in plan.cases], self.weights)
             for plan in self.plans
         }
 
@@ -338,7 +338,7 @@ class _Race:
         level = 1.0 - p.futility_confidence
         optimistic = pair.mean + boundary(level, p.min_rounds, p.max_rounds, pair.df) * pair.se
         final = max(self._final_rounds(), pair.rounds)
-        reach = self.critical(pair.df) * pair.sd / math.sqrt(final)
+        reach = self.critical_at(pair, final) * pair.sd / math.sqrt(final)
         return optimistic - reach < self.threshold
 
     def _rank_and_eliminate(
@@ -403,8 +403,11 @@ class _Race:
                     # Reachable if a plausible truth (one standard error below the mean:
                     # the ranking at a few rounds is itself uncertain) would let the bound
                     # fall to epsilon by the last round the budget allows.
+                    last = max(final, pair.rounds)
                     projected = (
-                        pair.mean - pair.se + crit * pair.sd / math.sqrt(max(final, pair.rounds))
+                        pair.mean
+                        - pair.se
+                        + self.critical_at(pair, last) * pair.sd / math.sqrt(last)
                     )
                     reachable = reachable or (final > pair.rounds and projected <= self.epsilon)
             self.regret_bound = finite_or_none(math.exp(worst))
@@ -441,7 +444,7 @@ class _Race:
         out = []
 
         def need(pair: PairStats, margin: float) -> tuple[int | None, float | None]:
-            rounds = rounds_to_reach(pair.sd, margin, self.critical(pair.df))
+            rounds = rounds_to_reach(pair.sd, margin, self.critical_at(pair, self._final_rounds()))
             if not math.isfinite(rounds):
                 return None, None
             n = max(math.ceil(rounds), pair.rounds + 1)
@@ -456,9 +459,7 @@ class _Race:
                 out.append(OpenComparison(plan.name, self.base.name, "gate", 0, None, None))
                 continue
             n, budget = need(pair, abs(pair.mean - self.threshold))
-            out.append(
-                OpenComparison(plan.name, self.base.name, "gate", pair.rounds, n, budget)
-            )
+            out.append(OpenComparison(plan.name, self.base.name, "gate", pair.rounds, n, budget))
         if self.leader is not None:
             for plan in self.contenders():
                 if plan.name == self.leader:
@@ -469,9 +470,7 @@ class _Race:
                 if pair.interval(self.critical(pair.df))[2] <= self.epsilon:
                     continue
                 n, budget = need(pair, self.epsilon - pair.mean)
-                out.append(
-                    OpenComparison(plan.name, self.leader, "leader", pair.rounds, n, budget)
-                )
+                out.append(OpenComparison(plan.name, self.leader, "leader", pair.rounds, n, budget))
         return tuple(out)
 
     # -- results -----------------------------------------------------------------------
@@ -499,12 +498,15 @@ class _Race:
             quiet_wait_s=finite_or_none(math.fsum(q.quiet_wait_s for q in self.plans)) or 0.0,
             budget_s=finite_or_none(self.budget_s) or 0.0,
             warmup_time_s=self.warmup_s,
-            case_shares=self.shares,
             family_size=self.family_size(),
             leader=self.leader,
             regret_bound=self.regret_bound,
             open_comparisons=self.open if final else (),
             allocator=self.allocator_regime,
+            pooled_plans=tuple(sorted(self.pooled.plans)) if self.pooled else (),
+            pooled_rounds=self.pooled.rounds if self.pooled else (),
+            pooled_variance=finite_or_none(self.pooled.variance) if self.pooled else None,
+            pooled_df=self.pooled.df if self.pooled else None,
         )
 
     def _measurement(
@@ -556,11 +558,15 @@ class _Race:
             if pair is not None:
                 spread = finite_or_none(pair.sd)
                 margin = max(abs(pair.mean - self.threshold), self.epsilon)
-                needed = rounds_to_reach(pair.sd, margin, self.critical(pair.df))
+                needed = rounds_to_reach(
+                    pair.sd, margin, self.critical_at(pair, self._final_rounds())
+                )
                 noisy = noisy or needed > max(self._final_rounds(), p.min_rounds)
             diffs = _diffs(scores[self.base.name], scores[plan.name])
             if final and p.bootstrap_resamples > 0 and len(diffs) >= 3:
-                boot = bootstrap_mean_interval(diffs, p.confidence, p.bootstrap_resamples, self.seed)
+                boot = bootstrap_mean_interval(
+                    diffs, p.confidence, p.bootstrap_resamples, self.seed
+                )
                 if boot is not None:
                     fixed = ratio_from_log(
                         boot[:3],
@@ -645,8 +651,8 @@ class _Race:
 
 
 _METHOD = (
-    "paired Student-t of the per-round score difference (cost-share weighted log burst "
-    "statistic), one-sided Pocock group-sequential boundary at alpha / family per side, "
+    "paired Student-t of the per-round difference of log traffic-weighted burst "
+    "statistics, one-sided Pocock group-sequential boundary at alpha / family per side, "
     "running intersection over looks; valid whenever the race stopped"
 )
 

@@ -12,7 +12,7 @@ import math
 from attrs import field, frozen
 
 from dlopt.measurement.policy import MeasurementPolicy
-from dlopt.measurement.sequential import boundary, pair_stats
+from dlopt.measurement.sequential import PooledVariance, boundary, pair_stats
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
 from dlopt.vocabulary import StopReason, Verdict
 
@@ -79,8 +79,8 @@ class CandidateMeasurement:
     ``speedup_fixed_sample``: a descriptive bootstrap interval of the same paired
     differences, as if the number of rounds had been fixed. ``weighted_mean_ms``: the
     traffic-weighted mean latency over all timed calls, with a t-interval over rounds.
-    ``round_scores``: per round (index = round - 1) the plan's score, the cost-share
-    weighted log of its burst statistics (``None``: did not run that round).
+    ``round_scores``: per round (index = round - 1) the plan's score, the log of its
+    traffic-weighted sum of burst statistics (``None``: did not run that round).
     """
 
     name: str
@@ -143,14 +143,18 @@ class RaceResult:
     quiet_wait_s: float = 0.0
     budget_s: float = 0.0
     warmup_time_s: float = 0.0
-    #: Cost share of each case in a round's score (from the baseline's warm-up latency).
-    case_shares: tuple[float, ...] = ()
     #: Comparisons in the error family (challengers x references they may be judged by).
     family_size: int = 1
     leader: str | None = None
     regret_bound: float | None = None
     open_comparisons: tuple[OpenComparison, ...] = ()
     allocator: AllocatorRegime | None = None
+    #: The pooled residual variance of the last look (plans, rounds, value, degrees of
+    #: freedom): pairs inside the pool are compared with it after the race too.
+    pooled_plans: tuple[str, ...] = ()
+    pooled_rounds: tuple[int, ...] = ()
+    pooled_variance: float | None = None
+    pooled_df: int | None = None
 
     def candidate(self, name: str) -> CandidateMeasurement:
         """The measurement of candidate ``name``."""
@@ -198,7 +202,19 @@ class RaceResult:
         """
         cand = self.candidate(candidate)
         ref = self.candidate(reference)
-        stats = pair_stats(_by_round(ref.round_scores), _by_round(cand.round_scores))
+        pooled = None
+        if (
+            self.pooled_variance is not None
+            and self.pooled_df
+            and {candidate, reference} <= set(self.pooled_plans)
+        ):
+            pooled = PooledVariance(
+                frozenset(self.pooled_plans),
+                self.pooled_rounds,
+                self.pooled_variance,
+                self.pooled_df,
+            )
+        stats = pair_stats(_by_round(ref.round_scores), _by_round(cand.round_scores), pooled)
         policy = self.policy
         if stats is None:
             interval = None
@@ -213,7 +229,9 @@ class RaceResult:
             confidence=policy.confidence,
             method=(
                 f"paired t over {0 if stats is None else stats.rounds} common rounds of the "
-                f"score difference vs {reference!r}, at the race's group-sequential boundary "
+                f"score difference vs {reference!r}"
+                f"{' (pooled variance)' if stats is not None and stats.pooled else ''}, "
+                "at the race's group-sequential boundary "
                 f"(one-sided alpha {policy.alpha:g}/{self.family_size} per side)"
             ),
             rounds=0 if stats is None else stats.rounds,

@@ -189,10 +189,10 @@ class Scheduler:
         tail = history[-p.warmup_window :] if history else [per_call]
         case.reference_s = statistics.median(tail)
         block_s = max(case.reference_s * k, 0.0)
-        wanted = math.ceil(p.burst_time_target_s / block_s) if block_s > 0 else p.max_calls_per_burst
-        case.burst_calls = max(
-            p.timed_calls_per_burst, min(p.max_calls_per_burst, wanted)
+        wanted = (
+            math.ceil(p.burst_time_target_s / block_s) if block_s > 0 else p.max_calls_per_burst
         )
+        case.burst_calls = max(p.timed_calls_per_burst, min(p.max_calls_per_burst, wanted))
 
     # -- bursts ------------------------------------------------------------------------
     def burst(self, plan: PlanRecord, case: CaseRecord, round_number: int) -> None:
@@ -243,7 +243,7 @@ class Scheduler:
         close together in time (drift common to them cancels)."""
         cases = list(range(n_cases))
         self.rng.shuffle(cases)
-        order = []
+        order: list[tuple[int, int]] = []
         for case in cases:
             idx = list(range(len(plans)))
             self.rng.shuffle(idx)
