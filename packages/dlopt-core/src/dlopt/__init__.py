@@ -45,6 +45,10 @@ _LAZY: dict[str, str] = {
     "BundleLoadError": "dlopt.bundle",
     "load_bundle": "dlopt.serving",
     "verify_bundle": "dlopt.bundle",
+    # agents and cancellation
+    "OptimizationAgentToolkit": "dlopt.agents",
+    "ToolkitLimits": "dlopt.agents",
+    "SelectionCancelled": "dlopt.errors",
 }
 
 __all__ = ["PLUGIN_API_VERSION", "__version__", "hookimpl", *_LAZY]
@@ -60,8 +64,10 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from dlopt.agents import OptimizationAgentToolkit, ToolkitLimits
     from dlopt.bundle import Bundle, BundleError, BundleLoadError, verify_bundle
     from dlopt.decision import OptimizationDecision
+    from dlopt.errors import SelectionCancelled
     from dlopt.events import Event, EventKind
     from dlopt.measurement import MeasurementPolicy
     from dlopt.optimizer import InferenceOptimizer

@@ -25,3 +25,8 @@ class PluginLoadError(DloptError):
 
 class ProviderBuildError(DloptError):
     """A provider could not build its plan; the candidate is rejected with this message."""
+
+
+class SelectionCancelled(DloptError):
+    """The caller's ``should_continue`` said stop before the race could begin; every plan
+    built so far was released."""

@@ -69,6 +69,7 @@ def build_report(
                 )
                 for case in workload.cases
             ),
+            workload.inputs,
         ),
         runtime=runtime,
         baseline=outcome.baseline,

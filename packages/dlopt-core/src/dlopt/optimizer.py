@@ -17,7 +17,7 @@ import torch
 
 from dlopt import pipeline
 from dlopt.decision import OptimizationDecision
-from dlopt.errors import ConfigurationError, ReferenceCheckError
+from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence import build_report
 from dlopt.measurement import Clock, MonotonicClock
@@ -83,6 +83,26 @@ class InferenceOptimizer:
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
 
     # -- public API ------------------------------------------------------------------
+    @property
+    def registry(self) -> ProviderRegistry | None:
+        """The providers this optimizer was given (``None``: discovered at each select)."""
+        return self._registry
+
+    def with_policy(
+        self, policy: OptimizationPolicy, *, observers: Sequence[Observer] | None = None
+    ) -> InferenceOptimizer:
+        """A copy racing under ``policy`` (and ``observers``, when given); the target,
+        providers, registry, clock and artifact directory are shared."""
+        return InferenceOptimizer(
+            self.target,
+            policy,
+            self.explicit_providers,
+            registry=self._registry,
+            clock=self.clock,
+            observers=self.observers if observers is None else observers,
+            artifact_dir=self.artifact_dir,
+        )
+
     def select_signature(
         self, model: torch.nn.Module, *args: Any, **kwargs: Any
     ) -> OptimizationDecision:
@@ -90,9 +110,20 @@ class InferenceOptimizer:
         return self.select(model, WorkloadProfile.single(*args, **kwargs))
 
     def select(
-        self, model: torch.nn.Module, workload: WorkloadProfile | Sequence[WorkloadCase]
+        self,
+        model: torch.nn.Module,
+        workload: WorkloadProfile | Sequence[WorkloadCase],
+        *,
+        should_continue: Callable[[], bool] | None = None,
     ) -> OptimizationDecision:
-        """Race every eligible plan on ``workload`` and return the decision."""
+        """Race every eligible plan on ``workload`` and return the decision.
+
+        ``should_continue`` (another thread's cancel flag, a deadline) is asked before
+        each plan is built and between warm-ups and rounds of the race. Before the race,
+        ``False`` raises :class:`~dlopt.errors.SelectionCancelled` (every built plan is
+        released); during the race it ends the rounds (``stop_reason`` ``"cancelled"``)
+        and the decision is made from the rounds run, whose intervals hold at any stop.
+        """
         if not isinstance(model, torch.nn.Module):
             raise ConfigurationError(
                 f"model must be a torch.nn.Module, got {type(model).__name__}; wrap plain "
@@ -114,7 +145,7 @@ class InferenceOptimizer:
             )
         registry = self._registry if self._registry is not None else load_providers()
         with self._threads():
-            return self._select(model, workload, registry, expected_calls)
+            return self._select(model, workload, registry, expected_calls, should_continue)
 
     # -- the pipeline, stage by stage -------------------------------------------------
     def _select(
@@ -123,8 +154,11 @@ class InferenceOptimizer:
         workload: WorkloadProfile,
         registry: ProviderRegistry,
         expected_calls: int | None,
+        should_continue: Callable[[], bool] | None = None,
     ) -> OptimizationDecision:
-        run = pipeline.Run(self.policy, self.target, self.clock, self._emitter(registry))
+        run = pipeline.Run(
+            self.policy, self.target, self.clock, self._emitter(registry), should_continue
+        )
         context = ProviderContext(
             target=self.target,
             policy=self.policy,
@@ -146,6 +180,10 @@ class InferenceOptimizer:
         )
         try:
             for cand in candidates:  # the reference first: if it cannot serve, build no more
+                if should_continue is not None and not should_continue():
+                    raise SelectionCancelled(
+                        f"cancelled before {cand.name!r} was built; no plan was raced"
+                    )
                 pipeline.prepare(cand, model, context, reference, guard, run)
                 if cand.is_reference and not cand.alive:
                     raise ReferenceCheckError(pipeline.reference_failure(cand))

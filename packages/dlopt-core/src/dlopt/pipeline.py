@@ -113,6 +113,8 @@ class Run:
     target: ExecutionTarget
     clock: Clock
     emit: Callable[[Event], None]
+    #: Asked between warm-ups and rounds of the race; False ends the rounds.
+    should_continue: Callable[[], bool] | None = None
 
     def synchronize(self, plan: BuiltPlan | None) -> Callable[[], None] | None:
         """What waits for a plan's queued work before a timer stops: the plan's own
@@ -122,6 +124,12 @@ class Run:
         if self.target.is_cuda:
             return functools.partial(torch.cuda.synchronize, torch.device(self.target.device))
         return None
+
+    def stage(self, cand: CandidateState, stage: str) -> None:
+        """Say that ``cand`` enters ``stage`` (for progress displays)."""
+        self.emit(
+            Event(EventKind.STAGE_STARTED, stage, candidate=cand.name, data={"stage": stage})
+        )
 
     def reject(self, cand: CandidateState, error: StageError) -> None:
         """Record ``error`` on ``cand``, release its plan (the reference's stays: it is
@@ -226,6 +234,7 @@ def prepare(
     The candidate ends alive, unavailable (``status``) or rejected (``error``).
     """
     context = attrs.evolve(context, options=cand.options)
+    run.stage(cand, "probe")
     cand.status = probe_provider(cand.info, context)
     availability = cand.status.availability
     if not availability.available:
@@ -242,14 +251,17 @@ def prepare(
     context = attrs.evolve(context, cases=prepared_cases(reference), availability=availability)
     memory_probe = MemoryProbe(run.target.device).start()
     try:
+        run.stage(cand, "build")
         error = build(cand, model, context, guard, run)
         outputs: list[Any] = []
         if error is None:
+            run.stage(cand, "first_call")
             error = first_calls(cand, model, reference, guard, run, outputs)
     finally:
         cand.memory = memory_probe.stop()
         cand.device_memory_mb = _device_memory(cand.plan)
     if error is None:
+        run.stage(cand, "validation")
         cand.validation = validate_calls(cand, outputs, reference, run.policy)
         if not cand.validation.passed:
             error = StageError(Stage.VALIDATION, cand.validation.reason or "failed validation")
@@ -491,6 +503,9 @@ def race(
                 f"round {round_number}",
                 data={
                     "round": round_number,
+                    "elapsed_s": snapshot.total_time_s,
+                    "budget_s": snapshot.budget_s,
+                    "leader": snapshot.leader,
                     "resolved": [
                         m.name
                         for m in snapshot.candidates
@@ -511,6 +526,7 @@ def race(
                 clock=run.clock,
                 synchronize={c.name: run.synchronize(c.plan) for c in alive},
                 on_round=on_round,
+                should_continue=run.should_continue,
                 case_names=[case.name for case in reference.cases],
                 natives=[c.name for c in alive if c.role is Role.NATIVE],
             )

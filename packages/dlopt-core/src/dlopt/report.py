@@ -129,6 +129,8 @@ class WorkloadSummary:
     name: str
     expected_calls: int | None
     cases: tuple[CaseSignature, ...]
+    #: Where the raced inputs came from (``WorkloadProfile.inputs``), when said.
+    inputs: str | None = None
 
 
 @frozen

@@ -74,13 +74,18 @@ class WorkloadCase:
 
 @frozen(eq=False)
 class WorkloadProfile:
-    """A weighted mix of request signatures, plus how many calls the deployment expects."""
+    """A weighted mix of request signatures, plus how many calls the deployment expects.
+
+    ``inputs`` says where the example inputs came from (``"random tensors of the given
+    shapes"``, ``"npz file x.npz, 2 entries"``...); the report records it.
+    """
 
     cases: tuple[WorkloadCase, ...] = field(converter=_as_cases)
     name: str = field(default="workload", validator=text(error=WorkloadError))
     expected_calls: int | None = field(
         default=None, validator=integer(minimum=0, optional=True, error=WorkloadError)
     )
+    inputs: str | None = field(default=None, validator=text(optional=True, error=WorkloadError))
 
     def __attrs_post_init__(self) -> None:
         if not self.cases:

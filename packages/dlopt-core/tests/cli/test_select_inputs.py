@@ -64,7 +64,7 @@ def test_a_factory_may_return_its_own_workload(user_module, capsys):
     report = load_report(user_module.parent / "r.json")
     assert [c.name for c in report.workload.cases] == ["small", "large"]
     assert [c.weight for c in report.workload.cases] == [3.0, 1.0]
-    assert report.workload.name == "mine [inputs: from the factory]"
+    assert report.workload.inputs == "from the factory"
     assert "float32[2, 16]" in report.workload.cases[0].inputs
 
 
@@ -85,7 +85,7 @@ def test_npz_inputs_race_one_case_per_entry(user_module, capsys):
     report = load_report(user_module.parent / "r.json")
     assert [c.name for c in report.workload.cases] == ["first", "second"]
     assert "float32[5, 16]" in report.workload.cases[1].inputs
-    assert report.workload.name.endswith("[inputs: npz file inputs.npz (2 cases)]")
+    assert report.workload.inputs == "npz file inputs.npz (2 cases)"
 
 
 def test_safetensors_inputs(user_module, capsys):
@@ -95,7 +95,7 @@ def test_safetensors_inputs(user_module, capsys):
     assert main(_select(user_module, "build", "--inputs", str(path))) == 0, capsys.readouterr().err
     report = load_report(user_module.parent / "r.json")
     assert [c.name for c in report.workload.cases] == ["only"]
-    assert "safetensors file inputs.safetensors (1 case)" in report.workload.name
+    assert report.workload.inputs == "safetensors file inputs.safetensors (1 case)"
 
 
 def test_safetensors_without_the_package_says_how_to_get_it(user_module, capsys, monkeypatch):
@@ -150,4 +150,4 @@ def test_inputs_and_shapes_together_are_refused(user_module, capsys):
 def test_random_shapes_are_named_in_the_report(user_module, capsys):
     assert main(_select(user_module, "build", "--case", "b1=1x16@2")) == 0
     report = load_report(user_module.parent / "r.json")
-    assert report.workload.name.endswith("[inputs: random tensors of the given shapes]")
+    assert report.workload.inputs == "random tensors of the given shapes"

@@ -508,3 +508,20 @@ def test_a_winner_that_resolves_early_is_ranked_on_every_later_round(fast_policy
     assert len(diffs) == result.rounds
     assert fast.speedup_vs_baseline.rounds == len(diffs)
     assert fast.speedup_vs_baseline.point == pytest.approx(math.exp(sum(diffs) / len(diffs)))
+
+
+def test_cancellation_during_warm_up_stops_before_any_round(fast_policy) -> None:
+    clock = FakeClock()
+    asked = []
+
+    def should_continue() -> bool:
+        asked.append(True)
+        return len(asked) < 2  # one warm-up, then the host cancels
+
+    cands = {name: [fixed_latency(clock, 1e-3)] for name in ("a", "b", "c")}
+    result = run_race(
+        cands, [1], "a", 1.02, fast_policy, clock=clock, should_continue=should_continue
+    )
+    assert result.stop_reason == "cancelled" and result.rounds == 0
+    assert sum(1 for c in result.candidates if c.warmup_calls) == 1
+    assert result.faster == ()

@@ -22,7 +22,8 @@ from dlopt.workload import WorkloadCase, WorkloadProfile
 def _workload() -> WorkloadProfile:
     gen = torch.Generator().manual_seed(5)
     return WorkloadProfile(
-        name="mlp [inputs: random tensors of the given shapes]",
+        name="mlp",
+        inputs="random tensors of the given shapes",
         cases=(
             WorkloadCase("b1", args=(torch.randn(1, 16, generator=gen),), weight=70),
             WorkloadCase("b4", args=(torch.randn(4, 16, generator=gen),), weight=30),

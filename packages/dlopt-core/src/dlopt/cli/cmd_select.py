@@ -281,7 +281,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 "--demo brings its own inputs: drop --inputs/--input/--case, or name your model"
             )
         model, workload = build_demo_model(), demo_workload()
-        workload = attrs.evolve(workload, name=f"{workload.name} [inputs: the demo's]")
+        workload = attrs.evolve(workload, inputs="the demo's")
     else:
         model, workload = workload_from_args(args)
     model = _on_target(model, target)
@@ -333,8 +333,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
 def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and the inputs it races on: ``--inputs FILE``, random tensors of the
-    ``--input``/``--case`` shapes, or the workload the factory returned. The workload's
-    name says which (``NAME [inputs: ...]``), so the report does too."""
+    ``--input``/``--case`` shapes, or the workload the factory returned.
+    ``WorkloadProfile.inputs`` says which, so the report does too."""
     from dlopt.cli.inputs import describe_inputs_file, load_inputs
     from dlopt.workload import WorkloadCase, WorkloadProfile
 
@@ -357,14 +357,14 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
             for i, (name, shape, dtype, weight) in enumerate(specs)
         ]
     elif returned is not None:
-        return model, attrs.evolve(returned, name=f"{returned.name} [inputs: from the factory]")
+        return model, attrs.evolve(returned, inputs=returned.inputs or "from the factory")
     else:
         raise ConfigurationError(
             "describe the inputs: --inputs FILE (.npz or .safetensors, one case per entry), "
             "--input 8x3x224x224 and/or --case NAME=SHAPE@WEIGHT, or return "
             "(model, WorkloadProfile) from the factory"
         )
-    return model, WorkloadProfile(name=f"{args.model} [inputs: {kind}]", cases=cases)
+    return model, WorkloadProfile(name=args.model, cases=cases, inputs=kind)
 
 
 def add_select_command(sub: Any) -> None:

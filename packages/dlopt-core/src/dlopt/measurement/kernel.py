@@ -215,7 +215,8 @@ class _Race:
             latency_before_ms=finite_or_none(statistics.median(before_s) * 1e3),
         )
 
-    def warm_all(self) -> None:
+    def warm_all(self, should_continue: Callable[[], bool] | None = None) -> bool:
+        """Warm every plan and case; ``False`` when ``should_continue`` stopped it."""
         p = self.policy
         share_of = p.max_time_s if p.max_time_s is not None else p.auto_budget_min_s
         cap = p.warmup_budget_share * share_of / max(1, len(self.plans) * self.n_cases)
@@ -225,6 +226,9 @@ class _Race:
         for plan, i in turns:
             if plan.failed is not None:
                 continue
+            if should_continue is not None and not should_continue():
+                self.warmup_s = (self.clock.now_ns() - start) / 1e9
+                return False
             try:
                 self.sched.warmup(plan, plan.cases[i], cap)
             except Exception as exc:
@@ -248,6 +252,7 @@ class _Race:
                 ),
                 advice=advice(self.base.name, regime.faults_per_call_before, regime.settled),
             )
+        return True
 
     def scale_budget(self, first_round_s: float) -> None:
         """With no fixed ``max_time_s``: warm-up plus ``auto_budget_rounds`` rounds at the
@@ -800,7 +805,10 @@ def run_race(
         race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)
     race.settle_allocator()
-    race.warm_all()
+    if not race.warm_all(should_continue):
+        race.stop_reason = StopReason.CANCELLED
+        race.open = race.open_comparisons()
+        return race.result(final=True)
     last_round_s = 0.0
     while True:
         reason = race.stop() if race.rounds else None

@@ -54,6 +54,8 @@ class LatencyStats:
     untimed_calls: int
     burst_calls: int = 0
     round_spread: float | None = None
+    #: Every timed sample in the order taken (ms per call; block means for blocked calls).
+    samples_ms: tuple[float, ...] | None = None
 
 
 @frozen
@@ -243,4 +245,5 @@ def summarize_latency(
         untimed_calls=untimed_calls,
         burst_calls=burst_calls,
         round_spread=finite_or_none(spread) if spread is not None else None,
+        samples_ms=tuple(v for v in (finite_or_none(float(x)) for x in arr) if v is not None),
     )

@@ -301,13 +301,7 @@ def decision_lines(report: OptimizationReport) -> tuple[str, str]:
 def inputs_kind(report: OptimizationReport) -> str | None:
     """Which inputs were raced (``random``, ``factory``, ``npz:FILE``...), when recorded."""
     kind = getattr(getattr(report, "workload", None), "inputs", None)
-    if isinstance(kind, str):
-        return kind
-    name = getattr(getattr(report, "workload", None), "name", None) or ""
-    marker = " [inputs: "
-    if marker in name and name.endswith("]"):
-        return name[name.index(marker) + len(marker) : -1]
-    return None
+    return kind if isinstance(kind, str) else None
 
 
 def providers_table(statuses: Iterable[Any]) -> Table:
