@@ -34,10 +34,13 @@ from dlopt.hookspecs import hookimpl
 from dlopt.machine import cpu_flags
 from dlopt.precision import Precision
 from dlopt.probing import (
+    CapturedOutput,
     base_version,
+    capture_output,
     check_distribution,
     distribution_version,
     find_cxx_compiler,
+    strip_ansi,
     try_import,
     version_satisfies,
 )
@@ -61,6 +64,7 @@ from dlopt.workload import WorkloadCase, WorkloadProfile
 __all__ = [
     "PLUGIN_API_VERSION",
     "BuiltPlan",
+    "CapturedOutput",
     "ConfigurationError",
     "DloptError",
     "ExecutionProvider",
@@ -79,6 +83,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "base_version",
+    "capture_output",
     "check_distribution",
     "cpu_flags",
     "distribution_version",
@@ -88,6 +93,7 @@ __all__ = [
     "iter_tensors",
     "map_tensors",
     "strict_jsonable",
+    "strip_ansi",
     "try_import",
     "version_satisfies",
 ]
