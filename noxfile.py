@@ -126,6 +126,8 @@ def gpu(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """dlopt's main job on the built-in demo model."""
     _install(session, "fx", "onnxruntime", "torchao")
+    # Figures: the README's `dlopt export` and HTML report commands, run in .nox/demo.
+    session.install("-e", f"{CORE}[plots]")
     session.run(
         "dlopt",
         "select",
