@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from packaging.requirements import Requirement
 
 from dlopt.cli import main
 from dlopt.report import load_report
@@ -112,7 +113,16 @@ def test_safetensors_without_the_package_says_how_to_get_it(user_module, capsys,
     path.write_bytes(b"\0" * 16)
     monkeypatch.setattr(builtins, "__import__", no_safetensors)
     assert main(_select(user_module, "build", "--inputs", str(path))) == 2
-    assert "pip install safetensors" in capsys.readouterr().err
+    assert 'pip install "dlopt-core[inputs]"' in capsys.readouterr().err
+
+
+def test_the_inputs_extra_the_hint_names_installs_safetensors():
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    assert "safetensors" in {Requirement(line).name for line in extras.get("inputs", [])}
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,7 @@ def _read_safetensors(path: Path) -> list[tuple[str, Any]]:
     except ImportError:
         raise ConfigurationError(
             f"--inputs {path}: reading safetensors needs the safetensors package: "
-            "pip install safetensors (or save the inputs with numpy.savez as .npz)"
+            'pip install "dlopt-core[inputs]" (or save the inputs with numpy.savez as .npz)'
         ) from None
     try:
         tensors = load_file(str(path))
