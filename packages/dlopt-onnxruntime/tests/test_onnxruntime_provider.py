@@ -16,6 +16,7 @@ import torch
 
 import dlopt_onnxruntime.export as export_module
 from dlopt.errors import ProviderBuildError, WorkloadError
+from dlopt.plugin import capture_output
 from dlopt.precision import Precision
 from dlopt.providers.contract import ProviderContext
 from dlopt.target import ExecutionTarget
@@ -447,6 +448,36 @@ def test_fallback_check_uses_session_providers(monkeypatch: pytest.MonkeyPatch) 
     assert not check.usable and cached is check
     assert "libcudnn.so.9" in check.reason
     assert check.session_providers == (CPU,)
+
+
+def test_what_the_probe_session_prints_also_reaches_an_enclosing_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe captures through dlopt's shared capture, so a front end's own capture
+    around it still sees ORT's log (a private redirection would swallow it)."""
+    import onnxruntime
+
+    class FallingBackSession:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            import os
+
+            os.write(2, b"[E:onnxruntime] Failed to load libcudnn.so.9: not found\n")
+
+        def get_providers(self) -> list[str]:
+            return [CPU]
+
+    monkeypatch.setattr(
+        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", CPU]
+    )
+    monkeypatch.setattr(onnxruntime, "InferenceSession", FallingBackSession)
+    clear_probe_cache()
+    try:
+        with capture_output("probe onnxruntime") as outer:
+            check = probe.check_execution_provider(onnxruntime, "CUDAExecutionProvider")
+    finally:
+        clear_probe_cache()
+    assert "libcudnn.so.9" in check.reason
+    assert outer.result is not None and "libcudnn.so.9" in outer.result.stderr
 
 
 def test_both_flavours_installed_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:

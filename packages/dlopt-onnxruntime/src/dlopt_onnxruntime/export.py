@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import shutil
 import time
 import warnings
@@ -36,6 +35,7 @@ from dlopt.plugin import (
     atomic_write_text,
     iter_tensors,
     map_tensors,
+    strip_ansi,
 )
 
 log = logging.getLogger(__name__)
@@ -343,13 +343,9 @@ class ExportRecord:
     fallback_error: str | None = None
 
 
-def _strip_ansi(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
 def summarize_error(exc: BaseException, limit: int = 800) -> str:
     """A short, readable form of an exporter error (the summary, not the whole guide)."""
-    text = _strip_ansi(str(exc)).strip()
+    text = strip_ansi(str(exc)).strip()
     marker = "## Exception summary"
     if marker in text:
         text = text.split(marker, 1)[1]

@@ -16,23 +16,25 @@ Three layers, cheapest first:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
-import os
 import platform
 import re
-import sys
-import tempfile
 import threading
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
 
-from dlopt.plugin import check_distribution, cpu_flags, distribution_version, try_import
+from dlopt.plugin import (
+    CapturedOutput,
+    capture_output,
+    check_distribution,
+    cpu_flags,
+    distribution_version,
+    strip_ansi,
+    try_import,
+)
 
 #: Supported ONNX Runtime range: 1.18 is the first with every provider option the plans
 #: set (the CUDA EP's use_tf32 came in 1.18; user_compute_stream as an option earlier).
@@ -213,9 +215,8 @@ def _check_execution_provider(ort: Any, provider: str, options: dict[str, str]) 
     providers: list[Any] = [(provider, options) if options else provider]
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")
-    captured: list[str] = []
     try:
-        with capture_sdk_output(captured):
+        with capture_output(f"probe onnxruntime {provider}") as capture:
             session_options = ort.SessionOptions()
             session_options.log_severity_level = 2
             session = ort.InferenceSession(
@@ -228,7 +229,7 @@ def _check_execution_provider(ort: Any, provider: str, options: dict[str, str]) 
         detail = first_line(strip_ansi(str(exc)))
         return EpCheck(provider, False, f"a test session with {provider} failed: {detail}")
     if provider not in used:
-        said = relevant_log(captured)
+        said = relevant_log(capture.result)
         return EpCheck(
             provider,
             False,
@@ -257,65 +258,15 @@ def _tiny_model_bytes() -> bytes:
     return model.SerializeToString()
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without terminal colour codes (ONNX Runtime colours its log lines)."""
-    return _ANSI.sub("", text)
-
-
-@contextlib.contextmanager
-def capture_sdk_output(sink: list[str]) -> Iterator[None]:
-    """Collect what ONNX Runtime says while the block runs, instead of printing it: its
-    Python prints ("EP Error ... Falling back"), native logs on fds 1 and 2, warnings.
-
-    Each text appended to ``sink`` has its colour codes removed.
-    """
-    saved: dict[int, int] = {}
-    files: dict[int, Any] = {}
-    python_out = io.StringIO()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    try:
-        for fd in (1, 2):
-            with contextlib.suppress(OSError):
-                saved[fd] = os.dup(fd)
-                files[fd] = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed below)
-                os.dup2(files[fd].fileno(), fd)
-        with (
-            contextlib.redirect_stdout(python_out),
-            contextlib.redirect_stderr(python_out),
-            warnings.catch_warnings(record=True) as caught,
-        ):
-            warnings.simplefilter("always")
-            yield
-        sink.extend(str(w.message) for w in caught)
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        for fd, tmp in files.items():
-            with contextlib.suppress(OSError):
-                os.dup2(saved.pop(fd), fd)
-            tmp.seek(0)
-            sink.append(tmp.read().decode("utf-8", "replace"))
-            tmp.close()
-        for duplicate in saved.values():
-            os.close(duplicate)
-        sink.append(python_out.getvalue())
-        sink[:] = [strip_ansi(text) for text in sink]
-
-
 def first_line(text: str, limit: int = 400) -> str:
     """The first non-blank line of ``text``, cut at ``limit``."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text.strip())
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def relevant_log(texts: list[str], limit: int = 500) -> str:
-    """The lines of ONNX Runtime's output that explain a fallback."""
+def relevant_log(output: CapturedOutput | None, limit: int = 500) -> str:
+    """The lines of what ONNX Runtime printed (a capture's result) that explain a
+    fallback."""
     keys = (
         "error",
         "fail",
@@ -327,13 +278,8 @@ def relevant_log(texts: list[str], limit: int = 500) -> str:
         "not in available",
         "falling back",
     )
-    lines = [
-        ln.strip()
-        for text in texts
-        for ln in strip_ansi(text).splitlines()
-        if ln.strip() and any(k in ln.lower() for k in keys)
-    ]
-    joined = " | ".join(dict.fromkeys(lines))
+    lines = [ln for ln in (output.lines() if output else ()) if any(k in ln.lower() for k in keys)]
+    joined = " | ".join(lines)
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 

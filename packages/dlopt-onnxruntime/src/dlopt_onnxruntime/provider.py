@@ -22,6 +22,7 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
     Role,
+    capture_output,
     is_plain_name,
     iter_tensors,
     try_import,
@@ -698,8 +699,7 @@ class OnnxRuntimeProvider:
             sess_options.add_session_config_entry(ASSIGNMENT_KEY, "1")
         session_start = time.perf_counter()
         # ONNX Runtime prints "EP Error ... Falling back" to stdout when it retries.
-        printed: list[str] = []
-        with _probe.capture_sdk_output(printed):
+        with capture_output(f"build {self.name}") as printed:
             try:
                 session = ort.InferenceSession(
                     str(session_model), sess_options=sess_options, providers=providers
@@ -708,7 +708,8 @@ class OnnxRuntimeProvider:
                 failure: Exception | None = exc
             else:
                 failure = None
-        said = _probe.relevant_log(printed) or _probe.first_line(" ".join(printed).strip())
+        lines = printed.result.lines() if printed.result else ()
+        said = _probe.relevant_log(printed.result) or _probe.first_line("\n".join(lines))
         if failure is not None:
             raise ProviderBuildError(
                 f"ONNX Runtime could not load {session_model.name} with "
@@ -729,7 +730,7 @@ class OnnxRuntimeProvider:
             effective = {}
         lost, unconfirmed = options_not_in_effect(providers, effective, used)
         problems = [describe_lost(lost)] if lost else []
-        if fell_back(printed):
+        if fell_back(lines):
             problems.insert(
                 0,
                 "ONNX Runtime could not create it as asked and retried with fallback "
