@@ -121,11 +121,11 @@ def measurement_policy(
     """A fixed number of rounds with one look, long settling: intervals for every plan.
 
     ``min_rounds = max_rounds = rounds``: the race cannot stop a comparison before the last
-    round, so every plan gets an interval over all rounds, at the first look's level
-    (alpha spending with a single look; split over the challengers). In a selection the
-    early stop, dropping plans that trail the leader and the futility stop save time but
-    freeze a plan's interval early; a benchmark wants each plan's own interval, so they are
-    off unless overridden. ``max_time_s`` only guards against a runaway race.
+    round, so every plan gets an interval over all rounds, at the boundary of a single look
+    (split over the challengers). In a selection the early stop, eliminating plans that
+    trail the leader and the futility stop save time but take plans out of the rounds; a
+    benchmark wants each plan's own interval over every round, so they are off unless
+    overridden. ``max_time_s`` only guards against a runaway race.
 
     Every burst settles for the full ``settle_time_s`` (200 ms): on this 2-core machine
     eager PyTorch ran up to ~10x slower for ~100 ms after a burst of ONNX Runtime calls
