@@ -44,20 +44,29 @@ Factory = Callable[..., tuple[OptimizationAgentToolkit, FakeRace, dict[str, Any]
 
 @pytest.fixture
 def make_toolkit() -> Iterator[Factory]:
-    """``make_toolkit(limits=None, gated=False, **measurement)`` -> (toolkit, race, providers):
-    a toolkit whose optimizer races a fake eager_fp32 (2 ms) against "fast" (1 ms), with
-    workload ``w`` registered (StructuredMLP on a (4, 16) input)."""
+    """``make_toolkit(limits=None, gated=False, observers=(), **measurement)`` ->
+    (toolkit, race, providers): a toolkit whose optimizer races a fake eager_fp32 (2 ms)
+    against "fast" (1 ms), with workload ``w`` registered (StructuredMLP on a (4, 16)
+    input). ``gated``: True (or ``"fast"``) gates fast's build, ``"eager_fp32"`` the
+    reference's; ``observers``: the host optimizer's observers."""
     made: list[OptimizationAgentToolkit] = []
 
     def make(
-        limits: ToolkitLimits | None = None, *, gated: bool = False, **measurement: Any
+        limits: ToolkitLimits | None = None,
+        *,
+        gated: bool | str = False,
+        observers: tuple[Callable[[Any], None], ...] = (),
+        **measurement: Any,
     ) -> tuple[OptimizationAgentToolkit, FakeRace, dict[str, Any]]:
         race = FakeRace()
-        eager = race.fake("eager_fp32", 2e-3)
+        eager: Any = race.fake("eager_fp32", 2e-3)
         fast: Any = race.fake("fast", 1e-3)
-        if gated:
+        if gated in (True, "fast"):
             fast = GatedProvider(fast)
+        elif gated == "eager_fp32":
+            eager = GatedProvider(eager)
         optimizer = race.optimizer(eager, fast, **{**BUDGET, **measurement})
+        optimizer.observers = observers
         toolkit = OptimizationAgentToolkit(optimizer, limits)
         made.append(toolkit)
         x = torch.randn(4, 16, generator=torch.Generator().manual_seed(3))

@@ -21,6 +21,7 @@ import dlopt.agents
 from dlopt.agents import RESULT_SCHEMA, TOOL_NAMES, OptimizationAgentToolkit, ToolkitLimits
 from dlopt.agents.schemas import INSPECT_RUNTIME, LIST_WORKLOADS, OPTIMIZE, READ_REPORT
 from dlopt.errors import ConfigurationError
+from dlopt.events import EventKind
 from dlopt.policy import OptimizationPolicy
 from dlopt.testing.models import StructuredMLP
 from dlopt.testing.race import FakeRace
@@ -177,7 +178,9 @@ def test_optimize_then_read_report_gives_the_python_apis_decision(make_toolkit) 
         assert [(c["name"], c["status"]) for c in seen["candidates"]] == [
             (c.name, c.status.value) for c in expected.candidates
         ]
-    assert {k: v for k, v in optimized.items() if k != "joined"} == summary
+    assert optimized["time_limit_reached"] is False
+    call_only = ("joined", "time_limit_reached")
+    assert {k: v for k, v in optimized.items() if k not in call_only} == summary
 
     evidence = checked(toolkit.invoke(READ_REPORT, {"workload": "w", "candidate": "fast"}))
     cand = evidence["result"]["candidate"]
@@ -353,6 +356,84 @@ def test_the_host_cancels_a_running_call_and_its_plans_are_closed(make_toolkit) 
     assert toolkit.report("w") is None and toolkit.take_decision("w") is None
     # A cancellation is not remembered: the next call races.
     assert checked(toolkit.invoke(OPTIMIZE, {"workload": "w"}))["ok"]
+
+
+def test_a_cancel_before_the_race_builds_no_more_plans(make_toolkit) -> None:
+    toolkit, _, providers = make_toolkit(gated="eager_fp32")
+    gated = providers["eager_fp32"]
+    first, box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
+    assert gated.started.wait(20)
+    assert toolkit.cancel("w") == 1
+    gated.gate.set()
+    first.join(20)
+    assert error_code(box[0]) == "cancelled"
+    assert "before" in box[0]["error"]["message"]
+    assert providers["fast"].builds == 0 and gated.inner.closes == 1
+    assert toolkit.report("w") is None and toolkit.in_flight() == {}
+
+
+def _on_first_round(action: Any) -> Any:
+    """A host observer that runs ``action`` once, when the race's first round ends."""
+    done = threading.Event()
+
+    def observe(event: Any) -> None:
+        if event.kind is EventKind.ROUND_FINISHED and not done.is_set():
+            done.set()
+            action()
+
+    return observe
+
+
+def test_a_host_cancel_during_the_race_ends_it_and_keeps_no_decision(make_toolkit) -> None:
+    toolkits: list[OptimizationAgentToolkit] = []
+    observer = _on_first_round(lambda: toolkits[0].cancel("w"))
+    toolkit, _, providers = make_toolkit(observers=(observer,))
+    toolkits.append(toolkit)
+    result = toolkit.invoke(OPTIMIZE, {"workload": "w"})
+    assert error_code(result) == "cancelled"
+    assert "during the race" in result["error"]["message"]
+    # The decision the cut-short race made is released with every plan, not stored.
+    assert providers["eager_fp32"].closes == 1 and providers["fast"].closes == 1
+    assert toolkit.report("w") is None and toolkit.take_decision("w") is None
+    assert checked(toolkit.invoke(OPTIMIZE, {"workload": "w"}))["ok"]
+
+
+def test_the_time_limit_reached_during_the_race_returns_the_decision_of_the_rounds_run(
+    make_toolkit, monkeypatch
+) -> None:
+    import dlopt.agents.toolkit as toolkit_module
+
+    expired = threading.Event()
+    monkeypatch.setattr(toolkit_module, "_now", lambda: 1e9 if expired.is_set() else 0.0)
+    toolkit, _, providers = make_toolkit(
+        ToolkitLimits(max_call_s=60.0), observers=(_on_first_round(expired.set),)
+    )
+    result = checked(toolkit.invoke(OPTIMIZE, {"workload": "w"}))
+    assert result["ok"], result
+    summary = result["result"]
+    assert summary["time_limit_reached"] is True
+    assert summary["measurement"]["stop_reason"] == "cancelled"
+    assert summary["measurement"]["rounds"] == 1  # it stopped at the first check after
+    # Every plan but the one the decision serves was released.
+    closed = {name for name, p in providers.items() if p.closes}
+    assert closed == {"eager_fp32", "fast"} - {summary["selected_plan"]}
+    decision = toolkit.take_decision("w")
+    assert decision is not None and decision.selected_plan == summary["selected_plan"]
+    decision.close()
+
+
+def test_a_full_race_within_the_time_limit_is_not_flagged(make_toolkit) -> None:
+    toolkit, _, _ = make_toolkit(ToolkitLimits(max_call_s=3600.0))
+    summary = checked(toolkit.invoke(OPTIMIZE, {"workload": "w"}))["result"]
+    assert summary["time_limit_reached"] is False
+    assert summary["measurement"]["stop_reason"] != "cancelled"
+
+
+def test_dlopt_exports_the_toolkit() -> None:
+    import dlopt
+
+    assert dlopt.OptimizationAgentToolkit is OptimizationAgentToolkit
+    assert dlopt.ToolkitLimits is ToolkitLimits
 
 
 def test_a_call_waiting_for_another_workloads_race_can_be_cancelled(make_toolkit) -> None:

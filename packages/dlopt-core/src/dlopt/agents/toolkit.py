@@ -15,7 +15,10 @@ network connection named by the caller; names are checked against what the host
 registered. An optimize call's measurement budget cannot exceed the host's caps
 (:class:`ToolkitLimits`), a race for a workload already racing is never started twice,
 one race runs at a time in the process (concurrent races would time each other), and
-the host can cancel a call (:meth:`OptimizationAgentToolkit.cancel`).
+the host can cancel a call (:meth:`OptimizationAgentToolkit.cancel`): a cancelled call
+returns a ``cancelled`` error and keeps nothing, while a call whose time limit
+(``ToolkitLimits.max_call_s``) runs out during the race returns the decision made from
+the rounds run (``time_limit_reached``).
 """
 
 from __future__ import annotations
@@ -54,8 +57,7 @@ from dlopt.agents.schemas import (
 )
 from dlopt.config_checks import integer, number
 from dlopt.decision import OptimizationDecision
-from dlopt.errors import ConfigurationError, DloptError
-from dlopt.events import Event, EventKind
+from dlopt.errors import ConfigurationError, DloptError, SelectionCancelled
 from dlopt.names import NAME_RULE, is_plain_name
 from dlopt.optimizer import InferenceOptimizer
 from dlopt.providers.contract import ProviderContext, ProviderInfo, Role
@@ -63,6 +65,7 @@ from dlopt.providers.loader import ProviderRegistry, load_providers, probe_provi
 from dlopt.report import OptimizationReport
 from dlopt.runtime import inspect_runtime
 from dlopt.serialization import strict_jsonable
+from dlopt.vocabulary import StopReason
 from dlopt.workload import WorkloadProfile
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,8 @@ log = logging.getLogger(__name__)
 _RACE_LOCK = threading.Lock()
 #: How often a call waiting for the race lock looks for its cancellation.
 _WAIT_POLL_S = 0.05
+#: The clock of ``ToolkitLimits.max_call_s`` (a module name, so tests can move time).
+_now = time.monotonic
 
 _optional_positive = number(minimum=0, low_open=True, optional=True)
 
@@ -84,8 +89,10 @@ class ToolkitLimits:
     call may ask for, and the budget it gets when it asks for none (``None``: the
     optimizer policy's own ``max_time_s`` / ``max_rounds``). ``max_call_s``: the most
     wall-clock seconds one optimize call may take, builds and waiting for another race
-    included; past it the call stops at the next step of the selection with a
-    ``time_limit`` error. ``max_races``: how many races this toolkit may start in its
+    included: past it before the race, the call stops before the next plan is built
+    with a ``time_limit`` error; past it during the race, the race ends at its next
+    round and the call returns the decision made from the rounds run, marked
+    ``time_limit_reached`` (the race's intervals hold at any stop). ``max_races``: how many races this toolkit may start in its
     life (``None``: no limit). ``max_result_chars``: the longest result, as compact JSON
     text. ``min_speedup_range``: the ``min_speedup`` values an agent may set.
     """
@@ -120,20 +127,6 @@ class _Workload:
     description: str
 
 
-class _Stop(BaseException):
-    """Ends a running selection from its event stream (cancelled, or out of time).
-
-    A ``BaseException``: the pipeline closes every built plan on any exception
-    (``except BaseException``), while its error boundaries for plugin code, and the
-    optimizer's guard around observers, catch only ``Exception`` and so let it through.
-    """
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 class _Job:
     """One running optimize call for one workload; later calls for it wait on it."""
 
@@ -145,22 +138,21 @@ class _Job:
         self.outcome: dict[str, Any] | ToolError | None = None
         self.waiters = 0
 
-    def check(self) -> None:
-        """Raise :class:`_Stop` when the host cancelled the call or its time is up."""
+    def stopped(self) -> ToolError | None:
+        """Why the call must stop (the host cancelled it, or its time is up), if it must."""
         if self.cancel_requested.is_set():
-            raise _Stop(ErrorCode.CANCELLED, "the host cancelled this optimize call")
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise _Stop(
+            return ToolError(ErrorCode.CANCELLED, "the host cancelled this optimize call")
+        if self.deadline is not None and _now() > self.deadline:
+            return ToolError(
                 ErrorCode.TIME_LIMIT,
                 "the optimize call ran past the host's time limit (ToolkitLimits.max_call_s); "
                 "ask for a smaller measurement budget or fewer plans (include/exclude)",
             )
+        return None
 
-    def observe(self, event: Event) -> None:
-        # The decision event comes after the decision owns its plan: stopping there would
-        # lose the plan, and there is nothing left to save.
-        if event.kind is not EventKind.DECISION_MADE:
-            self.check()
+    def should_continue(self) -> bool:
+        """The selection's ``should_continue``: asked before each build and each round."""
+        return self.stopped() is None
 
 
 class OptimizationAgentToolkit:
@@ -274,9 +266,11 @@ class OptimizationAgentToolkit:
 
     def cancel(self, workload: str | None = None) -> int:
         """Cancel the running (or waiting) optimize call for ``workload`` (every call if
-        ``None``). It stops at the next step of its selection, closes what it built and
-        returns a ``cancelled`` error (so do calls that joined it). Returns how many
-        calls were asked to stop; nothing is remembered for later calls."""
+        ``None``). It stops before its next plan is built, or at the race's next round;
+        either way it closes what it built, keeps no decision (not even one made from
+        the rounds already run) and returns a ``cancelled`` error (so do calls that
+        joined it). Returns how many calls were asked to stop; nothing is remembered for
+        later calls."""
         with self._lock:
             jobs = [job for name, job in self._jobs.items() if workload in (None, name)]
         for job in jobs:
@@ -426,7 +420,7 @@ class OptimizationAgentToolkit:
     def _provider_infos(self) -> tuple[ProviderRegistry, list[ProviderInfo]]:
         """The plans the optimizer races from: its registry, with its explicit providers
         replacing (or adding to) those of the same name."""
-        registry = getattr(self._optimizer, "_registry", None)
+        registry = self._optimizer.registry
         if registry is None:
             registry = load_providers()
         explicit = {
@@ -473,11 +467,7 @@ class OptimizationAgentToolkit:
     def _optimize(self, args: dict[str, Any]) -> dict[str, Any]:
         workload = self._workload(args["workload"])
         policy = self._policy_for(args)
-        deadline = (
-            time.monotonic() + self.limits.max_call_s
-            if self.limits.max_call_s is not None
-            else None
-        )
+        deadline = _now() + self.limits.max_call_s if self.limits.max_call_s is not None else None
         with self._lock:
             job = self._jobs.get(workload.name)
             owner = job is None
@@ -540,30 +530,47 @@ class OptimizationAgentToolkit:
     def _race(self, job: _Job, workload: _Workload, policy: Any) -> dict[str, Any]:
         try:
             while not _RACE_LOCK.acquire(timeout=_WAIT_POLL_S):
-                job.check()
+                if (stop := job.stopped()) is not None:
+                    raise stop
             try:
-                job.check()
-                # The host's optimizer, with the agent's policy and the job's stop watch;
-                # everything else (target, providers, registry, clock, observers) is shared.
-                optimizer = copy.copy(self._optimizer)
-                optimizer.policy = policy
-                optimizer.observers = (*self._optimizer.observers, job.observe)
-                decision = optimizer.select(workload.model, workload.profile)
+                if (stop := job.stopped()) is not None:
+                    raise stop
+                # The host's optimizer (target, providers, registry, clock, observers) with
+                # the agent's policy.
+                optimizer = self._optimizer.with_policy(policy)
+                decision = optimizer.select(
+                    workload.model, workload.profile, should_continue=job.should_continue
+                )
             finally:
                 _RACE_LOCK.release()
-        except _Stop as stop:
-            raise ToolError(stop.code, stop.message) from None
+        except SelectionCancelled as exc:
+            stop = job.stopped() or ToolError(ErrorCode.CANCELLED, str(exc))
+            raise ToolError(stop.code, f"{stop.message}: {exc}") from None
         except ConfigurationError as exc:
             raise ToolError(ErrorCode.CONFIGURATION_ERROR, str(exc)) from None
         except DloptError as exc:
             raise ToolError(ErrorCode.OPTIMIZATION_FAILED, f"{type(exc).__name__}: {exc}") from None
+        measurement = decision.report.measurement
+        cut_short = measurement is not None and measurement.stop_reason is StopReason.CANCELLED
+        if cut_short and job.cancel_requested.is_set():
+            # The host asked to stop: the decision of a race cut short is not kept.
+            decision.close()
+            raise ToolError(
+                ErrorCode.CANCELLED,
+                f"the host cancelled this optimize call during the race "
+                f"(after {measurement.rounds if measurement else 0} rounds); "
+                "no decision was kept",
+            )
         with self._lock:
             self._reports[workload.name] = decision.report
             old = self._decisions.pop(workload.name, None)
             self._decisions[workload.name] = decision
         if old is not None:
             old.close()
-        return views.report_summary(workload.name, decision.report)
+        return {
+            **views.report_summary(workload.name, decision.report),
+            "time_limit_reached": cut_short,
+        }
 
     def _policy_for(self, args: dict[str, Any]) -> Any:
         """The host's policy with the agent's fields, within the host's caps."""
