@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import io
+from typing import Any
 
+from dlopt.cli.cmd_select import add_select_command
 from dlopt.events import Event, EventKind
+from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.reporting.progress import PLAIN_ROUND_INTERVAL_S, ProgressDisplay, ProgressState
 
 
@@ -16,6 +20,10 @@ class Clock:
         return self.now
 
 
+def _stage(name: str, stage: str) -> Event:
+    return Event(EventKind.STAGE_STARTED, stage, candidate=name, data={"stage": stage})
+
+
 def _stream() -> list[Event]:
     """A selection of four plans: one unavailable, one rejected at build, two raced."""
     return [
@@ -24,97 +32,128 @@ def _stream() -> list[Event]:
             "4 providers, 2 cases",
             data={"providers": ["eager_fp32", "nosdk", "broken", "fast"]},
         ),
+        _stage("eager_fp32", "probe"),
+        _stage("eager_fp32", "build"),
         Event(EventKind.CANDIDATE_BUILT, "built", candidate="eager_fp32"),
+        _stage("eager_fp32", "first_call"),
+        _stage("eager_fp32", "validation"),
         Event(
             EventKind.CANDIDATE_VALIDATED,
             "ok",
             candidate="eager_fp32",
             data={"setup_time_s": 0.0, "first_call_time_s": 0.002},
         ),
+        _stage("nosdk", "probe"),
         Event(EventKind.PROVIDER_UNAVAILABLE, "fake SDK missing", candidate="nosdk"),
+        _stage("broken", "probe"),
+        _stage("broken", "build"),
         Event(EventKind.CANDIDATE_REJECTED, "build: RuntimeError: no", candidate="broken"),
+        _stage("fast", "probe"),
+        _stage("fast", "build"),
         Event(EventKind.CANDIDATE_BUILT, "built", candidate="fast"),
+        _stage("fast", "first_call"),
+        _stage("fast", "validation"),
         Event(EventKind.CANDIDATE_VALIDATED, "ok", candidate="fast"),
     ]
 
 
-def test_stages_name_the_plan_and_its_place():
-    state = ProgressState(budget_s=20.0, clock=Clock())
-    events = _stream()
-    state.update(events[0])
-    assert state.status() == "plan 1/4: eager_fp32: probing and building"
-    state.update(events[1])
-    assert state.status() == "plan 1/4: eager_fp32: first calls and validation"
-    state.update(events[2])
-    assert state.status() == "plan 2/4: nosdk: probing and building"
-    state.update(
-        Event(EventKind.STAGE_STARTED, "probe", candidate="nosdk", data={"stage": "probe"})
+def _round(number: int, elapsed_s: float, budget_s: Any, leader: Any, resolved: list[str]) -> Event:
+    return Event(
+        EventKind.ROUND_FINISHED,
+        f"round {number}",
+        data={
+            "round": number,
+            "elapsed_s": elapsed_s,
+            "budget_s": budget_s,
+            "leader": leader,
+            "resolved": resolved,
+        },
     )
-    assert state.status() == "plan 2/4: nosdk: probe"
-    lines = state.update(events[3]) + state.update(events[4])
-    assert lines == [
+
+
+def test_each_plans_stage_events_say_what_runs():
+    state = ProgressState()
+    seen = []
+    for event in _stream():
+        state.update(event)
+        seen.append(state.status())
+    assert seen[0] == "starting"  # the race is announced; no plan has started yet
+    assert seen[1:5] == [
+        "plan 1/4: eager_fp32: probing",
+        "plan 1/4: eager_fp32: building",
+        "plan 1/4: eager_fp32: building",  # built: its first calls are next
+        "plan 1/4: eager_fp32: first calls",
+    ]
+    assert seen[5] == "plan 1/4: eager_fp32: validating"
+    assert "plan 2/4: nosdk: probing" in seen
+    assert "plan 3/4: broken: building" in seen
+    assert "plan 4/4: fast: validating" in seen
+    assert state.log[2:4] == [
         "[2/4] nosdk: unavailable: fake SDK missing",
         "[3/4] broken: rejected at build: RuntimeError: no",
     ]
-    assert state.status() == "plan 4/4: fast: probing and building"
 
 
-def test_the_race_shows_round_budget_and_resolved_comparisons():
-    clock = Clock()
-    state = ProgressState(budget_s=20.0, clock=clock)
+def test_after_the_last_plan_the_race_warms_up_with_no_budget_guessed():
+    state = ProgressState()
     for event in _stream():
         state.update(event)
-    assert state.racing  # every plan prepared: the race (and its budget) has begun
-    clock.now += 4.0
-    state.update(Event(EventKind.ROUND_FINISHED, "round 3", data={"round": 3, "resolved": []}))
+    assert state.racing
+    assert state.status() == "racing: warming up 2 plans"
+
+
+def test_the_race_shows_the_events_round_leader_budget_and_comparisons():
+    state = ProgressState()
+    for event in _stream():
+        state.update(event)
+    state.update(_round(3, 4.0, 20.0, "fast", []))
     assert state.status() == (
-        "racing: round 3, 4.0 s of 20.0 s (16.0 s left), 0 of 1 comparisons resolved"
+        "racing: round 3, leader fast, 4.0 s of 20.0 s (16.0 s left), 0 of 1 comparisons resolved"
     )
-    clock.now += 2.0
-    state.update(
-        Event(EventKind.ROUND_FINISHED, "round 4", data={"round": 4, "resolved": ["fast"]})
+    # The budget is the race's own (scaled to the model): a later round may report another.
+    state.update(_round(4, 6.0, 45.0, "eager_fp32", ["fast"]))
+    assert state.status() == (
+        "racing: round 4, leader eager_fp32, 6.0 s of 45.0 s (39.0 s left), "
+        "1 of 1 comparisons resolved"
     )
-    assert "round 4, 6.0 s of 20.0 s (14.0 s left), 1 of 1" in state.status()
     state.update(Event(EventKind.RACE_FINISHED, "4 rounds, stop: resolved"))
     state.update(Event(EventKind.DECISION_MADE, "Selected fast", candidate="fast"))
     assert state.status() == "decided: fast"
     assert state.log[-2:] == [
-        "race finished: 4 rounds, stop: resolved; 6.0 s of the 20.0 s budget used",
+        "race finished: 4 rounds, stop: resolved; 6.0 s of the 45.0 s budget used",
         "decision: fast",
     ]
 
 
-def test_elapsed_time_reported_by_the_event_wins_over_the_clock():
-    state = ProgressState(budget_s=10.0, clock=Clock())
-    state.update(
-        Event(
-            EventKind.ROUND_FINISHED,
-            "round 1",
-            data={"round": 1, "resolved": [], "elapsed_s": 7.5, "budget_s": 30.0},
-        )
-    )
-    assert "7.5 s of 30.0 s (22.5 s left)" in state.status()
+def test_a_round_without_a_leader_or_a_finite_budget_shows_what_is_known():
+    state = ProgressState()
+    state.update(_round(1, 1.5, float("inf"), None, []))
+    assert state.status() == "racing: round 1, 1.5 s spent, 0 of 0 comparisons resolved"
+
+
+def test_a_race_stopped_before_its_first_round_reports_no_time():
+    state = ProgressState()
+    for event in _stream():
+        state.update(event)
+    state.update(Event(EventKind.RACE_FINISHED, "0 rounds, stop: cancelled"))
+    assert state.log[-1] == "race finished: 0 rounds, stop: cancelled"
 
 
 def test_plain_mode_prints_a_log_with_rounds_throttled():
     clock = Clock()
     out = io.StringIO()
-    display = ProgressDisplay(out, plain=True, budget_s=20.0, clock=clock)
+    display = ProgressDisplay(out, plain=True, clock=clock)
     with display:
         for event in _stream():
             display.dlopt_on_event(event)
-        for round_number in range(1, 11):
+        for number in range(1, 11):
             clock.now += 1.0
             display.dlopt_on_event(
-                Event(
-                    EventKind.ROUND_FINISHED,
-                    f"round {round_number}",
-                    data={"round": round_number, "resolved": ["fast"] if round_number >= 4 else []},
-                )
+                _round(number, float(number), 20.0, "fast", ["fast"] if number >= 4 else [])
             )
         display.dlopt_on_event(Event(EventKind.DECISION_MADE, "kept", candidate="eager_fp32"))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "race_started: 4 providers, 2 cases; measurement budget 20.0 s"
+    assert lines[0] == "race_started: 4 providers, 2 cases"
     assert "[3/4] broken: rejected at build: RuntimeError: no" in lines
     rounds = [line for line in lines if "racing: round" in line]
     # The first round, each change in resolved comparisons, and every few seconds.
@@ -123,6 +162,7 @@ def test_plain_mode_prints_a_log_with_rounds_throttled():
         "racing: round 4",
         "racing: round 9",
     ]
+    assert "leader fast, 9.0 s of 20.0 s (11.0 s left)" in rounds[-1]
     assert PLAIN_ROUND_INTERVAL_S == 5.0
     assert lines[-1] == "decision: eager_fp32"
     assert "\x1b[" not in out.getvalue()
@@ -130,10 +170,23 @@ def test_plain_mode_prints_a_log_with_rounds_throttled():
 
 def test_terminal_mode_keeps_finished_plans_above_the_live_line():
     out = io.StringIO()
-    display = ProgressDisplay(out, plain=False, budget_s=20.0, clock=Clock())
+    display = ProgressDisplay(out, plain=False, clock=Clock())
     with display:
         for event in _stream():
             display.dlopt_on_event(event)
+        display.dlopt_on_event(_round(1, 2.0, 20.0, "fast", []))
     text = out.getvalue()
     assert "[2/4] nosdk: unavailable: fake SDK missing" in text
     assert "[3/4] broken: rejected at build" in text
+
+
+def test_the_clis_measurement_budget_defaults_to_the_auto_budget():
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    add_select_command(commands)
+    assert parser.parse_args(["select", "--demo"]).max_measure_time is None
+    policy = MeasurementPolicy()
+    assert policy.max_time_s is None
+    text = " ".join(commands.choices["select"].format_help().split())
+    assert "scaled to the model" in text
+    assert f"{policy.auto_budget_min_s:g} to {policy.auto_budget_max_s:g} s" in text

@@ -301,9 +301,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         plan_options=parse_plan_options(args.option),
     )
     out = Output(plain=args.plain or None)
-    progress = ProgressDisplay(
-        plain=wants_plain(sys.stderr, args.plain), budget_s=policy.measurement.max_time_s
-    )
+    progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
     # What SDKs print or warn while they are imported, built and raced is shown once,
     # after the tables, never inside them.
     with captured_chatter() as chatter:
@@ -414,7 +412,10 @@ def add_select_command(sub: Any) -> None:
         "--max-measure-time",
         type=float,
         default=_default(MeasurementPolicy, "max_time_s"),
-        help="measurement budget in seconds (default %(default)s)",
+        metavar="SECONDS",
+        help="measurement budget of the race (default: scaled to the model, "
+        f"{_default(MeasurementPolicy, 'auto_budget_min_s'):g} to "
+        f"{_default(MeasurementPolicy, 'auto_budget_max_s'):g} s)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the round shuffles (recorded)")
     p.add_argument(

@@ -1,15 +1,18 @@
 """Live progress of a selection, fed by its events (the ``dlopt_on_event`` hook).
 
 :class:`ProgressState` turns the event stream into what a person wants to know: which
-stage runs (probing and building plan k of n with its name, first calls and validation,
-racing), for the race the round, the time budget spent and left and how many comparisons
-are resolved, then the decision. :class:`ProgressDisplay` shows it: one live status line
-with a budget bar on a terminal (finished plans scroll above it), or plain lines when
-the stream is not a terminal (a log; round lines at most every few seconds).
+plan (k of n, by name) is being probed, built, first-called or validated (each plan's
+``STAGE_STARTED`` events), then the race: its round, leader, the time spent and left of
+its budget and how many comparisons are resolved (each ``ROUND_FINISHED`` event carries
+them; the budget is the race's own, scaled to the model unless the policy fixed it),
+then the decision. :class:`ProgressDisplay` shows it: one live status line with a budget
+bar on a terminal (finished plans scroll above it), or plain lines when the stream is not
+a terminal (a log; round lines at most every few seconds).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import IO, Any
@@ -21,29 +24,42 @@ from dlopt.hookspecs import hookimpl
 #: is resolved), so a long race does not flood a log.
 PLAIN_ROUND_INTERVAL_S = 5.0
 
+#: What each stage of a plan's preparation (``STAGE_STARTED`` data ``"stage"``) reads as.
+STAGE_LABELS = {
+    "probe": "probing",
+    "build": "building",
+    "first_call": "first calls",
+    "validation": "validating",
+}
+
 
 def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
 
 
-class ProgressState:
-    """What the events so far say about a selection. Pure: no output, injectable clock."""
+def _number(value: Any) -> float | None:
+    """A finite number an event reported, else ``None``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
-    def __init__(
-        self, budget_s: float | None = None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.budget_s = budget_s
-        self.clock = clock
+
+class ProgressState:
+    """What the events so far say about a selection. Pure: no output, no clock."""
+
+    def __init__(self) -> None:
         self.plans: list[str] = []
-        self.cases = 0
         self.current: str | None = None
         self.stage = "starting"
         self.finished: set[str] = set()
         self.validated: list[str] = []
-        self.race_started_at: float | None = None
+        self.race_started = False
         self.round = 0
         self.resolved = 0
-        self.elapsed_s: float | None = None  # as an event reported it
+        self.leader: str | None = None
+        #: The race's time so far and its budget, as the last round reported them.
+        self.elapsed_s: float | None = None
+        self.budget_s: float | None = None
         self.race_done = False
         self.selected: str | None = None
         self.log: list[str] = []
@@ -51,7 +67,7 @@ class ProgressState:
     # -- what is happening --------------------------------------------------------
     @property
     def racing(self) -> bool:
-        return self.race_started_at is not None and not self.race_done
+        return self.race_started and not self.race_done
 
     def position(self, name: str | None) -> str:
         """``"3/7"`` for a plan of the race, ``""`` for one not in the list."""
@@ -59,29 +75,26 @@ class ProgressState:
             return f"{self.plans.index(name) + 1}/{len(self.plans)}"
         return ""
 
-    def spent_s(self) -> float:
-        """Time spent in the race so far (the measurement budget counts from its start)."""
-        if self.elapsed_s is not None:
-            return self.elapsed_s
-        if self.race_started_at is None:
-            return 0.0
-        return max(0.0, self.clock() - self.race_started_at)
-
     @property
     def comparisons(self) -> int:
         """Challengers raced against the baseline (every validated plan but the first)."""
         return max(len(self.validated) - 1, self.resolved)
 
     def budget_text(self) -> str:
-        spent = self.spent_s()
+        """``"4.0 s of 20.0 s (16.0 s left)"``, or ``"4.0 s spent"`` with no budget known."""
+        spent = self.elapsed_s or 0.0
         if not self.budget_s:
             return f"{_seconds(spent)} spent"
         left = max(0.0, self.budget_s - spent)
         return f"{_seconds(spent)} of {_seconds(self.budget_s)} ({_seconds(left)} left)"
 
     def race_text(self) -> str:
+        if not self.round:
+            plans = len(self.validated)
+            return f"racing: warming up {plans} plan{'s' if plans != 1 else ''}"
+        leader = f"leader {self.leader}, " if self.leader else ""
         return (
-            f"racing: round {self.round}, {self.budget_text()}, "
+            f"racing: round {self.round}, {leader}{self.budget_text()}, "
             f"{self.resolved} of {self.comparisons} comparisons resolved"
         )
 
@@ -99,22 +112,6 @@ class ProgressState:
         return self.stage
 
     # -- events -------------------------------------------------------------------
-    def _next_plan(self, after: str | None) -> None:
-        """Plans are prepared in the announced order: the next one is being probed."""
-        if after in self.plans:
-            index = self.plans.index(after) + 1
-            if index < len(self.plans):
-                self.current, self.stage = self.plans[index], "probing and building"
-                return
-        if self.plans and len(self.finished & set(self.plans)) >= len(self.plans):
-            self._start_race()
-
-    def _start_race(self) -> None:
-        if self.race_started_at is None:
-            self.race_started_at = self.clock()
-            self.current = None
-            self.stage = "racing"
-
     def update(self, event: Event) -> list[str]:
         """Take ``event``; return the lines worth keeping (a log of what finished)."""
         kind, name, data = event.kind, event.candidate, event.data or {}
@@ -124,18 +121,14 @@ class ProgressState:
         if kind is EventKind.RACE_STARTED:
             self.plans = [str(p) for p in data.get("providers") or []]
             self.finished.clear()
-            if self.plans:
-                self.current, self.stage = self.plans[0], "probing and building"
-            budget = f"; measurement budget {_seconds(self.budget_s)}" if self.budget_s else ""
-            lines.append(f"race_started: {event.message}{budget}")
+            lines.append(f"race_started: {event.message}")
         elif kind is EventKind.STAGE_STARTED:
             self.current = name or self.current
-            self.stage = str(data.get("stage") or event.message).replace("_", " ")
+            stage = str(data.get("stage") or event.message)
+            self.stage = STAGE_LABELS.get(stage, stage.replace("_", " "))
         elif kind is EventKind.PROVIDER_UNAVAILABLE:
             lines.append(f"{tag}: unavailable: {event.message}")
             self._finish(name)
-        elif kind is EventKind.CANDIDATE_BUILT:
-            self.current, self.stage = name, "first calls and validation"
         elif kind is EventKind.CANDIDATE_VALIDATED:
             if name is not None and name not in self.validated:
                 self.validated.append(name)
@@ -143,38 +136,45 @@ class ProgressState:
             self._finish(name)
         elif kind is EventKind.CANDIDATE_REJECTED:
             lines.append(f"{tag}: rejected at {event.message}")
-            if name in self.validated and self.race_started_at is None:
+            if name in self.validated and not self.race_started:
                 self.validated.remove(name)
-            if self.race_started_at is None:
+            if not self.race_started:
                 self._finish(name)
         elif kind is EventKind.ROUND_FINISHED:
-            self._start_race()
+            self.race_started = True
             self.round = int(data.get("round") or self.round + 1)
             self.resolved = len(data.get("resolved") or [])
-            elapsed = data.get("elapsed_s")
-            self.elapsed_s = float(elapsed) if isinstance(elapsed, (int, float)) else None
-            reported = data.get("budget_s")
-            if isinstance(reported, (int, float)) and reported > 0:
-                self.budget_s = float(reported)
+            leader = data.get("leader")
+            self.leader = str(leader) if leader else None
+            self.elapsed_s = _number(data.get("elapsed_s"))
+            budget = _number(data.get("budget_s"))
+            self.budget_s = budget if budget and budget > 0 else None
         elif kind is EventKind.RACE_FINISHED:
-            self._start_race()
-            spent = f"{_seconds(self.spent_s())}" + (
-                f" of the {_seconds(self.budget_s)} budget" if self.budget_s else ""
-            )
-            lines.append(f"race finished: {event.message}; {spent} used")
+            self.race_started = True
+            lines.append(f"race finished: {event.message}{self._spent()}")
             self.race_done = True
         elif kind is EventKind.DECISION_MADE:
             self.selected = name
             lines.append(f"decision: {name}")
-        else:
+        elif kind is not EventKind.CANDIDATE_BUILT:  # its stages say more
             lines.append(f"{kind.value}: {tag + ': ' if tag else ''}{event.message}")
         self.log.extend(lines)
         return lines
 
+    def _spent(self) -> str:
+        if self.elapsed_s is None:
+            return ""  # no round ran: no time was reported
+        budget = f" of the {_seconds(self.budget_s)} budget" if self.budget_s else ""
+        return f"; {_seconds(self.elapsed_s)}{budget} used"
+
     def _finish(self, name: str | None) -> None:
+        """Plans are prepared in the announced order: once every one is done, the race
+        warms up (its first round's event comes after the warm-up)."""
         if name is not None:
             self.finished.add(name)
-        self._next_plan(name)
+        if self.plans and self.finished >= set(self.plans):
+            self.race_started = True
+            self.current = None
 
     @staticmethod
     def _costs(data: dict[str, Any]) -> str:
@@ -196,14 +196,15 @@ class ProgressDisplay:
         stream: IO[str] | None = None,
         *,
         plain: bool = True,
-        budget_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import sys
 
         self.stream = stream if stream is not None else sys.stderr
         self.plain = plain
-        self.state = ProgressState(budget_s, clock)
+        #: Paces the plain mode's round lines; the race's own times come from its events.
+        self.clock = clock
+        self.state = ProgressState()
         self._last_round_line: float | None = None
         self._last_resolved = 0
         self._live: Any = None
@@ -249,7 +250,7 @@ class ProgressDisplay:
 
     def _round_line(self) -> list[str]:
         state = self.state
-        now = state.clock()
+        now = self.clock()
         due = (
             self._last_round_line is None
             or now - self._last_round_line >= PLAIN_ROUND_INTERVAL_S
@@ -288,7 +289,9 @@ class _StatusLine:
         grid = Table.grid(padding=(0, 1))
         if state.racing and state.budget_s:
             bar = ProgressBar(
-                total=state.budget_s, completed=min(state.spent_s(), state.budget_s), width=20
+                total=state.budget_s,
+                completed=min(state.elapsed_s or 0.0, state.budget_s),
+                width=20,
             )
             grid.add_row(self.spinner, bar, Text(state.status(), overflow="ellipsis", no_wrap=True))
         else:
