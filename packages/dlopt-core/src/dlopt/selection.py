@@ -271,9 +271,9 @@ def _pick(
     if objective != Objective.STEADY_STATE_LATENCY or len(winners) == 1:
         return best.candidate, ""
     by_point = best
-    # One pass from the best point down: the pick depends on the order of ``eligible``
-    # only through exact ties on the point.
-    for comparison in sorted(winners, key=_point, reverse=True):
+    # One pass from the best point down (equal points by name): the pick depends on the
+    # order of ``eligible`` only through an exact tie on the best point.
+    for comparison in sorted(winners, key=lambda c: (-_point(c), c.candidate)):
         if comparison is best:
             continue
         head = steady_speedup(comparison.candidate, best.candidate)

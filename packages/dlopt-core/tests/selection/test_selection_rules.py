@@ -12,7 +12,7 @@ exact ties occur). The oracle below restates the documented rules (docs/selectio
 * a challenger replaces the baseline only by clearing the gate against that baseline;
   among several, the best point wins, except that in the steady-state objective a cleared
   plan whose paired point over the current pick exceeds 1 takes its place (one pass from
-  the best point down: head-to-head ranking on all rounds);
+  the best point down, equal points by name: head-to-head ranking on all rounds);
 * ties on the point go to the plan listed first in ``eligible`` (``max`` keeps the first).
 """
 
@@ -141,7 +141,7 @@ class Scenario:
         cleared = [n for n in self.challengers() if self.clears(n, against)]
         if self.objective != STEADY or len(cleared) == 1:
             return pick
-        for name in sorted(cleared, key=lambda n: self.point(n, against), reverse=True):
+        for name in sorted(cleared, key=lambda n: (-self.point(n, against), n)):
             head = self.table[(name, pick)] if name != pick else None
             if head is not None and head.point is not None and head.point > 1.0:
                 pick = name
@@ -487,7 +487,9 @@ def test_the_outcome_depends_on_the_order_of_eligible_only_through_exact_ties(sc
             assert set(again.comparisons) == set(outcome.comparisons)
             assert again.projected_total_ms == outcome.projected_total_ms
         else:
-            assert again.selected == min(challengers, key=order.index)
+            # The best point is tied: the first listed starts the head-to-head pass.
+            reordered = evolve(scenario, eligible=tuple(shuffled))
+            assert again.selected == reordered.ranked_pick(outcome.baseline)
 
 
 def _quotes_a_tie(scenario: Scenario, outcome: SelectionOutcome) -> bool:
