@@ -525,3 +525,26 @@ def test_cancellation_during_warm_up_stops_before_any_round(fast_policy) -> None
     assert result.stop_reason == "cancelled" and result.rounds == 0
     assert sum(1 for c in result.candidates if c.warmup_calls) == 1
     assert result.faster == ()
+
+
+def test_a_native_plan_stays_in_the_rounds_until_the_leader_clears_it(fast_policy) -> None:
+    # "native" (1.2x) may become the baseline after the race: it is never eliminated, and
+    # the race goes on until the leader (2x) has cleared min_speedup against it too, so
+    # the selection can judge the leader against it on the same rounds.
+    quiet = NoiseModel(jitter=0.01, spike_probability=0.0, drift_amplitude=0.0, switch_penalty=0.0)
+    result = run_simulated_race(
+        {"base": [1e-3], "native": [1e-3 / 1.2], "fast": [0.5e-3], "mid": [1e-3 / 1.1]},
+        baseline="base",
+        min_speedup=1.02,
+        policy=fast_policy,
+        noise=quiet,
+        seed=2,
+        natives=["native"],
+    )
+    assert result.family_size == 3 * 2
+    native = result.candidate("native")
+    assert native.verdict == "faster" and native.dropped_at_round is None
+    assert all(score is not None for score in native.round_scores)
+    assert result.candidate("mid").dropped_at_round is not None  # an ordinary challenger
+    head = result.paired_speedup("fast", "native")
+    assert head.low is not None and head.low >= 1.02

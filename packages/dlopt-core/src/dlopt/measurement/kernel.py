@@ -366,7 +366,9 @@ class _Race:
         if not self.policy.drop_worse_than_leader or ahead is None or ahead.mean <= 0:
             return  # no challenger ahead of the baseline: nothing to eliminate against
         for plan in contenders:
-            if plan is leader:
+            if plan is leader or plan.name in self.natives:
+                # A native plan may become the baseline after the race: every challenger
+                # is then judged against it on the rounds both ran, so it stays in them.
                 continue
             pair = self._pair(scores, leader.name, plan.name, pooled)
             if pair is None:
@@ -388,7 +390,12 @@ class _Race:
             return None
         contenders = self.contenders()
         leader = self.standing.get(self.leader or "")
-        if self.leader is not None and leader is not None and leader.gate == "faster":
+        if (
+            self.leader is not None
+            and leader is not None
+            and leader.gate == "faster"
+            and not self.native_gates_open()
+        ):
             scores = self.scores()
             final = self._final_rounds()
             worst = 0.0
@@ -421,7 +428,7 @@ class _Race:
             if not reachable:
                 return StopReason.INDIFFERENCE_FUTILITY
             return None
-        if contenders and self.gates_open():
+        if contenders and (self.gates_open() or self.native_gates_open()):
             return None
         gates = {self.standing[p.name].gate for p in self.challengers()}
         if not self.challengers():
@@ -429,6 +436,22 @@ class _Race:
         if "futile" in gates:
             return StopReason.FUTILITY
         return StopReason.RESOLVED
+
+    def native_gates_open(self) -> list[str]:
+        """Native plans that passed their own gate (one may become the baseline) against
+        which the leader has not yet cleared ``min_speedup``: the selection will judge it
+        against them, so the race is not done."""
+        if self.leader is None or self.leader in self.natives:
+            return []
+        scores = self.scores()
+        out = []
+        for name in self.natives:
+            if self.standing[name].gate != "faster":
+                continue
+            pair = self._pair(scores, name, self.leader, self.pooled)
+            if pair is None or pair.interval(self.critical(pair.df))[1] < self.threshold:
+                out.append(name)
+        return out
 
     def _final_rounds(self) -> int:
         """The last round the budget allows: ``max_rounds``, or fewer if time runs out."""
@@ -465,6 +488,13 @@ class _Race:
                 continue
             n, budget = need(pair, abs(pair.mean - self.threshold))
             out.append(OpenComparison(plan.name, self.base.name, "gate", pair.rounds, n, budget))
+        for name in self.native_gates_open():
+            assert self.leader is not None
+            pair = self._pair(scores, name, self.leader, self.pooled)
+            if pair is None:
+                continue
+            n, budget = need(pair, abs(pair.mean - self.threshold))
+            out.append(OpenComparison(self.leader, name, "gate", pair.rounds, n, budget))
         if self.leader is not None:
             for plan in self.contenders():
                 if plan.name == self.leader:
