@@ -147,10 +147,12 @@ class _Race:
         return [p for p in self.plans if not p.is_baseline and p.failed is None]
 
     def in_rounds(self) -> list[PlanRecord]:
-        """Plans the next round times: the baseline while a gate is open, and every
-        challenger not yet decided against or eliminated."""
+        """Plans the next round times: every challenger not yet decided against or
+        eliminated, and the baseline while a gate is open or a native plan is still in
+        the rounds (the best native, by its point against the baseline, may become the
+        baseline: that point needs the rounds too)."""
         out = [p for p in self.challengers() if self.standing[p.name].in_rounds]
-        if self.gates_open():
+        if self.gates_open() or any(p.name in self.natives for p in out):
             out.insert(0, self.base)
         return out
 
@@ -307,8 +309,10 @@ class _Race:
         base = self.base.name
         for plan in self.challengers():
             st = self.standing[plan.name]
-            if st.gate != "open" or not st.in_rounds:
+            if st.gate not in ("open", "faster") or not st.in_rounds:
                 continue
+            if base not in (q.name for q in block):
+                continue  # the baseline left the rounds: nothing new to pair with
             pair = self._pair(scores, base, plan.name, pooled)
             if pair is None:
                 continue
@@ -319,6 +323,8 @@ class _Race:
                 st.gate_low, st.gate_high = low, high
             else:
                 st.gate_low, st.gate_high = max(st.gate_low, low), min(st.gate_high, high)
+            if st.gate == "faster":
+                continue  # the verdict stands; its interval keeps narrowing with the rounds
             if st.gate_low >= self.threshold:
                 st.gate, st.resolved_at = "faster", self.rounds
             elif st.gate_high < self.threshold:
@@ -425,7 +431,9 @@ class _Race:
             self.regret_bound = finite_or_none(math.exp(worst))
             if not still_open:
                 return StopReason.RESOLVED
-            if not reachable:
+            if not reachable and not self.gates_open():
+                # Nothing the budget could still settle: not the leader's pairs, and no
+                # gate (open gates either resolve or stop for futility first).
                 return StopReason.INDIFFERENCE_FUTILITY
             return None
         if contenders and (self.gates_open() or self.native_gates_open()):
