@@ -127,9 +127,7 @@ class Run:
 
     def stage(self, cand: CandidateState, stage: str) -> None:
         """Say that ``cand`` enters ``stage`` (for progress displays)."""
-        self.emit(
-            Event(EventKind.STAGE_STARTED, stage, candidate=cand.name, data={"stage": stage})
-        )
+        self.emit(Event(EventKind.STAGE_STARTED, stage, candidate=cand.name, data={"stage": stage}))
 
     def reject(self, cand: CandidateState, error: StageError) -> None:
         """Record ``error`` on ``cand``, release its plan (the reference's stays: it is

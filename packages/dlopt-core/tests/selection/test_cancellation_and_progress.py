@@ -50,9 +50,7 @@ def test_every_plan_reports_its_stages_and_rounds_their_budget(race, x) -> None:
     optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3))
     optimizer.observers = (events.append,)
     optimizer.select_signature(SmallNet(), x)
-    stages = [
-        (e.candidate, e.data["stage"]) for e in events if e.kind is EventKind.STAGE_STARTED
-    ]
+    stages = [(e.candidate, e.data["stage"]) for e in events if e.kind is EventKind.STAGE_STARTED]
     for name in ("eager_fp32", "fast"):
         assert [s for n, s in stages if n == name] == [
             "probe",

@@ -17,7 +17,6 @@ from dlopt.measurement.allocator import minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource
 from dlopt.measurement.policy import MeasurementPolicy
 
-
 #: How far above the reference (in settle tolerances) a call that stopped getting faster
 #: still counts as settled.
 _NEAR = 5
