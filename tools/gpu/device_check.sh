@@ -7,7 +7,7 @@
 # Install modes (DLOPT_GPU_MODE=auto|online|offline, auto picks):
 #   online  - PyPI answers: a venv with torch, torchao, onnxruntime-gpu, torch-tensorrt (+
 #             TensorRT from pypi.nvidia.com when that host answers) and dlopt.
-#   offline - nothing reachable (this workplace's H200): the machine's python3 and CUDA
+#   offline - nothing reachable (a GPU machine without a registry): the machine's python3 and CUDA
 #             torch, plus the wheels prepare_wheels.sh put in tools/gpu/dist (carried).
 # Each step is time-boxed; a failure does not stop later steps; no step starts once
 # $DLOPT_BUDGET_S is spent. $OUT gets at most 7 files; summary.txt first.
