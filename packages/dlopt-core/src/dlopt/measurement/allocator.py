@@ -55,13 +55,9 @@ class GlibcAllocator:
     def settle(self) -> str | None:
         if GlibcAllocator._settled is not None:
             return GlibcAllocator._settled
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return None
-        try:
-            libc = ctypes.CDLL(name)
-            mallopt = libc.mallopt
-        except (OSError, AttributeError):
+        libc = _libc()
+        mallopt = getattr(libc, "mallopt", None) if libc is not None else None
+        if mallopt is None:
             return None  # not glibc (musl has no mallopt)
         mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         mallopt.restype = ctypes.c_int
@@ -74,6 +70,33 @@ class GlibcAllocator:
             f"mallopt(M_MMAP_THRESHOLD={MMAP_THRESHOLD}, M_TRIM_THRESHOLD={TRIM_THRESHOLD})"
         )
         return GlibcAllocator._settled
+
+
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
+def release_free_heap() -> bool:
+    """Hand the heap's free memory back to the system (glibc ``malloc_trim(0)``).
+
+    A settled allocator keeps freed memory resident; a peak-memory probe that starts on
+    such a heap would see a region's allocations reuse it and report no growth. Returns
+    whether it ran (``False`` without glibc).
+    """
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
 
 
 def advice(plan: str, faults_before: float | None, settled: bool) -> str | None:

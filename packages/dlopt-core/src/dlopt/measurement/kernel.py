@@ -32,6 +32,7 @@ from dlopt.measurement.sequential import (
     boundary,
     pair_stats,
     pooled_variance,
+    prepare_boundary,
     rounds_to_reach,
     scores_of,
 )
@@ -519,6 +520,7 @@ class _Race:
     # -- results -----------------------------------------------------------------------
     def result(self, final: bool) -> RaceResult:
         p = self.policy
+        elapsed = max(0.0, self.elapsed_s())  # the race's time, not this summary's
         scores = self.scores()
         out = [self._measurement(plan, scores, final) for plan in self.plans]
         timed = sum(c.timed_calls for plan in self.plans for c in plan.cases)
@@ -530,7 +532,7 @@ class _Race:
             seed=self.seed,
             rounds=self.rounds,
             stop_reason=StopReason(self.stop_reason),
-            total_time_s=max(0.0, self.elapsed_s()),
+            total_time_s=elapsed,
             timed_calls=timed,
             untimed_calls=untimed,
             case_names=self.case_names,
@@ -826,6 +828,7 @@ def run_race(
         allocator = GlibcAllocator()
     if not policy.settle_allocator:
         allocator = None
+    prepare_boundary(policy.min_rounds, policy.max_rounds)  # before the race's clock starts
     race = _Race(
         candidates,
         weights,

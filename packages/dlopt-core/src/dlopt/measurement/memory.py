@@ -16,6 +16,7 @@ from typing import Any
 
 from attrs import frozen
 
+from dlopt.measurement.allocator import release_free_heap
 from dlopt.serialization import finite_or_none
 
 _MB = 1024.0 * 1024.0
@@ -106,7 +107,10 @@ class MemoryProbe:
             return self
         with _lock:
             _generation += 1
+            # Freed memory the heap keeps resident would be reused by the region unseen.
+            trimmed = release_free_heap()
             self._state = {
+                "trimmed": trimmed,
                 "generation": _generation,
                 "rss_kb": _proc_status_kb("VmRSS"),
                 "reset": _reset_hwm(),
@@ -137,7 +141,8 @@ class MemoryProbe:
             if hwm is not None:
                 return PeakMemory(
                     finite_or_none(max(0, hwm - rss0) / 1024.0),
-                    "linux VmHWM after reset via /proc/self/clear_refs, minus VmRSS at start",
+                    "linux VmHWM after reset via /proc/self/clear_refs, minus VmRSS at start"
+                    + (" (free heap released with malloc_trim first)" if st.get("trimmed") else ""),
                     CPU_NOTE,
                 )
         maxrss0, maxrss1 = st.get("maxrss_kb"), _maxrss_kb()

@@ -116,6 +116,13 @@ def _min_tail_probabilities(first: int, last: int) -> np.ndarray:
     return np.sort(np.concatenate(out))
 
 
+def prepare_boundary(first: int, last: int) -> None:
+    """Run the boundary's calibration for looks ``first..last`` now (a few seconds the
+    first time in a process, cached), so it is not charged to a race's time budget."""
+    if last > first:
+        _min_tail_probabilities(first, last)
+
+
 @lru_cache(maxsize=256)
 def per_look_level(alpha: float, first: int, last: int) -> float:
     """Nominal one-sided level of each look, the same at every look (Pocock-type).
