@@ -131,3 +131,19 @@ def test_the_page_renders_in_headless_chromium(tmp_path: Path, race_report):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_a_budget_scaled_to_the_model_is_shown_as_such(race_report, tmp_path) -> None:
+    # MeasurementPolicy(max_time_s=None): the budget the race had, not a crash.
+    import attrs
+
+    from dlopt.reporting.html import render_html
+
+    assert race_report.measurement is not None
+    measurement = attrs.evolve(
+        race_report.measurement,
+        policy=attrs.evolve(race_report.measurement.policy, max_time_s=None),
+        budget_s=42.0,
+    )
+    page = render_html(attrs.evolve(race_report, measurement=measurement), {})
+    assert "42 (scaled to the model)" in page

@@ -151,34 +151,42 @@ def speedup_figure(report: OptimizationReport, label: str = "") -> Figure | None
             rows.append((c, interval))
     if not rows:
         return None
+    bar = report.constraints.min_speedup
+    # The axis follows the points, not the bounds: an interval from a plan's first looks can
+    # span decades and would squash every other point; its ends are clipped, marked > or <.
+    points = [i.point for _, i in rows] + [bar, 1.0]
+    x_min, x_max = min(points) / 1.5, max(points) * 1.5
+    wide = x_max / x_min > 20
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(rows) + 1.4))
     for y, (c, interval) in enumerate(rows):
         color = "tab:green" if c.name == report.selected_plan else "tab:blue"
         low = interval.low if interval.low is not None else interval.point
         high = interval.high if interval.high is not None else interval.point
+        shown_low, shown_high = max(low, x_min), min(high, x_max)
         ax.errorbar(
             [interval.point],
             [y],
-            xerr=[[interval.point - low], [high - interval.point]],
+            xerr=[[interval.point - shown_low], [shown_high - interval.point]],
             fmt="o",
             color=color,
             capsize=3,
         )
-    bar = report.constraints.min_speedup
+        if low < x_min:
+            ax.plot([x_min], [y], marker="<", color=color)
+        if high > x_max:
+            ax.plot([x_max], [y], marker=">", color=color)
     ax.axvline(1.0, color="grey", linewidth=1)
     ax.axvline(bar, color="tab:red", linestyle="--", linewidth=1, label=f"min_speedup {bar:g}x")
     ax.set_yticks(range(len(rows)), [c.name for c, _ in rows])
     ax.invert_yaxis()
-    lows = [i.low for _, i in rows if i.low] + [bar, 1.0]
-    highs = [i.high for _, i in rows if i.high] + [bar, 1.0]
-    wide = max(highs) / min(lows) > 20  # an interval spanning decades reads on a log axis
     if wide:
         ax.set_xscale("log")
+    ax.set_xlim(x_min, x_max)
     from matplotlib.ticker import FuncFormatter
 
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     scale = "log scale, " if wide else ""
-    ax.set_xlabel(f"speedup vs {report.baseline} ({scale}interval at its confidence)")
+    ax.set_xlabel(f"speedup vs {report.baseline} ({scale}interval at its confidence; > < clipped)")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3, which="both")
     fig.tight_layout()

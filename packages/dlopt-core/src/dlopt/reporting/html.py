@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
@@ -122,6 +122,15 @@ def inline_svg(svg: str, prefix: str = "") -> str:
     return svg
 
 
+def _budget_text(m: Any) -> str:
+    """The race's budget: the one it had, and whether it was fixed or scaled to the model."""
+    fixed = m.policy.max_time_s
+    had = getattr(m, "budget_s", None)
+    if fixed is not None:
+        return f"{fixed:g} (fixed)"
+    return f"{had:.0f} (scaled to the model)" if had else "scaled to the model"
+
+
 def _provenance_pairs(report: OptimizationReport) -> list[tuple[str, str]]:
     rt = report.runtime
     cpu = getattr(rt, "cpu", None)
@@ -151,7 +160,7 @@ def _provenance_pairs(report: OptimizationReport) -> list[tuple[str, str]]:
         pairs += [
             ("seed", str(m.seed)),
             ("confidence", f"{m.confidence:g}"),
-            ("budget (s)", f"{m.policy.max_time_s:g}"),
+            ("budget (s)", _budget_text(m)),
         ]
     pairs.append(("inputs", inputs_kind(report) or "-"))
     for case in report.workload.cases:
