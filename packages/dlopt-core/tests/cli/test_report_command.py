@@ -4,6 +4,7 @@ report and on edge cases."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 from pathlib import Path
 
@@ -13,6 +14,12 @@ import pytest
 from dlopt.cli import main
 from dlopt.report import load_report
 from dlopt.vocabulary import Status
+
+#: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.
+needs_plots = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason='matplotlib is not installed (pip install "dlopt-core[plots]")',
+)
 
 
 def test_report_prints_the_table_decision_and_inputs(report_path, capsys):
@@ -44,6 +51,7 @@ def test_an_unknown_candidate_is_a_usage_error_with_close_names(report_path, cap
     assert "did you mean 'native_bf16'" in capsys.readouterr().err
 
 
+@needs_plots
 def test_report_html_writes_one_page(report_path, tmp_path, capsys):
     page = tmp_path / "r.html"
     assert main(["report", str(report_path), "--html", str(page)]) == 0
@@ -59,6 +67,7 @@ def test_report_html_into_a_missing_directory_is_a_usage_error(report_path, tmp_
     assert "--html" in capsys.readouterr().err
 
 
+@needs_plots
 def test_export_writes_csv_latex_provenance_and_figures(report_path, tmp_path, capsys):
     out_dir = tmp_path / "paper"
     assert main(["export", str(report_path), str(report_path), "--output-dir", str(out_dir)]) == 0

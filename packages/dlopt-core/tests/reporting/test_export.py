@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import csv
+import importlib.util
 import io
 import json
 import re
@@ -21,6 +22,12 @@ from dlopt.reporting.export import (
     provenance,
     sample_records,
     to_csv,
+)
+
+#: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.
+needs_plots = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason='matplotlib is not installed (pip install "dlopt-core[plots]")',
 )
 
 
@@ -112,6 +119,7 @@ def test_provenance_names_versions_device_policy_seed_and_tolerances(race_report
     assert record["inputs"] == "random tensors of the given shapes"
 
 
+@needs_plots
 def test_export_writes_the_bundle(tmp_path, race_report, lifecycle_report):
     result = export(label_runs([race_report, lifecycle_report], ["r.json", "l.json"]), tmp_path)
     names = {p.relative_to(tmp_path).as_posix() for p in result.files}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -13,6 +14,12 @@ import pytest
 
 from dlopt.reporting.figures import report_figures
 from dlopt.reporting.html import inline_svg, render_html, write_html
+
+#: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.
+needs_plots = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason='matplotlib is not installed (pip install "dlopt-core[plots]")',
+)
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -48,6 +55,7 @@ def _page(text: str) -> _Page:
     return page
 
 
+@needs_plots
 def test_figures_are_svg_documents(race_report, lifecycle_report):
     figures = report_figures(race_report)
     assert [f.name for f in figures] == ["latency", "speedup"]
@@ -57,6 +65,7 @@ def test_figures_are_svg_documents(race_report, lifecycle_report):
     assert "break-even" in lifecycle.svg or "break" in lifecycle.svg
 
 
+@needs_plots
 def test_the_page_loads_nothing_from_anywhere(race_report):
     figures = [(f.title, f.svg) for f in report_figures(race_report)]
     text = render_html(race_report, figures)
@@ -93,6 +102,7 @@ def _browser() -> str | None:
     return next((path for name in BROWSERS if (path := shutil.which(name))), None)
 
 
+@needs_plots
 def test_the_page_renders_in_headless_chromium(tmp_path: Path, race_report):
     browser = _browser()
     if browser is None:
