@@ -422,8 +422,10 @@ def test_listed_but_falling_back_provider_is_unusable(
     assert availability.install_hint
 
 
-def test_fallback_check_uses_session_providers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Simulated fully: listed EP, session reports only CPU, with ORT's log captured."""
+@pytest.fixture
+def cuda_falls_back(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """ONNX Runtime lists the CUDA EP, but a session falls back to the CPU EP and writes
+    the reason to fd 2, as the real one does without cuDNN; the probe cache is fresh."""
     import onnxruntime
 
     class FallingBackSession:
@@ -440,42 +442,26 @@ def test_fallback_check_uses_session_providers(monkeypatch: pytest.MonkeyPatch) 
     )
     monkeypatch.setattr(onnxruntime, "InferenceSession", FallingBackSession)
     clear_probe_cache()
-    try:
-        check = probe.check_execution_provider(onnxruntime, "CUDAExecutionProvider")
-        cached = probe.check_execution_provider(onnxruntime, "CUDAExecutionProvider")
-    finally:
-        clear_probe_cache()
+    yield onnxruntime
+    clear_probe_cache()
+
+
+def test_fallback_check_uses_session_providers(cuda_falls_back: Any) -> None:
+    """Simulated fully: listed EP, session reports only CPU, with ORT's log captured."""
+    check = probe.check_execution_provider(cuda_falls_back, "CUDAExecutionProvider")
+    cached = probe.check_execution_provider(cuda_falls_back, "CUDAExecutionProvider")
     assert not check.usable and cached is check
     assert "libcudnn.so.9" in check.reason
     assert check.session_providers == (CPU,)
 
 
 def test_what_the_probe_session_prints_also_reaches_an_enclosing_capture(
-    monkeypatch: pytest.MonkeyPatch,
+    cuda_falls_back: Any,
 ) -> None:
     """The probe captures through dlopt's shared capture, so a front end's own capture
     around it still sees ORT's log (a private redirection would swallow it)."""
-    import onnxruntime
-
-    class FallingBackSession:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            import os
-
-            os.write(2, b"[E:onnxruntime] Failed to load libcudnn.so.9: not found\n")
-
-        def get_providers(self) -> list[str]:
-            return [CPU]
-
-    monkeypatch.setattr(
-        onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", CPU]
-    )
-    monkeypatch.setattr(onnxruntime, "InferenceSession", FallingBackSession)
-    clear_probe_cache()
-    try:
-        with capture_output("probe onnxruntime") as outer:
-            check = probe.check_execution_provider(onnxruntime, "CUDAExecutionProvider")
-    finally:
-        clear_probe_cache()
+    with capture_output("probe onnxruntime") as outer:
+        check = probe.check_execution_provider(cuda_falls_back, "CUDAExecutionProvider")
     assert "libcudnn.so.9" in check.reason
     assert outer.result is not None and "libcudnn.so.9" in outer.result.stderr
 
