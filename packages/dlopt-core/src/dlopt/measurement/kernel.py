@@ -13,6 +13,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 
+import attrs
 from attrs import define
 
 from dlopt.errors import ConfigurationError
@@ -30,6 +31,7 @@ from dlopt.measurement.sequential import (
     PairStats,
     PooledVariance,
     boundary,
+    look_confidence,
     pair_stats,
     pooled_variance,
     prepare_boundary,
@@ -139,6 +141,7 @@ class _Race:
         self.open: tuple[OpenComparison, ...] = ()
         self.allocator_regime: AllocatorRegime | None = None
         self.pooled: PooledVariance | None = None  # of the latest look
+        self._scores: tuple[int, dict[str, dict[int, float]]] | None = None
 
     # -- state -------------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -244,12 +247,9 @@ class _Race:
                 for c in self.base.cases
                 if c.warmup_faults is not None and c.warmup_calls
             ]
-            self.allocator_regime = AllocatorRegime(
-                settled=regime.settled,
-                method=regime.method,
-                faults_per_call_before=regime.faults_per_call_before,
+            self.allocator_regime = attrs.evolve(
+                regime,
                 faults_per_call_after=finite_or_none(max(after)) if after else None,
-                latency_before_ms=regime.latency_before_ms,
                 latency_after_ms=finite_or_none(
                     statistics.median(c.reference_s for c in self.base.cases) * 1e3
                 ),
@@ -281,10 +281,16 @@ class _Race:
         self.rounds = r
 
     def scores(self) -> dict[str, dict[int, float]]:
-        return {
-            plan.name: scores_of([c.statistic for c in plan.cases], self.weights)
-            for plan in self.plans
-        }
+        """Every plan's score per round; computed once per round (the rule asks often)."""
+        if self._scores is None or self._scores[0] != self.rounds:
+            self._scores = (
+                self.rounds,
+                {
+                    plan.name: scores_of([c.statistic for c in plan.cases], self.weights)
+                    for plan in self.plans
+                },
+            )
+        return self._scores[1]
 
     def _pair(
         self,
@@ -397,11 +403,12 @@ class _Race:
             return None
         contenders = self.contenders()
         leader = self.standing.get(self.leader or "")
+        natives_open = self.native_gates_open()
         if (
             self.leader is not None
             and leader is not None
             and leader.gate == "faster"
-            and not self.native_gates_open()
+            and not natives_open
         ):
             scores = self.scores()
             final = self._final_rounds()
@@ -437,7 +444,7 @@ class _Race:
                 # gate (open gates either resolve or stop for futility first).
                 return StopReason.INDIFFERENCE_FUTILITY
             return None
-        if contenders and (self.gates_open() or self.native_gates_open()):
+        if contenders and (self.gates_open() or natives_open):
             return None
         gates = {self.standing[p.name].gate for p in self.challengers()}
         if not self.challengers():
@@ -574,6 +581,7 @@ class _Race:
                 warmup_converged=c.warmup_converged,
                 timed_calls=c.timed_calls,
                 untimed_calls=c.untimed_calls,
+                keep_samples=final,
             )
             for i, c in enumerate(plan.cases)
         )
@@ -684,14 +692,12 @@ class _Race:
             crit, df = st.critical, st.df or pair.df
             low, high = st.gate_low, st.gate_high
             interval = (min(max(pair.mean, low), high), low, high)
-        from scipy.stats import t
-
         return ratio_from_log(
             interval,
             confidence=p.confidence,
             method=_METHOD,
             rounds=pair.rounds,
-            per_look_confidence=1.0 - float(t.sf(crit, max(int(df), 1))),
+            per_look_confidence=look_confidence(crit, df),
         )
 
 

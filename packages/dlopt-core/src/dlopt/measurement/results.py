@@ -12,7 +12,7 @@ import math
 from attrs import field, frozen
 
 from dlopt.measurement.policy import MeasurementPolicy
-from dlopt.measurement.sequential import PooledVariance, boundary, pair_stats
+from dlopt.measurement.sequential import PooledVariance, boundary, look_confidence, pair_stats
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
 from dlopt.vocabulary import StopReason, Verdict
 
@@ -236,16 +236,10 @@ class RaceResult:
             ),
             rounds=0 if stats is None else stats.rounds,
             per_look_confidence=None
-            if critical is None
-            else 1.0 - _tail(critical, stats.df if stats else 1),
+            if critical is None or stats is None
+            else look_confidence(critical, stats.df),
         )
 
 
 def _by_round(scores: tuple[float | None, ...]) -> dict[int, float]:
     return {r + 1: s for r, s in enumerate(scores) if s is not None and math.isfinite(s)}
-
-
-def _tail(critical: float, df: float) -> float:
-    from scipy.stats import t
-
-    return float(t.sf(critical, max(int(df), 1)))

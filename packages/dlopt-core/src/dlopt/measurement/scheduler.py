@@ -32,7 +32,6 @@ class CaseRecord:
     reference_s: float = 0.0  # recent typical seconds per call: the settle target
     warmup_calls: int = 0
     warmup_converged: bool = False
-    warmup_s: float = 0.0
     warmup_faults: int | None = None
     samples: list[float] = field(factory=list)  # seconds per call, every timed sample
     statistic: dict[int, float] = field(factory=dict)  # round -> burst statistic (s)
@@ -91,9 +90,6 @@ class Scheduler:
         self.resolvable_s = max(policy.min_resolvable_time_s, 1000 * tick_s)
         self.last_plan: str | None = None
         self.plans_by_name: dict[str, PlanRecord] = {}
-
-    def now_s(self) -> float:
-        return self.clock.now_ns() / 1e9
 
     # -- timing primitives -------------------------------------------------------------
     def timed_block(self, plan: PlanRecord, fn: Callable[[], object], k: int) -> float:
@@ -188,7 +184,6 @@ class Scheduler:
         if f0 is not None:
             f1 = minor_faults()
             case.warmup_faults = None if f1 is None else f1 - f0
-        case.warmup_s = (self.clock.now_ns() - start) / 1e9
         case.block = k
         tail = history[-p.warmup_window :] if history else [per_call]
         case.reference_s = statistics.median(tail)

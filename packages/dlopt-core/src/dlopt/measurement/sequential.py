@@ -150,6 +150,13 @@ def boundary(alpha: float, first: int, last: int, df: float) -> float:
     return t_quantile(1.0 - level, max(int(df), 1))
 
 
+def look_confidence(critical: float, df: float) -> float:
+    """The one-sided confidence of a boundary ``critical`` at ``df`` degrees of freedom."""
+    from scipy.stats import t
+
+    return 1.0 - float(t.sf(critical, max(int(df), 1)))
+
+
 @frozen
 class PairStats:
     """Per-round paired difference ``a - b`` of two plans' scores (log cost).

@@ -176,8 +176,11 @@ def summarize_latency(
     warmup_converged: bool,
     timed_calls: int,
     untimed_calls: int,
+    keep_samples: bool = True,
 ) -> LatencyStats:
-    """``LatencyStats`` for one plan and case (all figures in milliseconds)."""
+    """``LatencyStats`` for one plan and case (all figures in milliseconds);
+    ``keep_samples`` copies every timed sample into it (the race's final result does,
+    its per-round snapshots do not)."""
     arr = np.asarray(samples_s, dtype=float) * 1e3
     n = int(arr.size)
     rounds = len(burst_means_s)
@@ -245,5 +248,5 @@ def summarize_latency(
         untimed_calls=untimed_calls,
         burst_calls=burst_calls,
         round_spread=finite_or_none(spread) if spread is not None else None,
-        samples_ms=tuple(v for v in (finite_or_none(float(x)) for x in arr) if v is not None),
+        samples_ms=tuple(float(x) for x in arr[np.isfinite(arr)]) if keep_samples else None,
     )
