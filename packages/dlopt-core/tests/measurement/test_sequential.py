@@ -95,3 +95,30 @@ def test_rounds_to_reach() -> None:
     assert rounds_to_reach(0.1, 0.05, 2.0) == pytest.approx(16.0)
     assert rounds_to_reach(0.1, 0.0, 2.0) == math.inf
     assert rounds_to_reach(0.0, 0.05, 2.0) == 0.0
+
+
+def test_t_statistics_hold_the_level_only_with_the_t_calibration() -> None:
+    # Fresh normal paths (not the calibration's seed), t statistics re-estimated at every
+    # look 3..20: the boundary holds alpha; turning the known-variance constant into t
+    # quantiles at the same nominal level would not (the shared variance estimate makes
+    # early looks err together).
+    rng = np.random.default_rng(7)
+    last, paths, alpha = 20, 100_000, 0.05
+    n = np.arange(1, last + 1, dtype=float)
+    draws = rng.standard_normal((paths, last))
+    mean = np.cumsum(draws, axis=1) / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = (np.cumsum(draws * draws, axis=1) - n * mean * mean) / (n - 1)
+        t = mean / np.sqrt(var / n)
+    looks = range(3, last + 1)
+    ours = np.array([boundary(alpha, 3, last, k - 1) for k in looks])
+    z_level = float(stats.norm.sf(pocock_constant(alpha, 3, last)))
+    naive = np.array([stats.t.isf(z_level, k - 1) for k in looks])
+    crossed_ours = float((t[:, 2:] >= ours).any(axis=1).mean())
+    crossed_naive = float((t[:, 2:] >= naive).any(axis=1).mean())
+    print(
+        f"\nlooks 3..20, alpha 5%: t-calibrated {crossed_ours:.2%}, z-calibrated {crossed_naive:.2%}"
+    )
+    se = math.sqrt(alpha * (1 - alpha) / paths)
+    assert crossed_ours <= alpha + 3 * se
+    assert crossed_naive > alpha + 5 * se
