@@ -12,11 +12,11 @@ a terminal (a log; round lines at most every few seconds).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from dlopt.config_checks import is_number
 from dlopt.events import Event, EventKind
 from dlopt.hookspecs import hookimpl
 
@@ -39,9 +39,7 @@ def _seconds(value: float) -> str:
 
 def _number(value: Any) -> float | None:
     """A finite number an event reported, else ``None``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    return float(value) if is_number(value) else None
 
 
 class ProgressState:
