@@ -68,6 +68,9 @@ class _Standing:
     critical: float | None = None  # boundary of the latest look
     df: float | None = None
     note: str = ""
+    # Who it was eliminated against and the interval (log, plan over that plan) that did it.
+    eliminated_by: str | None = None
+    elimination: RatioInterval | None = None
 
 
 class _Race:
@@ -257,6 +260,39 @@ class _Race:
             )
         return True
 
+    def leave_at_warmup(self) -> None:
+        """Send hopeless challengers out before the rounds (``warmup_leave_factor``).
+
+        A challenger leaves when even its fastest warm-up call, traffic-weighted over the
+        cases, is slower than the factor times the baseline's slowest settled warm-up call.
+        Preemption only ever adds time, so the plan's true cost is at least its fastest
+        call and the baseline's at most about its slowest settled one: no noise that
+        leaves a plan within the factor of the truth can make such a plan clear the gate.
+        """
+        factor = self.policy.warmup_leave_factor
+        if factor is None:
+            return
+        factor *= max(1.0, 1.0 / self.min_speedup)
+        base_worst = math.fsum(
+            w * c.warmup_settled_slowest_s for w, c in zip(self.weights, self.base.cases)
+        )
+        if not base_worst > 0:
+            return
+        for plan in self.challengers():
+            st = self.standing[plan.name]
+            if plan.name in self.natives or not st.in_rounds:
+                continue
+            best = math.fsum(w * c.warmup_fastest_s for w, c in zip(self.weights, plan.cases))
+            if best > factor * base_worst:
+                st.in_rounds, st.dropped_at = False, 0
+                st.eliminated_by = self.base.name
+                st.note = (
+                    f"left at warm-up: its fastest warm-up call ({best * 1e3:.3g} ms, "
+                    f"traffic-weighted) is {best / base_worst:.0f}x the baseline's slowest "
+                    f"settled one ({base_worst * 1e3:.3g} ms), beyond the "
+                    f"{factor:g}x warm-up rule: it cannot clear min_speedup"
+                )
+
     def scale_budget(self, first_round_s: float) -> None:
         """With no fixed ``max_time_s``: warm-up plus ``auto_budget_rounds`` rounds at the
         first round's cost, between the floor and the ceiling."""
@@ -391,6 +427,14 @@ class _Race:
             if high < -self.epsilon:
                 st = self.standing[plan.name]
                 st.in_rounds, st.dropped_at = False, self.rounds
+                st.eliminated_by = leader.name
+                st.elimination = ratio_from_log(
+                    pair.interval(self.critical(pair.df)),
+                    confidence=self.policy.confidence,
+                    method=_ELIMINATION_METHOD if pair.pooled else _ELIMINATION_METHOD_OWN,
+                    rounds=pair.rounds,
+                    per_look_confidence=look_confidence(self.critical(pair.df), pair.df),
+                )
                 why = (
                     f"eliminated at round {self.rounds}: slower than {leader.name!r} by more "
                     f"than the {self.policy.indifference_zone:g}x indifference zone"
@@ -642,6 +686,8 @@ class _Race:
             rounds=len(scores[plan.name]),
             resolved_at_round=st.resolved_at,
             dropped_at_round=st.dropped_at,
+            eliminated_by=st.eliminated_by,
+            elimination_interval=st.elimination,
             error=plan.failed,
             noisy=bool(noisy),
             warmup_calls=sum(c.warmup_calls for c in plan.cases),
@@ -700,6 +746,15 @@ class _Race:
             per_look_confidence=look_confidence(crit, df),
         )
 
+
+_ELIMINATION_METHOD = (
+    "paired Student-t of the per-round score difference against the leader with the "
+    "pooled variance of the plans in the rounds, at the race's group-sequential boundary"
+)
+_ELIMINATION_METHOD_OWN = (
+    "paired Student-t of the per-round score difference against the leader with the "
+    "pair's own variance, at the race's group-sequential boundary"
+)
 
 _METHOD = (
     "paired Student-t of the per-round difference of log traffic-weighted burst "
@@ -856,6 +911,7 @@ def run_race(
         race.stop_reason = StopReason.CANCELLED
         race.open = race.open_comparisons()
         return race.result(final=True)
+    race.leave_at_warmup()
     last_round_s = 0.0
     while True:
         reason = race.stop() if race.rounds else None

@@ -46,6 +46,12 @@ class MeasurementPolicy:
         warm-up plus ``auto_budget_rounds`` rounds at the first round's cost, between
         ``auto_budget_min_s`` and ``auto_budget_max_s`` (the ceiling). Warm-up may use at most
         ``warmup_budget_share`` of the budget (of ``auto_budget_min_s`` when scaled).
+        A challenger leaves at warm-up, before the rounds, when even its fastest warm-up
+        call (traffic-weighted over cases) is slower than ``warmup_leave_factor`` times the
+        baseline's slowest settled warm-up call (divided by ``min_speedup`` when that is
+        below 1): preemption only ever adds time, so such a plan cannot clear the gate, and
+        the factor (20) is twice the worst sustained slowdown seen from a busy sibling
+        core (10x). Native plans never leave this way. ``None`` turns the rule off.
 
     Bursts
         Each turn settles the plan with untimed calls until one runs within
@@ -109,6 +115,9 @@ class MeasurementPolicy:
     warmup_tolerance: float = field(default=0.02, validator=_non_negative)
     warmup_max_calls: int = field(default=40, validator=integer(minimum=1))
     warmup_max_time_s: float = field(default=2.0, validator=_positive)
+    warmup_leave_factor: float | None = field(
+        default=20.0, validator=number(minimum=1, low_open=True, optional=True)
+    )
     min_resolvable_time_s: float = field(default=50e-6, validator=_non_negative)
     max_block_size: int = field(default=10_000, validator=integer(minimum=1))
     noise_threshold: float = field(default=0.05, validator=_positive)

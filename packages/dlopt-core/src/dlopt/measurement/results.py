@@ -68,7 +68,10 @@ class CandidateMeasurement:
     below it, ``"unresolved"`` when the race stopped first (budget, futility, or the
     leader was identified while this plan stayed within the indifference zone),
     ``"dropped"`` when it was eliminated as slower than the leading plan by more than the
-    indifference zone (``dropped_at_round``), ``"failed"`` when a call raised
+    indifference zone (``dropped_at_round``; ``eliminated_by`` names that plan and
+    ``elimination_interval`` is its speedup over it, the interval that decided), or left
+    at warm-up as hopeless against the baseline (``dropped_at_round`` 0, ``note`` says
+    why), ``"failed"`` when a call raised
     (``error``). A plan already ``"faster"`` that is eliminated keeps its verdict and
     records ``dropped_at_round``.
 
@@ -113,6 +116,10 @@ class CandidateMeasurement:
     longest_call_s: float = 0.0
     #: Per-round standard deviation of its paired log difference with the baseline.
     round_spread: float | None = None
+    #: The plan it was eliminated against (the leader, or the baseline at warm-up).
+    eliminated_by: str | None = None
+    #: Its speedup over ``eliminated_by`` at elimination: the interval that decided.
+    elimination_interval: RatioInterval | None = None
 
 
 @frozen

@@ -33,6 +33,10 @@ class CaseRecord:
     warmup_calls: int = 0
     warmup_converged: bool = False
     warmup_faults: int | None = None
+    #: The fastest warm-up call, and the slowest of the calls warm-up judged settled on:
+    #: what the warm-up leave rule compares (seconds per call).
+    warmup_fastest_s: float = math.inf
+    warmup_settled_slowest_s: float = 0.0
     samples: list[float] = field(factory=list)  # seconds per call, every timed sample
     statistic: dict[int, float] = field(factory=dict)  # round -> burst statistic (s)
     burst_mean: dict[int, float] = field(factory=dict)  # round -> burst mean (s)
@@ -163,6 +167,7 @@ class Scheduler:
         while True:
             per_call = self.timed_block(plan, fn, k)
             case.warmup_calls += k
+            case.warmup_fastest_s = min(case.warmup_fastest_s, per_call)
             steps += 1
             if per_call * k < self.resolvable_s and k < p.max_block_size:
                 # Too short to resolve: grow the block (x10 when the clock saw nothing).
@@ -187,6 +192,7 @@ class Scheduler:
         case.block = k
         tail = history[-p.warmup_window :] if history else [per_call]
         case.reference_s = statistics.median(tail)
+        case.warmup_settled_slowest_s = max(history[-2 * p.warmup_window :] or [per_call])
         block_s = max(case.reference_s * k, 0.0)
         wanted = (
             math.ceil(p.burst_time_target_s / block_s) if block_s > 0 else p.max_calls_per_burst
