@@ -328,7 +328,8 @@ class OnnxRuntimeProvider(Provider):
             raise ProviderBuildError("the model returns no tensors; nothing to export")
         output_names = [f"output_{i}" for i in range(output_count)]
         calibration = None
-        if isinstance(options, OrtInt8StaticOptions):
+        if self._transform_kind() is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions)
             if options.graph_optimization_level not in _QDQ_FUSING_LEVELS:
                 raise ProviderBuildError(
                     f"{self.name}: graph_optimization_level {options.graph_optimization_level!r} "
@@ -567,9 +568,10 @@ class OnnxRuntimeProvider(Provider):
     def _transform_record(
         self, options: OrtOptions, calibration: CalibrationSet | None
     ) -> TransformRecord:
+        kind = self._transform_kind()
         settings: DynamicInt8Settings | StaticInt8Settings | Float16Settings | None = None
-        if isinstance(options, OrtInt8StaticOptions):
-            assert calibration is not None
+        if kind is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions) and calibration is not None
             settings = StaticInt8Settings(
                 static_op_types=options.int8_static_op_types,
                 dynamic_op_types=options.int8_dynamic_op_types,
@@ -577,23 +579,22 @@ class OnnxRuntimeProvider(Provider):
                 reduce_range=_reduce_range(options.int8_reduce_range),
                 calibration=calibration.record(),
             )
-        elif isinstance(options, OrtInt8Options):
+        elif kind is Transform.QUANTIZE_DYNAMIC:
+            assert isinstance(options, OrtInt8Options)
             settings = DynamicInt8Settings(
                 op_types=options.int8_op_types,
                 per_channel=options.int8_per_channel,
                 reduce_range=_reduce_range(options.int8_reduce_range),
             )
-        elif self._transform_kind() is Transform.FLOAT16:
+        elif kind is Transform.FLOAT16:
             settings = Float16Settings()
-        return TransformRecord(
-            self.execution_provider, self.precision.value, self._transform_kind(), settings
-        )
+        return TransformRecord(self.execution_provider, self.precision.value, kind, settings)
 
     def _transform(self, fp32_path: Path, setup: _BuildSetup) -> Path:
         """The model file the session opens: ``fp32_path`` quantized or converted."""
-        options, plan_dir = setup.options, setup.plan_dir
-        if isinstance(options, OrtInt8StaticOptions):
-            assert setup.calibration is not None
+        options, plan_dir, kind = setup.options, setup.plan_dir, self._transform_kind()
+        if kind is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions) and setup.calibration is not None
             target = plan_dir / "model.int8_static.onnx"
             reduce_range = _reduce_range(options.int8_reduce_range)
             if not options.int8_dynamic_op_types:
@@ -615,13 +616,14 @@ class OnnxRuntimeProvider(Provider):
                     qdq, target, op_types=options.int8_dynamic_op_types,
                     per_channel=False, reduce_range=reduce_range,
                 )  # fmt: skip
-        if isinstance(options, OrtInt8Options):
+        if kind is Transform.QUANTIZE_DYNAMIC:
+            assert isinstance(options, OrtInt8Options)
             return quantize_dynamic_int8(
                 fp32_path, plan_dir / "model.int8.onnx",
                 op_types=options.int8_op_types, per_channel=options.int8_per_channel,
                 reduce_range=_reduce_range(options.int8_reduce_range),
             )  # fmt: skip
-        if self._transform_kind() is Transform.FLOAT16:
+        if kind is Transform.FLOAT16:
             return self._convert_fp16(fp32_path, plan_dir / "model.fp16.onnx")
         return fp32_path
 
@@ -630,7 +632,8 @@ class OnnxRuntimeProvider(Provider):
     ) -> QuantizationCoverage:
         """Count what the int8 graph quantized; refuse a plan that would change nothing."""
         found = quantization_coverage(fp32_path, session_model)
-        if isinstance(options, OrtInt8StaticOptions):
+        if self._transform_kind() is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions)
             static = {op: n for op, n in found.quantized.items() if op.endswith(QDQ_SUFFIX)}
             if not static:
                 raise ProviderBuildError(
@@ -638,9 +641,9 @@ class OnnxRuntimeProvider(Provider):
                     f"{', '.join(options.int8_static_op_types)} node (the model's compute "
                     f"ops: {describe_ops(found.quantizable)}): its dynamic part alone would "
                     "compute what onnxruntime_cpu_int8 computes, so it is not raced. Set its "
-                    "int8_static_op_types option to this model's compute ops (for example "
-                    f"plan_options={{{self.name!r}: {{'int8_static_op_types': ['Conv', "
-                    "'MatMul']}}) or exclude the plan"
+                    "int8_static_op_types option to this model's compute ops (for an MLP, "
+                    f"plan_options={{{self.name!r}: {{'int8_static_op_types': ['MatMul', "
+                    "'Gemm'], 'int8_dynamic_op_types': []}}) or exclude the plan"
                 )
         elif found.quantized_ops == 0:
             assert isinstance(options, OrtInt8Options)
