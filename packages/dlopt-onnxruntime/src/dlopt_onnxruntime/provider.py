@@ -143,7 +143,10 @@ class OnnxRuntimeProvider(Provider):
 
     name: str
     execution_provider: str = "CPUExecutionProvider"
-    precision: Precision = field(default=Precision.FP32, converter=Precision.parse)
+    # A lambda: mypy's attrs plugin takes no classmethod as a converter.
+    precision: Precision = field(
+        default=Precision.FP32, converter=lambda value: Precision.parse(value)
+    )
     provider_options: dict[str, str] = field(factory=dict, converter=_text_map)
     session_config: dict[str, str] = field(factory=dict, converter=_text_map)
     #: Device type the plan's inputs live on; derived from the EP when ``None``.
@@ -732,7 +735,7 @@ class OnnxRuntimeProvider(Provider):
         layout: InputLayout,
         template: Any,
         output_names: list[str],
-    ) -> dict[str, Any]:
+    ) -> OpenSession:
         """A session on ``session_model`` with this plan's settings, and its runner.
 
         Shared by build and load, so a loaded plan runs exactly as the raced one did.
