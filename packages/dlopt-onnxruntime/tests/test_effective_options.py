@@ -211,7 +211,7 @@ def test_without_the_libraries_the_hint_still_names_the_index(tmp_path: Path) ->
 
 def test_the_tensorrt_plans_give_that_hint() -> None:
     plan = next(p for p in default_providers() if p.name == "onnxruntime_tensorrt_fp16")
-    assert plan.install_hint() == probe.tensorrt_ep_hint()
+    assert plan.execution_provider_hint() == probe.tensorrt_ep_hint()
 
 
 def test_an_onnx_runtime_older_than_the_options_need_is_refused(

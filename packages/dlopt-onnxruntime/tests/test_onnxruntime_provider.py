@@ -17,6 +17,7 @@ import torch
 import dlopt_onnxruntime.export as export_module
 from dlopt.errors import ProviderBuildError, WorkloadError
 from dlopt.plugin import capture_output
+from dlopt.policy import structure_options
 from dlopt.precision import Precision
 from dlopt.providers.contract import ProviderContext
 from dlopt.target import ExecutionTarget
@@ -59,6 +60,21 @@ class TestOnnxRuntimeCpuContract(ProviderContractSuite):
 class TestOnnxRuntimeInt8Contract(TestOnnxRuntimeCpuContract):
     def make_provider(self) -> OnnxRuntimeProvider:
         return _provider("onnxruntime_cpu_int8")
+
+
+class TestOnnxRuntimeInt8StaticContract(TestOnnxRuntimeCpuContract):
+    """The static plan; the suite's MLP-shaped models (keywords, nested outputs) get
+    their MatMul/Gemm quantized statically too, so the plan has work on every model."""
+
+    def make_provider(self) -> OnnxRuntimeProvider:
+        return _provider("onnxruntime_cpu_int8_static")
+
+    def make_options(self, provider: Any) -> Any:
+        return structure_options(
+            provider.options_type,
+            {"int8_static_op_types": ["Conv", "MatMul", "Gemm"], "int8_dynamic_op_types": []},
+            plan=provider.name,
+        )
 
 
 # ------------------------------------------------------------------ models
@@ -494,6 +510,7 @@ def test_plugin_registers_every_plan_with_its_precision() -> None:
     assert plans == {
         "onnxruntime_cpu": Precision.FP32,
         "onnxruntime_cpu_int8": Precision.INT8,
+        "onnxruntime_cpu_int8_static": Precision.INT8,
         "onnxruntime_cuda": Precision.FP32,
         "onnxruntime_cuda_fp16": Precision.FP16,
         "onnxruntime_tensorrt": Precision.TF32,

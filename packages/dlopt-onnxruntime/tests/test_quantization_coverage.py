@@ -54,3 +54,26 @@ def test_counts_compute_ops_inside_control_flow_subgraphs(tmp_path: Path) -> Non
 def test_a_graph_without_compute_ops_has_fraction_zero() -> None:
     empty = QuantizationCoverage({}, {}, {})
     assert empty.fraction == 0.0 and describe(empty.quantizable) == "none"
+
+
+def test_a_compute_op_between_dequantize_nodes_counts_as_qdq(tmp_path: Path) -> None:
+    before = _save(
+        tmp_path / "fp32.onnx",
+        [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Conv", ["a", "w2"], ["y"])],
+    )
+    after = _save(
+        tmp_path / "qdq.onnx",
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+            helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+            helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]),
+            # Activation and weight both dequantized: ONNX Runtime fuses it (QLinearConv).
+            helper.make_node("Conv", ["xd", "wd"], ["a"]),
+            # Only the weight dequantized: the convolution still computes in fp32.
+            helper.make_node("Conv", ["a", "wd"], ["y"]),
+        ],
+    )
+    found = coverage(before, after)
+    assert found.quantized == {"Conv (QDQ)": 1}
+    assert found.unquantized == {"Conv": 1}
+    assert found.summary() == "quantized 1 of 2 compute ops (Conv x2)"

@@ -5,7 +5,7 @@ Importing this package is cheap: onnxruntime, onnx and onnxscript load on first 
 
 from __future__ import annotations
 
-from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
+from dlopt_onnxruntime.options import OrtInt8Options, OrtInt8StaticOptions, OrtOptions
 from dlopt_onnxruntime.probe import (
     EpCheck,
     OrtInstallation,
@@ -20,6 +20,7 @@ __all__ = [
     "OnnxRuntimeProvider",
     "OrtInstallation",
     "OrtInt8Options",
+    "OrtInt8StaticOptions",
     "OrtOptions",
     "check_execution_provider",
     "clear_probe_cache",

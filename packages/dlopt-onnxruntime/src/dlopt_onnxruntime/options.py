@@ -25,6 +25,11 @@ EXPORTER_CHOICES = ("auto", "dynamo", "torchscript")
 #: rewrites Gemm as MatMul + Add). Conv is left out on purpose: ONNX Runtime's ConvInteger
 #: ran the demo conv net 8x slower than fp32 Conv on x86 here (it passed the int8 limits).
 DEFAULT_INT8_OP_TYPES = ("MatMul", "Attention", "LSTM")
+#: Node types the static int8 plan quantizes with calibrated QDQ: convolutions, which
+#: dynamic quantization only turns into the slow ConvInteger (QDQ Conv fuses into QLinearConv).
+DEFAULT_STATIC_OP_TYPES = ("Conv",)
+#: Suffix of the calibration file the static int8 plan reads (numpy, without pickle).
+CALIBRATION_SUFFIX = ".npz"
 
 
 def _text_map(value: Any) -> dict[str, str]:
@@ -42,6 +47,25 @@ def _one_of(*choices: str) -> Any:
 def _not_empty(_instance: object, attribute: Any, value: tuple[str, ...]) -> None:
     if not value:
         raise ValueError(f"{attribute.name} needs at least one ONNX op type, e.g. ['MatMul']")
+
+
+def _calibration_file(_instance: object, attribute: Any, value: str | None) -> None:
+    if value is not None and not value.lower().endswith(CALIBRATION_SUFFIX):
+        raise ValueError(
+            f"{attribute.name} must name a {CALIBRATION_SUFFIX} file (numpy.savez(path, "
+            f"batch_name=array), one calibration batch per entry), not {value!r}"
+        )
+
+
+def _reduce_range_option() -> Any:
+    """The int8 plans' ``int8_reduce_range`` option (one definition for both)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "7-bit weights; default: on for x86 CPUs without VNNI, where the u8 x s8 "
+            "multiply saturates"
+        },
+    )
 
 
 @frozen
@@ -109,10 +133,57 @@ class OrtInt8Options(OrtOptions):
     int8_per_channel: bool = field(
         default=False, metadata={"help": "quantize weights per output channel"}
     )
-    int8_reduce_range: bool | None = field(
-        default=None,
+    int8_reduce_range: bool | None = _reduce_range_option()
+
+
+@frozen
+class OrtInt8StaticOptions(OrtOptions):
+    """Options of the statically quantized CPU plan: calibrated QDQ for convolutions,
+    dynamic quantization for MatMul/Gemm, and the calibration data."""
+
+    int8_static_op_types: tuple[str, ...] = field(
+        default=DEFAULT_STATIC_OP_TYPES,
+        converter=tuple,
+        validator=_not_empty,
         metadata={
-            "help": "7-bit weights; default: on for x86 CPUs without VNNI, where the u8 x s8 "
-            "multiply saturates"
+            "help": "ONNX node types quantized statically (QDQ, activation ranges calibrated "
+            "on the workload's inputs); ONNX Runtime fuses QDQ Conv into QLinearConv"
         },
     )
+    int8_dynamic_op_types: tuple[str, ...] = field(
+        default=DEFAULT_INT8_OP_TYPES,
+        converter=tuple,
+        metadata={
+            "help": "ONNX node types then quantized dynamically, as onnxruntime_cpu_int8 does "
+            "(MatMul covers Gemm); [] for none"
+        },
+    )
+    int8_per_channel: bool = field(
+        default=True,
+        metadata={"help": "quantize the statically quantized weights per output channel"},
+    )
+    int8_reduce_range: bool | None = _reduce_range_option()
+    calibration_file: str | None = field(
+        default=None,
+        validator=optional(_calibration_file),
+        metadata={
+            "help": "a .npz file of more calibration batches for a model with one input "
+            "tensor (one entry per batch, read without pickle); the workload's own inputs "
+            "are always used"
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        # quantize_dynamic first rewrites every Gemm as Transpose + MatMul + Add, which
+        # breaks a QDQ Gemm apart; and one op can be quantized one way only.
+        static, dynamic = set(self.int8_static_op_types), set(self.int8_dynamic_op_types)
+        if "Gemm" in static and dynamic:
+            raise ValueError(
+                "int8_static_op_types has Gemm, so int8_dynamic_op_types must be []: "
+                "dynamic quantization rewrites every Gemm and would undo the static one"
+            )
+        if "MatMul" in static and "MatMul" in dynamic:
+            raise ValueError(
+                "MatMul is in both int8_static_op_types and int8_dynamic_op_types; "
+                "remove it from one of them"
+            )

@@ -18,7 +18,9 @@ def default_providers() -> list[OnnxRuntimeProvider]:
     trt = "TensorrtExecutionProvider"
     return [
         OnnxRuntimeProvider("onnxruntime_cpu", cpu, Precision.FP32),
+        # Dynamic int8 for MatMul/Gemm; the static plan adds calibrated QDQ convolutions.
         OnnxRuntimeProvider("onnxruntime_cpu_int8", cpu, Precision.INT8),
+        OnnxRuntimeProvider("onnxruntime_cpu_int8_static", cpu, Precision.INT8, static_int8=True),
         OnnxRuntimeProvider("onnxruntime_cuda", cuda, Precision.FP32),
         OnnxRuntimeProvider("onnxruntime_cuda_fp16", cuda, Precision.FP16),
         # TensorRT builds fp32 engines with TF32 tactics on Ampere and newer.

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+import attrs
 import torch
 from attrs import field, frozen
 
@@ -18,6 +20,7 @@ from dlopt.plugin import (
     DloptError,
     Precision,
     PreparedCase,
+    Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
@@ -59,15 +62,34 @@ from dlopt_onnxruntime.export import (
     template_to_json,
     write_manifest,
 )
-from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
+from dlopt_onnxruntime.options import OrtInt8Options, OrtInt8StaticOptions, OrtOptions
+from dlopt_onnxruntime.quantization import (
+    QDQ_SUFFIX,
+    CalibrationSet,
+    QuantizationCoverage,
+    calibration_set,
+    quantize_dynamic_int8,
+    quantize_static_int8,
+)
 from dlopt_onnxruntime.quantization import coverage as quantization_coverage
 from dlopt_onnxruntime.quantization import describe as describe_ops
+from dlopt_onnxruntime.records import (
+    DynamicInt8Settings,
+    ExportSource,
+    Float16Settings,
+    OpenSession,
+    PreparedModel,
+    SessionRecord,
+    StaticInt8Settings,
+    Transform,
+    TransformRecord,
+)
 
 log = logging.getLogger(__name__)
 
 #: Which precisions each execution provider offers here, and how.
 _PRECISIONS: Mapping[str, frozenset[Precision]] = {
-    # INT8: onnxruntime.quantization.quantize_dynamic on the exported model.
+    # INT8: onnxruntime.quantization.quantize_dynamic (or quantize_static QDQ, calibrated).
     "CPUExecutionProvider": frozenset({Precision.FP32, Precision.INT8}),
     # FP32 turns TF32 off (use_tf32=0); FP16 converts the model (keeping fp32 I/O).
     "CUDAExecutionProvider": frozenset({Precision.FP32, Precision.TF32, Precision.FP16}),
@@ -88,10 +110,6 @@ _TRAINING_SENSITIVE = (
 _SHARED_EXPORTS: dict[str, tuple[Path, ExportRecord]] = {}
 
 
-def _precision(value: str | Precision) -> Precision:
-    return Precision.parse(value)
-
-
 def _text_map(value: Mapping[str, Any] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
 
@@ -99,16 +117,21 @@ def _text_map(value: Mapping[str, Any] | None) -> dict[str, str]:
 #: ORT session config entry for busy-waiting of idle intra-op threads (off by default here).
 SPINNING_KEY = "session.intra_op.allow_spinning"
 
+#: Graph optimization levels at which ONNX Runtime fuses QDQ groups into integer kernels
+#: (QLinearConv...); below them a QDQ model computes in fp32 between Q/DQ pairs.
+_QDQ_FUSING_LEVELS = ("extended", "all")
+
 
 @frozen
-class OnnxRuntimeProvider:
+class OnnxRuntimeProvider(Provider):
     """Export the model to ONNX and run it with one ONNX Runtime execution provider.
 
     ``execution_provider`` is ONNX Runtime's EP name (``"CPUExecutionProvider"``,
     ``"CUDAExecutionProvider"``, ``"TensorrtExecutionProvider"``,
     ``"OpenVINOExecutionProvider"``...). ``precision`` selects the variant: ``INT8``
-    quantizes dynamically (CPU), ``FP16`` converts the model (CUDA) or enables fp16
-    engines (TensorRT). ``provider_options`` are passed to the EP on top of the ones
+    quantizes (CPU; ``static_int8=True``: calibrated QDQ for convolutions, then dynamic
+    for MatMul/Gemm; else dynamic only), ``FP16`` converts the model (CUDA) or enables
+    fp16 engines (TensorRT). ``provider_options`` are passed to the EP on top of the ones
     set here and ``session_config`` are session config entries, both fixed for a variant
     registered in code. What users tune per race are the plan's options
     (:attr:`options_type`: graph optimization level, threads, spinning, exporter, opset,
@@ -120,27 +143,46 @@ class OnnxRuntimeProvider:
 
     name: str
     execution_provider: str = "CPUExecutionProvider"
-    precision: Precision = field(default=Precision.FP32, converter=_precision)
+    # A lambda: mypy's attrs plugin takes no classmethod as a converter.
+    precision: Precision = field(
+        default=Precision.FP32, converter=lambda value: Precision.parse(value)
+    )
     provider_options: dict[str, str] = field(factory=dict, converter=_text_map)
     session_config: dict[str, str] = field(factory=dict, converter=_text_map)
     #: Device type the plan's inputs live on; derived from the EP when ``None``.
     device_type: str | None = None
+    #: INT8 on CPU: calibrated static QDQ for convolutions (then dynamic for MatMul/Gemm)
+    #: instead of dynamic quantization only.
+    static_int8: bool = False
+    #: The plan's options: :class:`OrtOptions`, plus the int8 plans' own.
+    options_type: type[OrtOptions] = field(init=False, repr=False, eq=False)
+    #: What to install when probing raises (the ONNX Runtime flavour for the EP's device).
+    install_hint: str = field(init=False, repr=False, eq=False)
 
-    role: ClassVar[Role] = Role.CHALLENGER
+    role = Role.CHALLENGER
+
+    @options_type.default
+    def _default_options_type(self) -> type[OrtOptions]:
+        return {
+            Transform.QUANTIZE_DYNAMIC: OrtInt8Options,
+            Transform.QUANTIZE_STATIC: OrtInt8StaticOptions,
+        }.get(self._transform_kind(), OrtOptions)
+
+    @install_hint.default
+    def _default_install_hint(self) -> str:
+        return (
+            _probe.GPU_INSTALL_HINT if self.plan_device_type == "cuda" else _probe.CPU_INSTALL_HINT
+        )
 
     # ------------------------------------------------------------------ description
-    @property
-    def options_type(self) -> type[OrtOptions]:
-        """The plan's options: :class:`OrtOptions`, plus int8's own for the int8 plan."""
-        return OrtInt8Options if self._transform_kind() == "quantize_dynamic" else OrtOptions
-
     @property
     def plan_device_type(self) -> str:
         if self.device_type:
             return self.device_type
         return _probe.EP_INFO.get(self.execution_provider, ("cpu", ""))[0]
 
-    def install_hint(self) -> str:
+    def execution_provider_hint(self) -> str:
+        """How to make this plan's EP usable (what the probe says when it is not)."""
         if self.execution_provider == "TensorrtExecutionProvider":
             return _probe.tensorrt_ep_hint()
         if self.execution_provider in _probe.EP_INFO:
@@ -148,11 +190,6 @@ class OnnxRuntimeProvider:
         return (
             f"install an onnxruntime build that includes {self.execution_provider} "
             "(see onnxruntime.ai/docs/execution-providers)"
-        )
-
-    def _sdk_hint(self) -> str:
-        return (
-            _probe.GPU_INSTALL_HINT if self.plan_device_type == "cuda" else _probe.CPU_INSTALL_HINT
         )
 
     def _precision_problem(self) -> str | None:
@@ -195,18 +232,11 @@ class OnnxRuntimeProvider:
         return options
 
     # ------------------------------------------------------------------------ probe
-    def probe(self, context: ProviderContext) -> ProviderAvailability:
-        try:
-            return self._probe(context)
-        except Exception as exc:  # a probe never raises
-            return ProviderAvailability.unavailable(
-                f"probing {self.name} failed: {type(exc).__name__}: {exc}",
-                self._sdk_hint(),
-            )
-
-    def _probe(self, context: ProviderContext) -> ProviderAvailability:
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        """The layered probe (metadata, import, a tiny session with the EP); the base
+        class's ``probe`` turns an exception into "unavailable" and caches the answer."""
         versions = _probe.sdk_versions()
-        hint = self._sdk_hint()
+        hint = self.install_hint
         ort, problem, details = _probe.check_sdk(hint)
         if problem is not None:
             return ProviderAvailability.unavailable(
@@ -239,7 +269,7 @@ class OnnxRuntimeProvider:
             if details.get("conflict"):
                 reason += f" ({details['conflict']})"
             return ProviderAvailability.unavailable(
-                reason, self.install_hint(), sdk_versions=versions, details=details
+                reason, self.execution_provider_hint(), sdk_versions=versions, details=details
             )
         if self.plan_device_type == "cuda":
             if not torch.cuda.is_available():
@@ -275,7 +305,7 @@ class OnnxRuntimeProvider:
         availability = context.availability or self.probe(context)
         if not availability.available:
             raise ProviderBuildError(f"{self.name} is unavailable: {availability.reason}")
-        cases = _prepared_cases(model, context, self.name)
+        cases = _cases_with_reference(model, context, self.name)
         training = [
             name
             for name, module in model.named_modules()
@@ -300,6 +330,16 @@ class OnnxRuntimeProvider:
         if output_count == 0:
             raise ProviderBuildError("the model returns no tensors; nothing to export")
         output_names = [f"output_{i}" for i in range(output_count)]
+        calibration = None
+        if self._transform_kind() is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions)
+            if options.graph_optimization_level not in _QDQ_FUSING_LEVELS:
+                raise ProviderBuildError(
+                    f"{self.name}: graph_optimization_level {options.graph_optimization_level!r} "
+                    "does not fuse QDQ groups into int8 kernels, so the model would compute "
+                    "in fp32 between quantize/dequantize pairs; use 'extended' or 'all'"
+                )
+            calibration = calibration_set(cases, layout, options.calibration_file)
 
         plan_dir = context.plan_dir(self.name)
         export_signature = {
@@ -317,18 +357,19 @@ class OnnxRuntimeProvider:
         export_key = signature_hash(export_signature)
         plan_signature = {
             "export": export_key,
-            "plan": self._transform_record(options),
+            "plan": self._transform_record(options, calibration).signature(),
             "onnxruntime": ort.__version__,
         }
         plan_key = signature_hash(plan_signature)
+        setup = _BuildSetup(
+            ort, context, options, plan_dir, layout, template, output_names, cases, expected,
+            calibration,
+        )  # fmt: skip
 
-        def finish(record: ExportRecord, source: str, transform: bool) -> dict[str, Any]:
-            return self._finish(
-                ort, context, options, plan_dir, layout, template, output_names, cases,
-                expected, record, source, transform,
-            )  # fmt: skip
+        def finish(record: ExportRecord, source: ExportSource, transform: bool) -> PreparedModel:
+            return self._finish(setup, source, transform)
 
-        built: dict[str, Any] | None = None
+        built: PreparedModel | None = None
         record: ExportRecord | None = None
         manifest = read_manifest(plan_dir)
         if manifest and manifest.get("plan_key") == plan_key:
@@ -336,7 +377,7 @@ class OnnxRuntimeProvider:
                 record = ExportRecord(**manifest["export_record"])
                 if not (plan_dir / manifest["session_model"]).exists():
                     raise FileNotFoundError(manifest["session_model"])
-                built = finish(record, "manifest", transform=False)
+                built = finish(record, ExportSource.MANIFEST, transform=False)
             except (ExportedModelDoesNotServe, OSError, KeyError, TypeError) as exc:
                 log.info("cannot reuse the export in %s (%s); exporting again", plan_dir, exc)
                 built = None
@@ -347,7 +388,7 @@ class OnnxRuntimeProvider:
                     copy_model(source_path, plan_dir)
                 record = shared_record
                 try:
-                    built = finish(record, "shared", transform=True)
+                    built = finish(record, ExportSource.SHARED, transform=True)
                 except ExportedModelDoesNotServe:
                     built = None
         if built is None:
@@ -361,7 +402,7 @@ class OnnxRuntimeProvider:
                     plan_dir / MODEL_NAME,
                     exporters=exporter_order(options.exporter),
                     opset=options.opset,
-                    finish=lambda rec: finish(rec, "exported", transform=True),
+                    finish=lambda rec: finish(rec, ExportSource.EXPORTED, transform=True),
                 )
             except ProviderBuildError:
                 raise
@@ -370,7 +411,7 @@ class OnnxRuntimeProvider:
         assert record is not None and built is not None
         _SHARED_EXPORTS[export_key] = (plan_dir / MODEL_NAME, record)
 
-        session_model: Path = built["session_model"]
+        session_model = built.session_model
         manifest_path = write_manifest(
             plan_dir,
             {
@@ -404,16 +445,16 @@ class OnnxRuntimeProvider:
         except NotLoadable as exc:
             outputs_json, load_problem = None, str(exc)
         metadata = {
-            **built["session_record"],
+            **built.opened.record.metadata(),
             "onnxruntime": ort.__version__,
             "flavour": _probe.detect_installation().flavour,
             "exporter": record.exporter,
             "opset": record.opset,
             "export_fallback_error": record.fallback_error,
             "export_seconds": round(record.seconds, 4),
-            "export_source": built["source"],
-            "reused_export": built["source"] != "exported",
-            "transform": built["transform"],
+            "export_source": built.source.value,
+            "reused_export": built.source is not ExportSource.EXPORTED,
+            "transform": built.transform.metadata(),
             "input_names": list(layout.names),
             "output_names": output_names,
             "dynamic_axes": layout.dynamic_dims,
@@ -425,9 +466,9 @@ class OnnxRuntimeProvider:
             "load_problem": load_problem,
             "artifact_files": {name: path.name for name, path in artifacts.items()},
             # Quantizing plans: quantized_ops, quantizable_ops, quantized_fraction, op types.
-            **built["coverage"],
+            **(built.coverage.metadata() if built.coverage is not None else {}),
         }
-        return _plan(built, self.precision, artifacts, metadata)
+        return _plan(built.opened, self.precision, artifacts, metadata)
 
     # ------------------------------------------------------------------------- load
     def load(
@@ -494,10 +535,10 @@ class OnnxRuntimeProvider:
         }
         loaded = {
             **metadata,
-            **opened["session_record"],
+            **opened.record.metadata(),
             "onnxruntime": ort.__version__,
             "flavour": _probe.detect_installation().flavour,
-            "export_source": "loaded",
+            "export_source": ExportSource.LOADED.value,
             "reused_export": True,
             "loaded_from": str(directory),
         }
@@ -520,73 +561,95 @@ class OnnxRuntimeProvider:
         config.update(options.session_config)
         return config
 
-    def _transform_kind(self) -> str:
+    def _transform_kind(self) -> Transform:
         if self.execution_provider == "CPUExecutionProvider" and self.precision is Precision.INT8:
-            return "quantize_dynamic"
+            return Transform.QUANTIZE_STATIC if self.static_int8 else Transform.QUANTIZE_DYNAMIC
         if self.execution_provider == "CUDAExecutionProvider" and self.precision is Precision.FP16:
-            return "float16"
-        return "none"
+            return Transform.FLOAT16
+        return Transform.NONE
 
-    def _transform_record(self, options: OrtOptions) -> dict[str, Any]:
+    def _transform_record(
+        self, options: OrtOptions, calibration: CalibrationSet | None
+    ) -> TransformRecord:
         kind = self._transform_kind()
-        record: dict[str, Any] = {
-            "execution_provider": self.execution_provider,
-            "precision": self.precision.value,
-            "kind": kind,
-        }
-        if kind == "quantize_dynamic":
-            assert isinstance(options, OrtInt8Options)
-            record.update(
-                op_types=list(options.int8_op_types),
+        settings: DynamicInt8Settings | StaticInt8Settings | Float16Settings | None = None
+        if kind is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions) and calibration is not None
+            settings = StaticInt8Settings(
+                static_op_types=options.int8_static_op_types,
+                dynamic_op_types=options.int8_dynamic_op_types,
                 per_channel=options.int8_per_channel,
-                reduce_range=_reduce_range(options),
-                weight_type="QInt8",
+                reduce_range=_reduce_range(options.int8_reduce_range),
+                calibration=calibration.record(),
             )
-        elif kind == "float16":
-            record.update(keep_io_types=True)
-        return record
-
-    def _transform(self, fp32_path: Path, plan_dir: Path, options: OrtOptions) -> Path:
-        kind = self._transform_kind()
-        if kind == "quantize_dynamic":
+        elif kind is Transform.QUANTIZE_DYNAMIC:
             assert isinstance(options, OrtInt8Options)
-            return self._quantize_int8(fp32_path, plan_dir / "model.int8.onnx", options)
-        if kind == "float16":
+            settings = DynamicInt8Settings(
+                op_types=options.int8_op_types,
+                per_channel=options.int8_per_channel,
+                reduce_range=_reduce_range(options.int8_reduce_range),
+            )
+        elif kind is Transform.FLOAT16:
+            settings = Float16Settings()
+        return TransformRecord(self.execution_provider, self.precision.value, kind, settings)
+
+    def _transform(self, fp32_path: Path, setup: _BuildSetup) -> Path:
+        """The model file the session opens: ``fp32_path`` quantized or converted."""
+        options, plan_dir, kind = setup.options, setup.plan_dir, self._transform_kind()
+        if kind is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions) and setup.calibration is not None
+            target = plan_dir / "model.int8_static.onnx"
+            reduce_range = _reduce_range(options.int8_reduce_range)
+            if not options.int8_dynamic_op_types:
+                return quantize_static_int8(
+                    fp32_path, target, setup.calibration,
+                    op_types=options.int8_static_op_types,
+                    per_channel=options.int8_per_channel, reduce_range=reduce_range,
+                )  # fmt: skip
+            # Calibrate on the fp32 model, then quantize MatMul/Gemm of the QDQ model
+            # dynamically (as onnxruntime_cpu_int8 does); the QDQ step goes first because
+            # ONNX Runtime's calibration runs the model it quantizes.
+            with tempfile.TemporaryDirectory(dir=plan_dir) as scratch:
+                qdq = quantize_static_int8(
+                    fp32_path, Path(scratch) / "model.qdq.onnx", setup.calibration,
+                    op_types=options.int8_static_op_types,
+                    per_channel=options.int8_per_channel, reduce_range=reduce_range,
+                )  # fmt: skip
+                return quantize_dynamic_int8(
+                    qdq, target, op_types=options.int8_dynamic_op_types,
+                    per_channel=False, reduce_range=reduce_range,
+                )  # fmt: skip
+        if kind is Transform.QUANTIZE_DYNAMIC:
+            assert isinstance(options, OrtInt8Options)
+            return quantize_dynamic_int8(
+                fp32_path, plan_dir / "model.int8.onnx",
+                op_types=options.int8_op_types, per_channel=options.int8_per_channel,
+                reduce_range=_reduce_range(options.int8_reduce_range),
+            )  # fmt: skip
+        if kind is Transform.FLOAT16:
             return self._convert_fp16(fp32_path, plan_dir / "model.fp16.onnx")
         return fp32_path
 
-    def _quantize_int8(self, source: Path, target: Path, options: OrtInt8Options) -> Path:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        for file in model_files(target):
-            file.unlink()
-        # quantize_dynamic logs a pre-processing tip on the root logger on every call.
-        quiet = _DropMessage("pre-processing before quantization")
-        logging.getLogger().addFilter(quiet)
-        try:
-            quantize_dynamic(
-                source,
-                target,
-                op_types_to_quantize=list(options.int8_op_types),
-                per_channel=options.int8_per_channel,
-                reduce_range=_reduce_range(options),
-                weight_type=QuantType.QInt8,
-                use_external_data_format=True,
-            )
-        except Exception as exc:
-            raise ProviderBuildError(
-                f"int8 dynamic quantization failed: {summarize_error(exc)}"
-            ) from exc
-        finally:
-            logging.getLogger().removeFilter(quiet)
-        return target
-
     def _check_coverage(
-        self, fp32_path: Path, session_model: Path, options: OrtInt8Options
-    ) -> dict[str, Any]:
-        """Count what the int8 graph quantized; refuse a plan that quantized nothing."""
+        self, fp32_path: Path, session_model: Path, options: OrtOptions
+    ) -> QuantizationCoverage:
+        """Count what the int8 graph quantized; refuse a plan that would change nothing."""
         found = quantization_coverage(fp32_path, session_model)
-        if found.quantized_ops == 0:
+        if self._transform_kind() is Transform.QUANTIZE_STATIC:
+            assert isinstance(options, OrtInt8StaticOptions)
+            static = {op: n for op, n in found.quantized.items() if op.endswith(QDQ_SUFFIX)}
+            if not static:
+                raise ProviderBuildError(
+                    f"{self.name}: int8 static quantization quantized no "
+                    f"{', '.join(options.int8_static_op_types)} node (the model's compute "
+                    f"ops: {describe_ops(found.quantizable)}): its dynamic part alone would "
+                    "compute what onnxruntime_cpu_int8 computes, so it is not raced. Set its "
+                    "int8_static_op_types option to this model's compute ops (for an MLP, "
+                    f"plan_options={{{self.name!r}: {{'int8_static_op_types': ['MatMul', "
+                    "'Gemm'], 'int8_dynamic_op_types': []}}) or exclude the plan"
+                )
+        elif found.quantized_ops == 0:
+            assert isinstance(options, OrtInt8Options)
             raise ProviderBuildError(
                 f"{self.name}: int8 dynamic quantization {found.summary()}: this plan would "
                 f"compute what the fp32 plan on {self.execution_provider} (onnxruntime_cpu) "
@@ -595,14 +658,14 @@ class OnnxRuntimeProvider:
                 "include this model's compute ops (for example plan_options="
                 f"{{{self.name!r}: {{'int8_op_types': ['MatMul', 'Conv']}}}}) or exclude the plan"
             )
-        if found.unquantized:
-            log.info(
-                "%s: %s; the rest (%s) computes in fp32",
-                self.name,
-                found.summary(),
-                describe_ops(found.unquantized),
-            )
-        return found.metadata()
+        log.info(
+            "%s: %s, in int8: %s; left in fp32: %s",
+            self.name,
+            found.summary(),
+            describe_ops(found.quantized),
+            describe_ops(found.unquantized),
+        )
+        return found
 
     def _convert_fp16(self, source: Path, target: Path) -> Path:
         import onnx
@@ -672,7 +735,7 @@ class OnnxRuntimeProvider:
         layout: InputLayout,
         template: Any,
         output_names: list[str],
-    ) -> dict[str, Any]:
+    ) -> OpenSession:
         """A session on ``session_model`` with this plan's settings, and its runner.
 
         Shared by build and load, so a loaded plan runs exactly as the raced one did.
@@ -761,58 +824,41 @@ class OnnxRuntimeProvider:
         else:
             runner = make_cpu_runner(session, layout, template, output_names)
             io = "numpy views of torch tensors (zero copy in and out)"
-        return {
-            "runner": runner,
-            "session": session,
-            "session_record": {
-                "execution_provider": self.execution_provider,
-                "session_providers": used,
-                "provider_options": {name: opts for name, opts in providers},
-                "session_options": {
-                    **options_record,
-                    "session_seconds": round(session_seconds, 4),
-                },
-                "intra_op_allow_spinning": config.get(SPINNING_KEY),
-                "io": io,
-                # Nodes per EP as ONNX Runtime assigned them (None: not recorded).
-                "node_assignment": assignment,
-                # Options set that the EP does not report back (so not confirmed).
-                "provider_options_unconfirmed": unconfirmed,
-            },
-        }
+        record = SessionRecord(
+            execution_provider=self.execution_provider,
+            session_providers=tuple(used),
+            provider_options={name: opts for name, opts in providers},
+            session_options={**options_record, "session_seconds": round(session_seconds, 4)},
+            intra_op_allow_spinning=config.get(SPINNING_KEY),
+            io=io,
+            node_assignment=assignment,
+            provider_options_unconfirmed=unconfirmed,
+        )
+        return OpenSession(runner, session, record)
 
-    def _finish(
-        self,
-        ort: Any,
-        context: ProviderContext,
-        options: OrtOptions,
-        plan_dir: Path,
-        layout: InputLayout,
-        template: Any,
-        output_names: list[str],
-        cases: tuple[PreparedCase, ...],
-        expected: list[list[tuple[int, ...]]],
-        record: ExportRecord,
-        source: str,
-        transform: bool,
-    ) -> dict[str, Any]:
-        fp32_path = plan_dir / MODEL_NAME
+    def _finish(self, setup: _BuildSetup, source: ExportSource, transform: bool) -> PreparedModel:
+        """Transform the exported model (or reuse the transformed file), open a session on
+        it and run every case through it; :class:`ExportedModelDoesNotServe` when a case
+        fails or gives other output shapes than eager."""
+        fp32_path = setup.plan_dir / MODEL_NAME
         transform_start = time.perf_counter()
         if transform:
-            session_model = self._transform(fp32_path, plan_dir, options)
+            session_model = self._transform(fp32_path, setup)
         else:
-            manifest = read_manifest(plan_dir) or {}
-            session_model = plan_dir / manifest.get("session_model", MODEL_NAME)
+            manifest = read_manifest(setup.plan_dir) or {}
+            session_model = setup.plan_dir / manifest.get("session_model", MODEL_NAME)
         transform_seconds = time.perf_counter() - transform_start
-        coverage: dict[str, Any] = {}
-        if isinstance(options, OrtInt8Options) and self._transform_kind() == "quantize_dynamic":
-            coverage = self._check_coverage(fp32_path, session_model, options)
+        coverage = None
+        if self._transform_kind().quantizes:
+            coverage = self._check_coverage(fp32_path, session_model, setup.options)
 
         opened = self._open_session(
-            ort, context, options, session_model, plan_dir, layout, template, output_names
-        )
-        runner = opened["runner"]
-        for case, shapes in zip(cases, expected):
+            setup.ort, setup.context, setup.options, session_model, setup.plan_dir,
+            setup.layout, setup.template, setup.output_names,
+        )  # fmt: skip
+        runner = opened.runner
+        assert runner is not None
+        for case, shapes in zip(setup.cases, setup.expected):
             try:
                 with torch.inference_mode():
                     got = runner(*case.args, **case.kwargs)
@@ -825,55 +871,66 @@ class OnnxRuntimeProvider:
                 raise ExportedModelDoesNotServe(
                     f"case {case.name!r} gave output shapes {got_shapes}, eager gave {shapes}"
                 )
-        transform_record = self._transform_record(options)
-        transform_record["seconds"] = round(transform_seconds, 4) if transform else None
-        return {
-            **opened,
-            "session_model": session_model,
-            "source": source,
-            "transform": transform_record,
-            "coverage": coverage,
-        }
+        transform_record = attrs.evolve(
+            self._transform_record(setup.options, setup.calibration),
+            seconds=round(transform_seconds, 4) if transform else None,
+        )
+        return PreparedModel(opened, session_model, source, transform_record, coverage)
+
+
+@frozen(eq=False)
+class _BuildSetup:
+    """What one build knows once the cases are analysed: everything ``_finish`` needs to
+    turn an exported file into a served session."""
+
+    ort: Any
+    context: ProviderContext
+    options: OrtOptions
+    plan_dir: Path
+    layout: InputLayout
+    template: Any
+    output_names: list[str]
+    cases: tuple[PreparedCase, ...]
+    #: Per case, the output shapes eager gave.
+    expected: list[list[tuple[int, ...]]]
+    calibration: CalibrationSet | None
 
 
 def _plan(
-    opened: dict[str, Any],
-    precision: Precision,
-    artifacts: dict[str, Path],
-    metadata: dict[str, Any],
+    opened: OpenSession, precision: Precision, artifacts: dict[str, Path], metadata: dict[str, Any]
 ) -> BuiltPlan:
     """The BuiltPlan over an opened session; closing drops the session and its runner."""
-
-    def close() -> None:
-        opened.pop("session", None)
-        opened.pop("runner", None)
-
+    assert opened.runner is not None
     return BuiltPlan(
-        runner=opened["runner"],
+        runner=opened.runner,
         precision=precision,
         artifacts=artifacts,
         metadata=metadata,
-        on_close=close,
+        on_close=opened.close,
     )
 
 
-def _prepared_cases(
+def _cases_with_reference(
     model: torch.nn.Module, context: ProviderContext, plan: str
 ) -> tuple[PreparedCase, ...]:
-    """The race's prepared cases; outside a race (a script, an older test suite) the
-    workload's cases, with the reference outputs computed here once."""
-    if context.cases:
-        return tuple(context.cases)
-    workload = context.workload
-    if workload is None or not workload.cases:
+    """The cases the build exports for (``context.build_cases()``), each with its eager
+    outputs: the export takes the output structure and shapes from them. A race hands
+    prepared cases over with their reference; a direct build with only a workload runs
+    the model once per case here."""
+    cases = context.build_cases()
+    if not cases:
         raise ProviderBuildError(
             f"{plan} exports the model for the inputs it will be called with; build needs "
             "context.cases (a race hands them over) or a workload"
         )
     with torch.no_grad():
         return tuple(
-            PreparedCase(c.name, c.args, c.kwargs, model(*c.args, **c.kwargs), c.weight)
-            for c in workload.cases
+            case
+            if isinstance(case, PreparedCase)
+            else PreparedCase(
+                case.name, case.args, case.kwargs, model(*case.args, **case.kwargs), case.weight
+            )
+            for case in cases
         )
 
 
@@ -896,19 +953,10 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _reduce_range(options: OrtInt8Options) -> bool:
-    if options.int8_reduce_range is not None:
-        return options.int8_reduce_range
-    return _probe.int8_saturates()
-
-
-class _DropMessage(logging.Filter):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
+def _reduce_range(option: bool | None) -> bool:
+    """The int8 plans' ``int8_reduce_range``: as set, else 7-bit weights where u8 x s8
+    saturates (x86 without VNNI)."""
+    return _probe.int8_saturates() if option is None else option
 
 
 def _trt_profiles(layout: InputLayout) -> dict[str, str]:
@@ -929,13 +977,13 @@ def _trt_profiles(layout: InputLayout) -> dict[str, str]:
     }
 
 
-def _tool_problem(transform: str) -> str | None:
+def _tool_problem(transform: Transform) -> str | None:
     """Is the tool the plan's precision transform needs importable?"""
-    if transform == "quantize_dynamic":
+    if transform.quantizes:
         module, error = try_import("onnxruntime.quantization")
         if module is None:
             return f"onnxruntime.quantization does not import ({error}); int8 needs it"
-    if transform == "float16":
+    if transform is Transform.FLOAT16:
         module, error = try_import("onnxruntime.transformers.float16")
         if module is None:
             return (
