@@ -1,8 +1,9 @@
 """The plans: ``fx``, ``fx_inductor`` and the ``inductor`` variants.
 
-Every plan works on a deep copy of the caller's model. All are fp32 plans: the fx
-rewrites fold in float64 and keep fp32 results, and Inductor computes in the model's
-dtype (results differ by reduction order and fused kernels, within fp32 tolerances).
+Every plan works on a deep copy of the caller's model. The fx rewrites fold in float64
+and keep fp32 results, and Inductor computes in the model's dtype (results differ by
+reduction order and fused kernels, within fp32 tolerances), except in the bf16 plans,
+which run the model under bf16 autocast inside the compiled region and declare bf16.
 
 Builds trace, check and mark dynamic dims on ``context.cases``: the inputs as the race
 prepared them, on the device plans are called with.
