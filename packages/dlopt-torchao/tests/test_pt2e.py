@@ -91,8 +91,8 @@ def test_options_refuse_bad_values() -> None:
 def test_calibration_file_is_read_without_pickle(tmp_path: Path) -> None:
     good = tmp_path / "good.npz"
     np.savez(good, a=np.ones((2, 3), dtype=np.float32), b=np.zeros((1, 3), dtype=np.float32))
-    tensors = read_calibration_file(str(good))
-    assert [tuple(t.shape) for t in tensors] == [(2, 3), (1, 3)]
+    entries = read_calibration_file(str(good))
+    assert [(key, tuple(t.shape)) for key, t in entries] == [("a", (2, 3)), ("b", (1, 3))]
     pickled = tmp_path / "pickled.npz"
     np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
     with pytest.raises(ProviderBuildError, match="cannot be read without pickle"):
@@ -117,6 +117,18 @@ def test_calibration_file_needs_a_single_tensor_input(tmp_path: Path) -> None:
     )
     with pytest.raises(ProviderBuildError, match="one positional tensor per call"):
         PT2EStaticInt8Provider().build(nn.Linear(4, 2).eval(), context)
+
+
+@pytest.mark.slow
+def test_a_calibration_entry_that_does_not_fit_the_model_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "cal.npz"
+    np.savez(path, wrong=np.ones((2, 7), dtype=np.float32))
+    model = nn.Sequential(nn.Linear(4, 2)).eval()
+    context = _context(model, torch.randn(2, 4), calibration_file=str(path))
+    with pytest.raises(
+        ProviderBuildError, match=r"calibration_file entry 'wrong' \(shape \(2, 7\)\)"
+    ):
+        PT2EStaticInt8Provider().build(model, context)
 
 
 def test_build_without_cases_says_it_needs_inputs() -> None:

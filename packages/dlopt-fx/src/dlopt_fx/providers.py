@@ -313,7 +313,7 @@ class InductorProvider(Provider):
                 entry,
                 tag=self.name,
                 options=self.options_for(device_type, options),
-                cases=context.build_cases(),
+                cases=cases,
                 dynamic_policy=options.dynamic or self.dynamic,
                 cache_dir=cache_dir,
             )

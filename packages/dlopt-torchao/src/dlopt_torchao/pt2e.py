@@ -106,8 +106,9 @@ def int8_dot_flags() -> tuple[str, ...]:
     return tuple(f for f in INT8_DOT_FLAGS if f in flags)
 
 
-def read_calibration_file(path_text: str) -> list[torch.Tensor]:
-    """The tensors of a ``.npz`` calibration file, in its order, never unpickled.
+def read_calibration_file(path_text: str) -> list[tuple[str, torch.Tensor]]:
+    """The ``(entry name, tensor)`` pairs of a ``.npz`` calibration file, in its order,
+    never unpickled.
 
     Raises :class:`ProviderBuildError` saying what is wrong: not a regular file, not an
     ``.npz`` archive, an entry that needs pickle or is not numeric.
@@ -144,7 +145,7 @@ def read_calibration_file(path_text: str) -> list[torch.Tensor]:
                 raise ProviderBuildError(
                     f"{where}: entry {key!r} has dtype {array.dtype}; save numeric arrays"
                 )
-            tensors.append(torch.from_numpy(array.copy()))
+            tensors.append((key, torch.from_numpy(array.copy())))
     if not tensors:
         raise ProviderBuildError(f"{where} holds no arrays")
     return tensors
@@ -301,8 +302,15 @@ class PT2EStaticInt8Provider(Provider):
                 for case in cases:
                     prepared(*case.args, **case.kwargs)
                     calls += 1
-                for tensor in extra:
-                    prepared(tensor.to(example.args[0].dtype))
+                for key, tensor in extra:
+                    try:
+                        prepared(tensor.to(example.args[0].dtype))
+                    except Exception as exc:
+                        raise ProviderBuildError(
+                            f"{self.name}: calibration_file entry {key!r} (shape "
+                            f"{tuple(tensor.shape)}) does not run through the model: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                        ) from exc
                     calls += 1
             converted = quantize_pt2e.convert_pt2e(prepared)
         # One per quantized layer: the dequantize of a weight the conversion folded to int8.
