@@ -31,11 +31,13 @@ from dlopt.plugin import (
     BuiltPlan,
     ExecutionTarget,
     Precision,
+    PreparedCase,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
     Role,
+    WorkloadCase,
     cpu_flags,
     cpu_info,
     distribution_version,
@@ -251,7 +253,7 @@ class PT2EStaticInt8Provider(Provider):
         options: PT2EOptions = context.options or PT2EOptions()
         if context.target.device_type != "cpu":
             raise ProviderBuildError(f"{self.name}: CPU targets only")
-        cases = list(context.build_cases())
+        cases: list[PreparedCase | WorkloadCase] = list(context.build_cases())
         if not cases:
             raise ProviderBuildError(
                 f"{self.name}: static quantization calibrates on the workload's inputs, and "
