@@ -110,7 +110,7 @@ def test_compiled_plans_need_dlopt_fx(monkeypatch: Any) -> None:
 
 
 def test_compiled_plans_need_a_working_compiler(monkeypatch: Any) -> None:
-    from dlopt_fx import probes
+    probes = pytest.importorskip("dlopt_fx.probes", reason="needs dlopt-torchao[inductor]")
 
     missing = probes.CompilerCheck(None, None, False, "no C++ compiler found (looked at $CXX)")
     monkeypatch.setattr(probes, "check_cxx_compiler", lambda: missing)

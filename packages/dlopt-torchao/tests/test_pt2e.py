@@ -26,6 +26,7 @@ from dlopt.plugin import (
 from dlopt.testing import ProviderContractSuite
 from dlopt.validation import validate_outputs
 from dlopt_torchao import pt2e
+from dlopt_torchao.provider import probe_inductor
 from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider, read_calibration_file
 
 
@@ -51,10 +52,11 @@ def _context(model: nn.Module, *inputs: torch.Tensor, **options: Any) -> Provide
     return ProviderContext(cases=cases, options=PT2EOptions(**options))
 
 
-def _inductor_works() -> bool:
-    from dlopt_fx import probes
-
-    return probes.check_cxx_compiler().works
+def _skip_without_inductor() -> None:
+    """Skip with the compiled plans' own probe reason (no dlopt-fx, no C++ compiler)."""
+    availability = probe_inductor("cpu")
+    if not availability.available:
+        pytest.skip(f"TorchInductor is unavailable here: {availability.reason}")
 
 
 # -- probe ---------------------------------------------------------------------------
@@ -64,8 +66,7 @@ def _inductor_works() -> bool:
 def test_offered_where_the_cpu_has_vnni_or_amx(
     monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], offered: bool
 ) -> None:
-    if not _inductor_works():
-        pytest.skip("TorchInductor cannot compile on this CPU (no working C++ compiler)")
+    _skip_without_inductor()
     monkeypatch.setattr(pt2e, "cpu_flags", lambda: flags)
     availability = PT2EStaticInt8Provider().probe(ProviderContext())
     assert availability.available is offered, availability.reason
@@ -148,8 +149,7 @@ def test_a_model_the_quantizer_leaves_alone_is_rejected() -> None:
 def built(tmp_path_factory: Any) -> Any:
     import torch._inductor.config as inductor_config
 
-    if not _inductor_works():
-        pytest.skip("TorchInductor cannot compile on this CPU (no working C++ compiler)")
+    _skip_without_inductor()
     before = (inductor_config.freezing, inductor_config.pre_grad_custom_pass)
     torch.manual_seed(0)
     model = ConvNet().eval()
