@@ -164,3 +164,25 @@ def test_build_leaves_inductor_config_alone(tmp_path: Path) -> None:
     for scheme in (Scheme.INT8_DYNAMIC, Scheme.INT4_WEIGHT_ONLY):
         TorchAOProvider(scheme).build(_mlp(), _context(tmp_path, torch.randn(1, 256))).close()
     assert inductor_config.save_config_portable() == before
+
+
+@pytest.mark.slow
+def test_compiled_weight_only_plan_stays_close_and_scopes_its_inductor_settings(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("dlopt_fx", reason="the compiled plans need dlopt-torchao[inductor]")
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.save_config_portable()
+    model = _mlp()
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(1))
+    with TorchAOProvider(Scheme.INT8_WEIGHT_ONLY, compiled=True).build(
+        model, _context(tmp_path, x)
+    ) as plan:
+        meta = plan.metadata
+        assert meta["compiler"] == "inductor" and meta["quantized_layers"] == 3
+        assert meta["inductor_options"] == {"force_fuse_int_mm_with_mul": True}
+        with torch.inference_mode():
+            rel_l2, cosine = _errors(plan(x), model(x))
+        assert 1e-5 < rel_l2 < 0.05 and cosine > 0.998
+    assert inductor_config.save_config_portable() == before

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
+import attrs
+import pytest
 import torch
 
-from dlopt.plugin import WorkloadCase, WorkloadProfile
+from dlopt.plugin import ProviderContext, WorkloadCase, WorkloadProfile
 from dlopt.testing import ProviderContractSuite
 from dlopt_torchao import Scheme, TorchAOProvider
 
@@ -19,9 +22,19 @@ class _TorchAOSuite(ProviderContractSuite):
     # 3 s on an idle 2-core machine, more while other work shares it. Later probes are ms.
     max_probe_seconds: ClassVar[float] = 30.0
     scheme: ClassVar[Scheme]
+    compiled: ClassVar[bool] = False
 
     def make_provider(self) -> TorchAOProvider:
-        return TorchAOProvider(self.scheme)
+        return TorchAOProvider(self.scheme, self.compiled)
+
+    def make_options(self, provider: Any) -> Any:
+        # Plans dlopt leaves out of a race by default (eager torchao on CPU, int4 on CPU)
+        # are still checked: the option that offers them everywhere is set.
+        return provider.options_type(offer_everywhere=True)
+
+    def probe_context(self, tmp_path: Path) -> ProviderContext:
+        context = super().probe_context(tmp_path)
+        return attrs.evolve(context, options=self.make_options(self.make_provider()))
 
 
 class TestInt8DynamicContract(_TorchAOSuite):
@@ -60,3 +73,17 @@ class TestFp8Contract(_TorchAOSuite):
     """On a CPU machine the build checks skip with the probe's reason."""
 
     scheme = Scheme.FP8
+
+
+@pytest.mark.slow
+class TestInt8DynamicInductorContract(_TorchAOSuite):
+    """The CPU fast path: int8 dynamic quantization compiled (each build compiles)."""
+
+    scheme = Scheme.INT8_DYNAMIC
+    compiled = True
+    supports_dynamic_shapes = True
+    supports_keyword_inputs = True
+    supports_nested_outputs = True
+
+    def make_options(self, provider: Any) -> Any:
+        return provider.options_type()

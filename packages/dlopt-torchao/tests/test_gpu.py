@@ -23,11 +23,12 @@ def _mlp() -> torch.nn.Module:
     ).eval()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "inductor"])
 @pytest.mark.parametrize("scheme", list(Scheme), ids=lambda s: s.value)
-def test_scheme_runs_every_case_on_cuda(scheme: Scheme, tmp_path: Path) -> None:
+def test_scheme_runs_every_case_on_cuda(scheme: Scheme, compiled: bool, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip(f"torch {torch.__version__} sees no CUDA device")
-    provider = TorchAOProvider(scheme)
+    provider = TorchAOProvider(scheme, compiled)
     gen = torch.Generator().manual_seed(1)
     workload = WorkloadProfile(
         cases=(
@@ -35,8 +36,12 @@ def test_scheme_runs_every_case_on_cuda(scheme: Scheme, tmp_path: Path) -> None:
             WorkloadCase("b32", args=(torch.randn(32, 512, generator=gen).cuda(),), weight=1),
         )
     )
+    # Every variant is checked, also those not raced by default (eager int8 dynamic, fp8).
     context = ProviderContext(
-        target=ExecutionTarget("cuda:0"), workload=workload, artifact_dir=tmp_path
+        target=ExecutionTarget("cuda:0"),
+        workload=workload,
+        artifact_dir=tmp_path,
+        options=provider.options_type(offer_everywhere=True),
     )
     availability = provider.probe(context)
     if not availability.available:

@@ -13,10 +13,14 @@ import dlopt.probing
 from dlopt.plugin import ExecutionTarget, ProviderContext
 from dlopt_torchao import Scheme, TorchAOProvider
 from dlopt_torchao import provider as provider_module
+from dlopt_torchao.provider import TorchAOOptions, not_offered_by_default
 
 
-def _context(device: str = "cpu") -> ProviderContext:
-    return ProviderContext(target=ExecutionTarget(device))
+def _context(device: str = "cpu", *, everywhere: bool = False) -> ProviderContext:
+    """A plain probe's context; ``everywhere``: the option that also offers plans dlopt
+    leaves out by default (eager int8 dynamic and fp8 on CUDA), to probe their gates."""
+    options = TorchAOOptions(offer_everywhere=True) if everywhere else None
+    return ProviderContext(target=ExecutionTarget(device), options=options)
 
 
 def _fake_versions(monkeypatch: Any, **versions: str | None) -> None:
@@ -44,10 +48,77 @@ def test_every_scheme_declares_its_precision() -> None:
     names = {p.name: p.precision.value for p in provider_module.all_providers()}
     assert names == {
         "torchao_int8_dynamic": "int8",
+        "torchao_int8_dynamic_inductor": "int8",
         "torchao_int8_weight_only": "int8",
+        "torchao_int8_weight_only_inductor": "int8",
         "torchao_int4_weight_only": "int4",
+        "torchao_int4_weight_only_inductor": "int4",
         "torchao_fp8": "fp8",
+        "torchao_fp8_inductor": "fp8",
+        "torchao_pt2e_int8_static": "int8",
     }
+
+
+@pytest.mark.parametrize(
+    ("scheme", "compiled", "device", "needle"),
+    [
+        (Scheme.INT8_DYNAMIC, False, "cpu", "slower than fp32 on every workload measured"),
+        (Scheme.INT8_WEIGHT_ONLY, False, "cpu", "torchao_int8_weight_only_inductor fuses"),
+        (Scheme.INT8_DYNAMIC, True, "cpu", None),
+        (Scheme.INT8_WEIGHT_ONLY, True, "cpu", None),
+        (Scheme.INT4_WEIGHT_ONLY, False, "cpu", "100x slower than fp32"),
+        (Scheme.INT4_WEIGHT_ONLY, True, "cpu", "tinygemm"),
+        (Scheme.INT8_DYNAMIC, False, "cuda", "separate eager kernels"),
+        (Scheme.FP8, False, "cuda", "torchao_fp8_inductor"),
+        (Scheme.FP8, True, "cuda", None),
+        # The eager variants stay where they are the fast path: weight-only on CUDA.
+        (Scheme.INT8_WEIGHT_ONLY, False, "cuda", None),
+        (Scheme.INT4_WEIGHT_ONLY, False, "cuda", None),
+    ],
+)
+def test_which_plans_are_offered_by_default(
+    scheme: Scheme, compiled: bool, device: str, needle: str | None
+) -> None:
+    why_not = not_offered_by_default(scheme, compiled, device)
+    if needle is None:
+        assert why_not is None
+    else:
+        assert why_not is not None and needle in why_not
+
+
+def test_a_plan_not_offered_by_default_says_how_to_race_it() -> None:
+    provider = TorchAOProvider(Scheme.INT8_DYNAMIC)
+    availability = provider.probe(_context())
+    assert not availability.available
+    assert availability.reason.startswith("not offered by default: eager torchao on CPU")
+    assert availability.install_hint == (
+        "to race it anyway: --option torchao_int8_dynamic.offer_everywhere=true"
+    )
+    assert provider.probe(_context(everywhere=True)).available
+
+
+def test_compiled_plans_need_dlopt_fx(monkeypatch: Any) -> None:
+    monkeypatch.setitem(sys.modules, "dlopt_fx", None)
+    monkeypatch.setitem(sys.modules, "dlopt_fx.probes", None)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC, compiled=True).probe(_context())
+    assert not availability.available
+    assert (
+        "compiles with TorchInductor, but the compiled torchao plans compile through dlopt-fx"
+        in (availability.reason)
+    )
+    assert 'pip install "dlopt-torchao[inductor]"' in availability.install_hint
+
+
+def test_compiled_plans_need_a_working_compiler(monkeypatch: Any) -> None:
+    probes = pytest.importorskip("dlopt_fx.probes", reason="needs dlopt-torchao[inductor]")
+
+    missing = probes.CompilerCheck(None, None, False, "no C++ compiler found (looked at $CXX)")
+    monkeypatch.setattr(probes, "check_cxx_compiler", lambda: missing)
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC, compiled=True).probe(_context())
+    assert not availability.available
+    assert "torchao_int8_dynamic_inductor compiles with TorchInductor" in availability.reason
+    assert "no C++ compiler found" in availability.reason
+    assert "apt-get install g++" in availability.install_hint
 
 
 def test_not_installed(monkeypatch: Any) -> None:
@@ -80,7 +151,7 @@ def test_torch_too_old_for_this_torchao(monkeypatch: Any) -> None:
 def test_python_api_only_pairing_is_usable_and_says_so(monkeypatch: Any) -> None:
     _fake_versions(monkeypatch, torchao="0.16.0")
     monkeypatch.setattr(torch, "__version__", "2.9.1")
-    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context(everywhere=True))
     assert availability.available, availability.reason
     assert availability.details["torch_pairing"] == "python-api-only"
     assert "C++ extensions are skipped" in availability.details["torch_pairing_note"]
@@ -114,7 +185,7 @@ def test_import_raising_oserror_reports_the_loader_message(
 
 
 def test_extension_report_from_a_real_import() -> None:
-    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context())
+    availability = TorchAOProvider(Scheme.INT8_DYNAMIC).probe(_context(everywhere=True))
     assert availability.available, availability.reason
     assert availability.details["cpp_extensions"]
     assert availability.sdk_versions["torchao"]
@@ -152,7 +223,7 @@ def test_gpu_generation_gates(
     needle: str | None,
 ) -> None:
     _fake_gpu(monkeypatch, capability)
-    availability = TorchAOProvider(scheme).probe(_context("cuda"))
+    availability = TorchAOProvider(scheme).probe(_context("cuda", everywhere=True))
     assert availability.available is available, availability.reason
     if needle:
         assert needle in availability.reason
@@ -195,5 +266,5 @@ def test_a_target_without_an_index_asks_the_current_gpu(monkeypatch: Any) -> Non
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capabilities[index])
-    assert TorchAOProvider(Scheme.FP8).probe(_context("cuda")).available
-    assert not TorchAOProvider(Scheme.FP8).probe(_context("cuda:0")).available
+    assert TorchAOProvider(Scheme.FP8).probe(_context("cuda", everywhere=True)).available
+    assert not TorchAOProvider(Scheme.FP8).probe(_context("cuda:0", everywhere=True)).available

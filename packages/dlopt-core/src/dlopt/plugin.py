@@ -31,13 +31,14 @@ from __future__ import annotations
 from dlopt.errors import ConfigurationError, DloptError, ProviderBuildError, WorkloadError
 from dlopt.fileio import atomic_write_bytes
 from dlopt.hookspecs import hookimpl
-from dlopt.machine import cpu_flags
+from dlopt.machine import cpu_flags, cpu_info
 from dlopt.precision import Precision
 from dlopt.probing import (
     CapturedOutput,
     base_version,
     capture_output,
     check_distribution,
+    cuda_bf16_native,
     distribution_version,
     find_cxx_compiler,
     strip_ansi,
@@ -86,6 +87,8 @@ __all__ = [
     "capture_output",
     "check_distribution",
     "cpu_flags",
+    "cpu_info",
+    "cuda_bf16_native",
     "distribution_version",
     "find_cxx_compiler",
     "hookimpl",

@@ -1,7 +1,8 @@
 """dlopt-fx: dlopt plans that rewrite (``torch.fx``) or compile (TorchInductor) the graph.
 
 Plans: ``fx``, ``fx_inductor``, ``inductor``, ``inductor_freezing``,
-``inductor_max_autotune``. Import stays light: names load on first use.
+``inductor_channels_last_freezing``, the bf16 plans ``inductor_bf16[_channels_last][_freezing]``
+and ``inductor_max_autotune``. Import stays light: names load on first use.
 """
 
 from __future__ import annotations

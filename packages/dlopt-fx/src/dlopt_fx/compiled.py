@@ -122,6 +122,76 @@ def varying_dims(
     return ("marked" if dims else "static"), dims
 
 
+#: The memory format that makes an input of this rank channels-last.
+CHANNELS_LAST_BY_RANK = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def channels_last_rank(cases: Iterable[PreparedCase | WorkloadCase]) -> int | None:
+    """The rank (4 or 5) of the largest floating image/volume input in ``cases``, or
+    ``None`` when no case has one (channels-last would then change nothing)."""
+    ranks = [
+        leaf.dim()
+        for case in cases
+        for leaf in _leaf_shapes(case.args, case.kwargs)[1]
+        if isinstance(leaf, torch.Tensor)
+        and leaf.is_floating_point()
+        and leaf.dim() in CHANNELS_LAST_BY_RANK
+    ]
+    return max(ranks, default=None)
+
+
+def with_autocast_and_layout(
+    module: Callable[..., Any],
+    *,
+    device_type: str,
+    autocast_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> Callable[..., Any]:
+    """``module`` called with its 4-D/5-D floating inputs made channels-last and under
+    ``torch.autocast(device_type, autocast_dtype)``; compiled, both land inside the graph,
+    so Inductor sees the bf16 ops and the layout it must keep (and can fuse the copies)."""
+    if autocast_dtype is None and not channels_last:
+        return module
+
+    def to_channels_last(tensor: torch.Tensor) -> torch.Tensor:
+        memory_format = CHANNELS_LAST_BY_RANK.get(tensor.dim())
+        if memory_format is None or not tensor.is_floating_point():
+            return tensor
+        return tensor.contiguous(memory_format=memory_format)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if channels_last:
+            from torch.utils._pytree import tree_map_only
+
+            args, kwargs = tree_map_only(torch.Tensor, to_channels_last, (args, kwargs))
+        if autocast_dtype is None:
+            return module(*args, **kwargs)
+        with torch.autocast(device_type=device_type, dtype=autocast_dtype):
+            return module(*args, **kwargs)
+
+    return run
+
+
+def equals_reference_bit_for_bit(outputs: Any, reference: Any) -> bool | None:
+    """Whether every floating output leaf equals the reference's bit for bit (compared in
+    the reference's dtype); ``None`` when there is nothing to judge (no floating leaves, or
+    the structures differ: validation reports that)."""
+    _, got = _leaf_shapes((outputs,), {})
+    _, want = _leaf_shapes((reference,), {})
+    if len(got) != len(want):
+        return None
+    pairs = [
+        (g, w)
+        for g, w in zip(got, want)
+        if isinstance(g, torch.Tensor) and isinstance(w, torch.Tensor) and w.is_floating_point()
+    ]
+    if not pairs:
+        return None
+    return all(
+        g.shape == w.shape and torch.equal(g.detach().to("cpu", w.dtype), w) for g, w in pairs
+    )
+
+
 def _fresh_entry(module: Callable[..., Any], tag: str) -> types.FunctionType:
     """A function calling ``module`` whose code object is new, so Dynamo's per-code cache
     (and its recompile limit) belongs to this plan only."""
@@ -143,8 +213,11 @@ class CompiledRunner:
 
     On the first call, the dims that vary across the cases are marked dynamic on
     aliases of the inputs (the caller's tensors are not annotated, so other plans that
-    see the same tensors are not affected). With ``cache_dir``, every call with a new
-    input signature (the calls that can compile) runs inside :func:`inductor_cache_scope`.
+    see the same tensors are not affected). Every call with a new input signature (the
+    calls that can compile) runs inside the plan's compile scope: :func:`inductor_cache_scope`
+    with ``cache_dir``, and ``torch._inductor.config.patch(trace_config)``: settings Dynamo
+    reads while it traces (freezing decides there whether weights become graph constants),
+    which ``torch.compile(options=...)`` applies only later, inside Inductor.
     """
 
     def __init__(
@@ -153,24 +226,37 @@ class CompiledRunner:
         entry: types.FunctionType,
         marks: dict[int, tuple[int, ...]],
         cache_dir: Path | None,
+        trace_config: dict[str, Any] | None = None,
     ) -> None:
         self._compiled = compiled
         self._code: types.CodeType | None = entry.__code__
         self._marks: dict[int, tuple[int, ...]] | None = marks or None
         self._cache_dir = cache_dir
+        self._trace_config = dict(trace_config or {})
         self._seen: set[Any] = set()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with torch.no_grad():
             if self._marks is not None:
                 args, kwargs = self._mark(args, kwargs)
-            if self._cache_dir is not None:
-                signature = _signature(args, kwargs)
+            if self._cache_dir is not None or self._trace_config:
+                # Inference mode is part of Dynamo's guards: a change recompiles.
+                signature = (_signature(args, kwargs), torch.is_inference_mode_enabled())
                 if signature not in self._seen:
                     self._seen.add(signature)
-                    with inductor_cache_scope(self._cache_dir):
+                    with self._compile_scope():
                         return self._compiled(*args, **kwargs)
             return self._compiled(*args, **kwargs)
+
+    def _compile_scope(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        if self._cache_dir is not None:
+            stack.enter_context(inductor_cache_scope(self._cache_dir))
+        if self._trace_config:
+            import torch._inductor.config as inductor_config
+
+            stack.enter_context(inductor_config.patch(self._trace_config))
+        return stack
 
     def _mark(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -217,6 +303,13 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]
     )
 
 
+def _json_value(value: Any) -> Any:
+    """An option value as report metadata (a custom graph pass is named by its class)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return type(value).__name__
+
+
 def compile_lazily(
     module: Callable[..., Any],
     *,
@@ -249,10 +342,13 @@ def compile_lazily(
         options=dict(options) or None,
         dynamic=False if policy == "static" else None,
     )
-    runner = CompiledRunner(compiled, entry, marks, cache_dir)
+    # Freezing is read twice: by Dynamo while tracing (weights become graph constants) and
+    # by Inductor (options); both are scoped to this plan's compiles.
+    trace_config = {"freezing": True} if options.get("freezing") else {}
+    runner = CompiledRunner(compiled, entry, marks, cache_dir, trace_config)
     metadata = {
         "compiler": "inductor",
-        "inductor_options": {k: v for k, v in sorted(options.items())},
+        "inductor_options": {k: _json_value(v) for k, v in sorted(options.items())},
         "dynamic_shapes": policy,
         "dynamic_dims": {str(index): list(dims) for index, dims in sorted(marks.items())},
         "compiles_on_first_call": True,

@@ -17,8 +17,11 @@ from pathlib import Path
 from attrs import frozen
 
 from dlopt.plugin import (
+    ExecutionTarget,
     ProviderAvailability,
     check_distribution,
+    cpu_info,
+    cuda_bf16_native,
     distribution_version,
     find_cxx_compiler,
 )
@@ -31,6 +34,10 @@ CXX_HINT = (
     "macOS; or point the CXX environment variable at one"
 )
 TRITON_HINT = "pip install triton (CUDA builds of torch normally bring the matching version)"
+BF16_CPU_HINT = (
+    "run on a CPU with AVX-512 BF16 or AMX (Intel Cooper Lake, Sapphire Rapids or newer; "
+    "AMD Zen 4 or newer); the fp32 Inductor plans run here"
+)
 
 _TRIVIAL_SOURCE = """
 #include <omp.h>
@@ -182,3 +189,34 @@ def probe_inductor(device_type: str) -> ProviderAvailability:
         f"TorchInductor plans are offered for cpu and cuda targets, not {device_type}",
         sdk_versions=versions,
     )
+
+
+def probe_native_bf16(
+    target: ExecutionTarget, inductor: ProviderAvailability
+) -> ProviderAvailability:
+    """The bf16 layer on top of an available ``inductor`` probe: bf16 plans are offered
+    only where the device computes bf16 natively (core's ``native_bf16`` rule: AVX-512 BF16
+    or AMX on CPU, compute capability 8.0+ on CUDA, emulation not counted); emulated bf16
+    is slower than fp32 and would only cost the race a compile."""
+    versions, details = inductor.sdk_versions, dict(inductor.details)
+    if target.device_type == "cuda":
+        if not cuda_bf16_native(target.torch_device().index):
+            return ProviderAvailability.unavailable(
+                "this GPU has no native bf16 (needs compute capability 8.0+): bf16 would "
+                "be emulated and slower than fp32",
+                "use an Ampere or newer GPU; the fp32 Inductor plans run here",
+                sdk_versions=versions,
+                details=details,
+            )
+        return ProviderAvailability.ok(sdk_versions=versions, details=details)
+    cpu = cpu_info()
+    details["isa"] = ",".join(cpu.isa_flags) or "none of interest"
+    if not cpu.fast_bf16:
+        return ProviderAvailability.unavailable(
+            f"CPU ({cpu.model}) lacks AVX-512 BF16 and AMX: bf16 would be emulated and "
+            "slower than fp32",
+            BF16_CPU_HINT,
+            sdk_versions=versions,
+            details=details,
+        )
+    return ProviderAvailability.ok(sdk_versions=versions, details=details)

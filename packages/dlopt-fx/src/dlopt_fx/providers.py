@@ -1,8 +1,9 @@
 """The plans: ``fx``, ``fx_inductor`` and the ``inductor`` variants.
 
-Every plan works on a deep copy of the caller's model. All are fp32 plans: the fx
-rewrites fold in float64 and keep fp32 results, and Inductor computes in the model's
-dtype (results differ by reduction order and fused kernels, within fp32 tolerances).
+Every plan works on a deep copy of the caller's model. The fx rewrites fold in float64
+and keep fp32 results, and Inductor computes in the model's dtype (results differ by
+reduction order and fused kernels, within fp32 tolerances), except in the bf16 plans,
+which run the model under bf16 autocast inside the compiled region and declare bf16.
 
 Builds trace, check and mark dynamic dims on ``context.cases``: the inputs as the race
 prepared them, on the device plans are called with.
@@ -26,6 +27,12 @@ from dlopt.plugin import (
     Role,
 )
 from dlopt_fx import probes
+from dlopt_fx.compiled import (
+    CHANNELS_LAST_BY_RANK,
+    channels_last_rank,
+    equals_reference_bit_for_bit,
+    with_autocast_and_layout,
+)
 from dlopt_fx.rewrites import (
     REWRITES,
     FxTraceError,
@@ -41,6 +48,11 @@ from dlopt_fx.rewrites import (
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 #: How a compiled plan treats input shapes (see :func:`dlopt_fx.compiled.varying_dims`).
 DYNAMIC_POLICIES = ("auto", "static", "automatic")
+#: The autocast dtypes a compiled plan may run under, and the precision each declares.
+AUTOCAST_PRECISION: dict[torch.dtype | None, Precision] = {
+    None: Precision.FP32,
+    torch.bfloat16: Precision.BF16,
+}
 
 
 def build_fx_graph(
@@ -166,6 +178,13 @@ class InductorProvider(Provider):
     ``cache_in_plan_dir``: keep Inductor's caches under the plan's artifact directory
     (see :func:`dlopt_fx.compiled.plan_cache_dir`); off by default.
     ``extra_options``: more ``torch._inductor.config`` options, as ``(key, value)`` pairs.
+    ``autocast_dtype``: run the model under ``torch.autocast`` in this dtype *inside* the
+    compiled region (bf16: offered only where the device computes bf16 natively); the
+    plan's precision follows it, and a build whose outputs equal fp32 eager bit for bit is
+    rejected (autocast did not reach the model's ops).
+    ``channels_last``: the copy's weights and the 4-D/5-D floating inputs in channels-last
+    memory format (inputs converted inside the compiled region); a workload without such
+    inputs rejects the plan (it would equal the plan without channels-last).
     """
 
     name: str
@@ -177,9 +196,23 @@ class InductorProvider(Provider):
     cache_in_plan_dir: bool = False
     rewrites: tuple[str, ...] = REWRITES
     extra_options: tuple[tuple[str, Any], ...] = field(default=())
-    precision: Precision = Precision.FP32
+    autocast_dtype: torch.dtype | None = None
+    channels_last: bool = False
+    precision: Precision = field()
     role = Role.CHALLENGER
     options_type = InductorOptions
+
+    @precision.default
+    def _precision_of_autocast(self) -> Precision:
+        # An unknown dtype is refused by __attrs_post_init__, which runs after defaults.
+        return AUTOCAST_PRECISION.get(self.autocast_dtype, Precision.FP32)
+
+    def __attrs_post_init__(self) -> None:
+        if self.autocast_dtype not in AUTOCAST_PRECISION:
+            raise ValueError(
+                f"{self.name}: autocast_dtype must be one of "
+                f"{', '.join(map(str, AUTOCAST_PRECISION))}, got {self.autocast_dtype!r}"
+            )
 
     def options_for(
         self, device_type: str, options: InductorOptions | None = None
@@ -202,7 +235,10 @@ class InductorProvider(Provider):
         return compile_options
 
     def check(self, context: ProviderContext) -> ProviderAvailability:
-        return probes.probe_inductor(context.target.device_type)
+        availability = probes.probe_inductor(context.target.device_type)
+        if availability.available and self.autocast_dtype is torch.bfloat16:
+            return probes.probe_native_bf16(context.target, availability)
+        return availability
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         # The device check is cached by the base class; the workload check is not (the
@@ -245,6 +281,26 @@ class InductorProvider(Provider):
             raise ProviderBuildError(
                 f"{self.name}: graph must be 'model' or 'fx', not {self.graph!r}"
             )
+        cases = context.build_cases()
+        if self.channels_last:
+            rank = channels_last_rank(cases)
+            if rank is None and cases:
+                raise ProviderBuildError(
+                    f"{self.name}: not applicable to this workload: channels-last needs 4-D "
+                    "or 5-D floating inputs (images, volumes) and this workload has none, so "
+                    "the plan would equal the same plan without channels-last"
+                )
+            # to(memory_format=...) converts in place: ``module`` is already a private copy.
+            module = module.to(memory_format=CHANNELS_LAST_BY_RANK[rank or 4])  # type: ignore[call-overload]
+            metadata["channels_last"] = True
+        if self.autocast_dtype is not None:
+            metadata["autocast_dtype"] = str(self.autocast_dtype).removeprefix("torch.")
+        entry = with_autocast_and_layout(
+            module,
+            device_type=device_type,
+            autocast_dtype=self.autocast_dtype,
+            channels_last=self.channels_last,
+        )
         cache_dir = None
         if self.cache_in_plan_dir:
             from dlopt_fx.compiled import plan_cache_dir
@@ -254,10 +310,10 @@ class InductorProvider(Provider):
 
         try:
             runner, compile_metadata = compile_lazily(
-                module,
+                entry,
                 tag=self.name,
                 options=self.options_for(device_type, options),
-                cases=context.build_cases(),
+                cases=cases,
                 dynamic_policy=options.dynamic or self.dynamic,
                 cache_dir=cache_dir,
             )
@@ -266,21 +322,77 @@ class InductorProvider(Provider):
                 f"{self.name}: torch.compile rejected the setup: {exc}"
             ) from exc
         metadata.update(compile_metadata)
+        if self.autocast_dtype is not None:
+            try:
+                metadata["reduced_precision_check"] = self._check_reduced_precision(
+                    runner, context, metadata
+                )
+            except BaseException:
+                runner.close()
+                raise
         return BuiltPlan(
             runner=runner,
             precision=self.precision,
+            # Autocast returns low-precision leaves where the last op ran in it.
+            output_dtype=self.autocast_dtype,
             metadata=metadata,
             on_close=runner.close,
         )
 
+    def _check_reduced_precision(
+        self, runner: Any, context: ProviderContext, metadata: dict[str, Any]
+    ) -> str:
+        """Call the plan on the first prepared case (this compiles it, so the compile
+        lands in setup rather than the first call) and refuse it if its outputs equal the
+        fp32 reference bit for bit: autocast did not reach the model's ops, and the plan
+        would race as bf16 while computing what the fp32 plans compute."""
+        if not context.cases:
+            return "not checked: no reference outputs (build called outside a race)"
+        case = context.cases[0]
+        dtype = self.precision.value
+        try:
+            # Under inference mode, as the race calls plans: the guards then match.
+            with torch.inference_mode():
+                outputs = runner(*case.args, **case.kwargs)
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{self.name}: the compiled plan fails on case {case.name!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        metadata["compiled_at_build_for_case"] = case.name
+        same = equals_reference_bit_for_bit(outputs, case.reference)
+        if same is None:
+            return f"not checked: case {case.name!r} has no floating outputs to compare"
+        if same:
+            raise ProviderBuildError(
+                f"{self.name}: {dtype} was not applied: outputs equal fp32 eager bit for bit "
+                f"(case {case.name!r}); autocast did not reach this model's ops inside the "
+                f"compiled region, so this plan would race as {dtype} while computing in "
+                "fp32. The fp32 Inductor plans cover this model"
+            )
+        return f"outputs differ from fp32 eager on case {case.name!r}: {dtype} applied"
+
 
 def default_providers() -> list[FxProvider | InductorProvider]:
     """The plans this distribution registers; probes and the race pick among them."""
+    bf16 = torch.bfloat16
     return [
         FxProvider(),
         InductorProvider("fx_inductor", graph="fx"),
         InductorProvider("inductor"),
         InductorProvider("inductor_freezing", freezing=True),
+        InductorProvider("inductor_channels_last_freezing", freezing=True, channels_last=True),
+        # bf16 autocast inside the compiled region, offered where bf16 is native. With
+        # channels-last and freezing it is the fastest conv-net plan on AMX/AVX512-BF16 CPUs.
+        InductorProvider("inductor_bf16", autocast_dtype=bf16),
+        InductorProvider("inductor_bf16_freezing", autocast_dtype=bf16, freezing=True),
+        InductorProvider("inductor_bf16_channels_last", autocast_dtype=bf16, channels_last=True),
+        InductorProvider(
+            "inductor_bf16_channels_last_freezing",
+            autocast_dtype=bf16,
+            channels_last=True,
+            freezing=True,
+        ),
         # Autotuning compiles take minutes on CPU: only worth it for long deployments.
         InductorProvider("inductor_max_autotune", max_autotune=True, min_expected_calls=100_000),
     ]

@@ -1,5 +1,6 @@
 """TorchAO quantization plans for dlopt (``torchao_int8_dynamic``, ``torchao_int8_weight_only``,
-``torchao_int4_weight_only``, ``torchao_fp8``).
+``torchao_int4_weight_only``, ``torchao_fp8``, each also ``..._inductor``, compiled; and
+``torchao_pt2e_int8_static``, static int8 through PT2E).
 
 torchao itself is imported only when a plan is probed or built.
 """
@@ -13,10 +14,13 @@ from dlopt_torchao.provider import (
     TorchAOProvider,
     all_providers,
 )
+from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider
 from dlopt_torchao.schemes import Scheme
 
 __all__ = [
     "Compatibility",
+    "PT2EOptions",
+    "PT2EStaticInt8Provider",
     "Scheme",
     "TorchAOInt4Options",
     "TorchAOOptions",

@@ -184,6 +184,63 @@ def _only(eligible: set[str]) -> Any:
     return filter_fn
 
 
+def probe_torchao(
+    details: dict[str, str],
+) -> tuple[Any | None, ProviderAvailability | None, dict[str, str]]:
+    """The probe layers every torchao plan shares: metadata (installed, >= 0.10, paired
+    with this torch; no import), then import. ``(torchao.quantization, None, details)``
+    when usable, else ``(None, unavailable availability, details)``."""
+    versions: dict[str, str | None] = {"torch": torch.__version__, DISTRIBUTION: None}
+
+    def unavailable(reason: str, hint: str | None) -> ProviderAvailability:
+        return ProviderAvailability.unavailable(
+            reason, hint, sdk_versions=versions, details=details
+        )
+
+    version, problem = check_distribution(DISTRIBUTION, MIN_TORCHAO, install_hint())
+    versions[DISTRIBUTION] = version
+    if problem is not None:
+        return None, unavailable(problem, install_hint()), details
+    assert version is not None
+    verdict = check_torch_pairing(version, torch.__version__)
+    details["torch_pairing"] = verdict.status.value
+    if not verdict.usable:
+        return None, unavailable(verdict.message, verdict.fix), details
+    if verdict.status.value != "supported":
+        details["torch_pairing_note"] = verdict.message
+
+    quantization, error, extensions = import_torchao()
+    details.update(extensions)
+    if quantization is None:
+        reason = f"torchao {version} is installed but does not import: {error}"
+        fix = f'pip install --force-reinstall "torchao=={version}"'
+        return (
+            None,
+            unavailable(reason, fix + (f" or {verdict.fix}" if verdict.fix else "")),
+            details,
+        )
+    return quantization, None, details
+
+
+INDUCTOR_HINT = (
+    'pip install "dlopt-torchao[inductor]" (brings dlopt-fx, whose TorchInductor '
+    "plumbing the compiled plans use)"
+)
+
+
+def probe_inductor(device_type: str) -> ProviderAvailability:
+    """The compiled plans' layer: dlopt-fx installed, and its TorchInductor probe (C++
+    compiler with OpenMP on CPU; Triton and a capable GPU on CUDA)."""
+    probes, error = try_import("dlopt_fx.probes")
+    if probes is None:
+        return ProviderAvailability.unavailable(
+            f"the compiled torchao plans compile through dlopt-fx, which does not import: {error}",
+            INDUCTOR_HINT,
+        )
+    availability: ProviderAvailability = probes.probe_inductor(device_type)
+    return availability
+
+
 @frozen
 class TorchAOOptions:
     """What a user may set for every torchao plan (``OptimizationPolicy(plan_options=...)``)."""
@@ -194,6 +251,15 @@ class TorchAOOptions:
             "help": "qualified names of torch.nn.Linear layers (as model.named_modules() "
             "names them, e.g. 'head' or 'blocks.0.proj') to keep in full precision, such as "
             "a classifier head that quantizes badly"
+        },
+    )
+    offer_everywhere: bool = field(
+        default=False,
+        metadata={
+            "help": "race this plan also where dlopt does not offer it by default because "
+            "another variant is the fast path or its kernel is far slower than fp32 (eager "
+            "torchao on CPU, eager int8 dynamic and fp8 on CUDA, int4 weight-only on CPU; "
+            "the probe says why), e.g. to measure it"
         },
     )
 
@@ -229,6 +295,7 @@ class TorchAOProvider(Provider):
     """
 
     scheme: Scheme = field(converter=Scheme)
+    compiled: bool = False
     name: str = field()
     precision: Precision = field()
     options_type: type[TorchAOOptions] = field(init=False, repr=False, eq=False)
@@ -236,7 +303,7 @@ class TorchAOProvider(Provider):
 
     @name.default
     def _default_name(self) -> str:
-        return f"torchao_{self.scheme.value}"
+        return f"torchao_{self.scheme.value}" + ("_inductor" if self.compiled else "")
 
     @precision.default
     def _default_precision(self) -> Precision:
@@ -252,44 +319,27 @@ class TorchAOProvider(Provider):
     ) -> tuple[Recipe | None, ProviderAvailability | None, Any, dict[str, str]]:
         """Run every probe layer: ``(recipe, None, quantization, details)`` when usable,
         else ``(None, unavailable availability, None, details)``."""
-        versions: dict[str, str | None] = {"torch": torch.__version__, DISTRIBUTION: None}
-        details: dict[str, str] = {"scheme": self.scheme.value}
+        quantization, refusal, details = probe_torchao({"scheme": self.scheme.value})
+        if refusal is not None:
+            return None, refusal, None, details
+        versions = {"torch": torch.__version__, DISTRIBUTION: _torchao_version()}
+        version = versions[DISTRIBUTION] or "?"
 
         def unavailable(reason: str, hint: str | None) -> ProviderAvailability:
             return ProviderAvailability.unavailable(
                 reason, hint, sdk_versions=versions, details=details
             )
 
-        version, problem = check_distribution(DISTRIBUTION, MIN_TORCHAO, install_hint())
-        versions[DISTRIBUTION] = version
-        if problem is not None:
-            return None, unavailable(problem, install_hint()), None, details
-        assert version is not None
-        verdict = check_torch_pairing(version, torch.__version__)
-        details["torch_pairing"] = verdict.status.value
-        if not verdict.usable:
-            return None, unavailable(verdict.message, verdict.fix), None, details
-        if verdict.status.value != "supported":
-            details["torch_pairing_note"] = verdict.message
-
-        quantization, error, extensions = import_torchao()
-        details.update(extensions)
-        if quantization is None:
-            return (
-                None,
-                unavailable(
-                    f"torchao {version} is installed but does not import: {error}",
-                    f'pip install --force-reinstall "torchao=={version}"'
-                    + (f" or {verdict.fix}" if verdict.fix else ""),
-                ),
-                None,
-                details,
-            )
-
         recipe = resolve_recipe(self.scheme, context.target, quantization, version)
         if isinstance(recipe, Unavailable):
             return None, unavailable(recipe.reason, recipe.install_hint), None, details
         details["layout"] = recipe.layout
+        if self.compiled:
+            inductor = probe_inductor(context.target.device_type)
+            details.update({k: str(v) for k, v in inductor.details.items()})
+            if not inductor.available:
+                reason = f"{self.name} compiles with TorchInductor, but {inductor.reason}"
+                return None, unavailable(reason, inductor.install_hint), None, details
         return recipe, None, quantization, details
 
     def _resolve_after_probe(
@@ -319,10 +369,17 @@ class TorchAOProvider(Provider):
             )
         if refusal is not None:
             return refusal
-        return ProviderAvailability.ok(
-            sdk_versions={"torch": torch.__version__, DISTRIBUTION: _torchao_version()},
-            details=details,
-        )
+        versions = {"torch": torch.__version__, DISTRIBUTION: _torchao_version()}
+        options: TorchAOOptions = context.options or self.options_type()
+        why_not = not_offered_by_default(self.scheme, self.compiled, context.target.device_type)
+        if why_not is not None and not options.offer_everywhere:
+            return ProviderAvailability.unavailable(
+                f"not offered by default: {why_not}",
+                f"to race it anyway: --option {self.name}.offer_everywhere=true",
+                sdk_versions=versions,
+                details=details,
+            )
+        return ProviderAvailability.ok(sdk_versions=versions, details=details)
 
     # -- build -----------------------------------------------------------------
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
@@ -451,11 +508,25 @@ class TorchAOProvider(Provider):
             "skipped_linear_layers": dict(list(skipped.items())[:50]),
             "skipped_linear_layer_count": len(skipped),
         }
+        if not self.compiled:
+            return BuiltPlan(
+                runner=runner, precision=self.precision, output_dtype=cast_dtype, metadata=metadata
+            )
+        from dlopt_fx.compiled import compile_lazily
+
+        compiled, compile_metadata = compile_lazily(
+            runner,
+            tag=self.name,
+            options=compile_options(device.type),
+            cases=context.build_cases(),
+        )
+        metadata.update(compile_metadata)
         return BuiltPlan(
-            runner=runner,
+            runner=compiled,
             precision=self.precision,
             output_dtype=cast_dtype,
             metadata=metadata,
+            on_close=compiled.close,
         )
 
 
@@ -463,6 +534,51 @@ def _torchao_version() -> str | None:
     return distribution_version(DISTRIBUTION)
 
 
-def all_providers() -> list[TorchAOProvider]:
-    """One provider per scheme; probes drop those this machine cannot run."""
-    return [TorchAOProvider(scheme) for scheme in Scheme]
+def compile_options(device_type: str) -> dict[str, Any]:
+    """The Inductor settings torchao recommends for quantized models
+    (``torchao.quantization.utils.recommended_inductor_config_setter``), applied to one
+    plan's compiles instead of the whole process."""
+    options: dict[str, Any] = {"force_fuse_int_mm_with_mul": True}
+    if device_type == "cuda":
+        options.update(coordinate_descent_tuning=True, coordinate_descent_check_all_directions=True)
+    return options
+
+
+def not_offered_by_default(scheme: Scheme, compiled: bool, device_type: str) -> str | None:
+    """Why a plan is left out of a race on ``device_type`` unless its ``offer_everywhere``
+    option asks for it; ``None`` where it is offered. The eager variants stay where they
+    are the fast path (weight-only schemes on CUDA)."""
+    if scheme is Scheme.INT4_WEIGHT_ONLY and device_type == "cpu":
+        return (
+            "int4 weight-only on CPU runs torch's tinygemm kernel "
+            "(_weight_int4pack_mm_for_cpu), which unpacks the int4 weights again for every "
+            "few rows and has no oneDNN/AMX path: built for LLM decoding at a few rows per "
+            "call, it ran 100x slower than fp32 (0.85 s a call) on a transformer encoder at "
+            "512 rows, and torchao 0.18 has no faster CPU path for float activations"
+        )
+    if compiled:
+        return None
+    if device_type == "cpu":
+        return (
+            "eager torchao on CPU quantizes and dequantizes around every matmul as separate "
+            "ops and was slower than fp32 on every workload measured; the compiled variant "
+            f"torchao_{scheme.value}_inductor fuses them"
+        )
+    if scheme in (Scheme.INT8_DYNAMIC, Scheme.FP8):
+        return (
+            "on CUDA the activation quantization runs as separate eager kernels; torchao's "
+            f"fast path compiles it: torchao_{scheme.value}_inductor"
+        )
+    return None
+
+
+def all_providers() -> list[Provider]:
+    """Every scheme eager and compiled, and static int8 through PT2E; probes drop what
+    this machine cannot run or what dlopt does not offer on it by default (see
+    :func:`not_offered_by_default`)."""
+    from dlopt_torchao.pt2e import PT2EStaticInt8Provider
+
+    schemes: list[Provider] = [
+        TorchAOProvider(scheme, compiled) for scheme in Scheme for compiled in (False, True)
+    ]
+    return [*schemes, PT2EStaticInt8Provider()]

@@ -1,0 +1,357 @@
+"""Static int8 through PT2E on CPU: ``torch.export``, torchao's x86 Inductor quantizer,
+calibration on the workload's own inputs, then TorchInductor (``torchao_pt2e_int8_static``).
+
+The quantizer lives in ``torchao.quantization.pt2e`` (torch 2.13 no longer ships
+``torch.ao.quantization.quantize_pt2e``). It quantizes convolutions and linears
+statically: per-channel int8 weights, per-tensor int8 activations whose ranges the
+calibration passes observe. Inductor then lowers the quantize/dequantize pairs to oneDNN's
+int8 kernels, which pay off where the CPU has int8 dot-product instructions (VNNI or AMX);
+the plan is offered there only.
+
+Probe layers: torchao (installed, paired, imports), the quantizer module present (found
+without importing it: its import registers Inductor passes), TorchInductor (through
+dlopt-fx), then the CPU's int8 instructions.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+import os
+import stat
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from attrs import field, frozen
+
+from dlopt.plugin import (
+    BuiltPlan,
+    ExecutionTarget,
+    Precision,
+    PreparedCase,
+    Provider,
+    ProviderAvailability,
+    ProviderBuildError,
+    ProviderContext,
+    Role,
+    WorkloadCase,
+    cpu_flags,
+    cpu_info,
+    distribution_version,
+    iter_tensors,
+    try_import,
+)
+from dlopt_torchao.provider import (
+    compute_layers,
+    layer_coverage,
+    probe_inductor,
+    probe_torchao,
+    refuse_unquantized,
+)
+
+#: CPU flags of the int8 dot-product instructions oneDNN's int8 kernels use.
+INT8_DOT_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
+INT8_CPU_HINT = (
+    "run on a CPU with AVX-512 VNNI, AVX-VNNI or AMX (Intel Cascade Lake, Alder Lake, "
+    "Sapphire Rapids or newer; AMD Zen 4 or newer); torchao_int8_dynamic_inductor and the "
+    "fp32 plans run here"
+)
+QUANTIZER_MODULE = "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer"
+#: The graph ops that carry a quantized weight after ``convert_pt2e`` (one per layer).
+_WEIGHT_DEQUANTIZE = "quantized_decomposed.dequantize_per_channel"
+
+
+@frozen
+class PT2EOptions:
+    """What a user may set for ``torchao_pt2e_int8_static``."""
+
+    calibration_passes: int = field(
+        default=1,
+        metadata={
+            "help": "how many times every calibration input runs through the observers "
+            "(the workload's cases, then the calibration file's entries); the ranges are "
+            "min/max, so more passes over the same inputs change nothing unless the model "
+            "is random"
+        },
+    )
+    calibration_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "a .npz file (numpy.savez, numeric arrays only, read without pickle) "
+            "of extra calibration inputs, one call per entry with the entry as the model's "
+            "one positional argument; calibrate on traffic the workload's cases do not cover"
+        },
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if (
+            not isinstance(self.calibration_passes, int)
+            or isinstance(self.calibration_passes, bool)
+            or self.calibration_passes < 1
+        ):
+            raise ValueError(
+                f"calibration_passes must be an integer >= 1, got {self.calibration_passes!r}"
+            )
+        if self.calibration_file is not None and Path(self.calibration_file).suffix != ".npz":
+            raise ValueError(
+                f"calibration_file must name a .npz file (numpy.savez), got "
+                f"{self.calibration_file!r}"
+            )
+
+
+def int8_dot_flags() -> tuple[str, ...]:
+    """This CPU's int8 dot-product flags (see :data:`INT8_DOT_FLAGS`)."""
+    flags = cpu_flags() or frozenset()
+    return tuple(f for f in INT8_DOT_FLAGS if f in flags)
+
+
+def read_calibration_file(path_text: str) -> list[tuple[str, torch.Tensor]]:
+    """The ``(entry name, tensor)`` pairs of a ``.npz`` calibration file, in its order,
+    never unpickled.
+
+    Raises :class:`ProviderBuildError` saying what is wrong: not a regular file, not an
+    ``.npz`` archive, an entry that needs pickle or is not numeric.
+    """
+    import numpy as np
+
+    path = Path(path_text)
+    where = f"calibration_file {str(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ProviderBuildError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise ProviderBuildError(f"{where} is not a regular file; give a .npz file")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ProviderBuildError(f"{where} is not a readable .npz archive: {exc}") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ProviderBuildError(
+            f"{where} holds a single array; save an archive: numpy.savez(path, a=..., b=...)"
+        )
+    tensors = []
+    with archive:
+        for key in archive.files:
+            try:
+                array = archive[key]
+            except ValueError as exc:  # an object array needs pickle: refused
+                raise ProviderBuildError(
+                    f"{where}: entry {key!r} cannot be read without pickle ({exc}); save "
+                    "numeric arrays only"
+                ) from None
+            if array.dtype.kind not in "biuf":
+                raise ProviderBuildError(
+                    f"{where}: entry {key!r} has dtype {array.dtype}; save numeric arrays"
+                )
+            tensors.append((key, torch.from_numpy(array.copy())))
+    if not tensors:
+        raise ProviderBuildError(f"{where} holds no arrays")
+    return tensors
+
+
+def _module_present(name: str) -> bool:
+    """Whether ``name`` can be imported, found without importing it (its parents are)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _import_quantizer() -> tuple[Any, Any, Any]:
+    """``(quantize_pt2e module, x86 quantizer module, its pre-grad pass)``.
+
+    Importing the quantizer module sets ``torch._inductor.config.pre_grad_custom_pass``
+    for the whole process; the previous value is put back, and this plan passes the pass
+    to its own compiles instead.
+    """
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.pre_grad_custom_pass
+    try:
+        quantize_pt2e, error = try_import("torchao.quantization.pt2e.quantize_pt2e")
+        x86, x86_error = try_import(QUANTIZER_MODULE)
+    finally:
+        inductor_config.pre_grad_custom_pass = before
+    if quantize_pt2e is None or x86 is None:
+        raise ProviderBuildError(
+            f"torchao's PT2E quantization does not import: {error or x86_error}"
+        )
+    passes, _ = try_import("torchao.quantization.pt2e.inductor_passes.x86")
+    return quantize_pt2e, x86, getattr(passes, "quant_lift_up", None)
+
+
+def _dynamic_shapes(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Every tensor dim ``Dim.AUTO`` (export keeps dynamic what the model lets vary), by
+    parameter name; the compiled plan then marks only the dims the cases vary."""
+    from torch.utils._pytree import tree_map
+
+    def auto(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return {dim: torch.export.Dim.AUTO for dim in range(value.dim())}
+        return None
+
+    bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    return {name: tree_map(auto, value) for name, value in bound.arguments.items()}
+
+
+@frozen
+class PT2EStaticInt8Provider(Provider):
+    """``torch.export`` + torchao's ``X86InductorQuantizer`` (static int8) + Inductor."""
+
+    name: str = "torchao_pt2e_int8_static"
+    precision: Precision = Precision.INT8
+    role = Role.CHALLENGER
+    options_type = PT2EOptions
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        target: ExecutionTarget = context.target
+        if target.device_type != "cpu":
+            return ProviderAvailability.unavailable(
+                "static int8 through PT2E uses the x86 Inductor quantizer: CPU targets only, "
+                f"not {target.device_type}"
+            )
+        _, refusal, details = probe_torchao({"quantizer": "X86InductorQuantizer"})
+        if refusal is not None:
+            return refusal
+        versions = {"torch": torch.__version__, "torchao": distribution_version("torchao")}
+        if not _module_present(QUANTIZER_MODULE):
+            return ProviderAvailability.unavailable(
+                f"this torchao has no {QUANTIZER_MODULE} (PT2E quantization moved to "
+                "torchao.quantization.pt2e in torchao 0.10+)",
+                'pip install -U "torchao>=0.10"',
+                sdk_versions=versions,
+                details=details,
+            )
+        inductor = probe_inductor("cpu")
+        details.update({k: str(v) for k, v in inductor.details.items()})
+        if not inductor.available:
+            return ProviderAvailability.unavailable(
+                f"{self.name} compiles with TorchInductor, but {inductor.reason}",
+                inductor.install_hint,
+                sdk_versions=versions,
+                details=details,
+            )
+        found = int8_dot_flags()
+        details["int8_dot_flags"] = ",".join(found) or "none"
+        if not found:
+            return ProviderAvailability.unavailable(
+                f"CPU ({cpu_info().model}) has no int8 dot-product instructions (VNNI or "
+                "AMX-INT8): oneDNN's int8 convolutions and matmuls would be slower than fp32",
+                INT8_CPU_HINT,
+                sdk_versions=versions,
+                details=details,
+            )
+        return ProviderAvailability.ok(sdk_versions=versions, details=details)
+
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        """Export a copy, annotate, calibrate on every case (and the calibration file),
+        convert, and compile lazily with freezing (oneDNN weight prepacking needs it)."""
+        options: PT2EOptions = context.options or PT2EOptions()
+        if context.target.device_type != "cpu":
+            raise ProviderBuildError(f"{self.name}: CPU targets only")
+        cases: list[PreparedCase | WorkloadCase] = list(context.build_cases())
+        if not cases:
+            raise ProviderBuildError(
+                f"{self.name}: static quantization calibrates on the workload's inputs, and "
+                "this build got none"
+            )
+        extra = (
+            read_calibration_file(options.calibration_file)
+            if options.calibration_file is not None
+            else []
+        )
+        if extra and any(
+            len(case.args) != 1 or case.kwargs or not isinstance(case.args[0], torch.Tensor)
+            for case in cases
+        ):
+            raise ProviderBuildError(
+                f"{self.name}: option calibration_file gives one positional tensor per call, "
+                "but this model's cases take other arguments; calibrate on the workload's "
+                "cases (add cases) instead"
+            )
+        quantize_pt2e, x86, lift_up = _import_quantizer()
+        layers = compute_layers(model)
+        # The largest case as the example: a batch of 1 would be specialised.
+        example = max(cases, key=lambda c: sum(t.numel() for t in iter_tensors(c.args)))
+        plan_model = copy.deepcopy(model).eval()
+        try:
+            exported = torch.export.export(
+                plan_model,
+                example.args,
+                example.kwargs,
+                dynamic_shapes=_dynamic_shapes(plan_model, example.args, example.kwargs),
+            ).module()
+        except Exception as exc:
+            raise ProviderBuildError(
+                f"{self.name}: torch.export cannot capture this model ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); PT2E quantization needs an "
+                "exportable model"
+            ) from exc
+        quantizer = x86.X86InductorQuantizer()
+        # Without VNNI the int8 products may saturate: oneDNN's advice is a 7-bit range.
+        reduce_range = not int8_dot_flags()
+        quantizer.set_global(
+            x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+        )
+        calls = 0
+        with torch.no_grad():
+            prepared = quantize_pt2e.prepare_pt2e(exported, quantizer)
+            for _ in range(options.calibration_passes):
+                for case in cases:
+                    prepared(*case.args, **case.kwargs)
+                    calls += 1
+                for key, tensor in extra:
+                    try:
+                        prepared(tensor.to(example.args[0].dtype))
+                    except Exception as exc:
+                        raise ProviderBuildError(
+                            f"{self.name}: calibration_file entry {key!r} (shape "
+                            f"{tuple(tensor.shape)}) does not run through the model: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                        ) from exc
+                    calls += 1
+            converted = quantize_pt2e.convert_pt2e(prepared)
+        # One per quantized layer: the dequantize of a weight the conversion folded to int8.
+        weights = sum(
+            1
+            for node in converted.graph.nodes
+            if node.op == "call_function"
+            and str(node.target).startswith(_WEIGHT_DEQUANTIZE)
+            and node.args
+            and getattr(node.args[0], "op", None) == "get_attr"
+        )
+        if weights == 0:
+            raise refuse_unquantized(
+                self.name,
+                layers,
+                "the x86 quantizer annotated no convolution or linear of this model",
+            )
+        from dlopt_fx.compiled import compile_lazily
+
+        compile_options: dict[str, Any] = {"freezing": True}
+        if lift_up is not None:
+            compile_options["pre_grad_custom_pass"] = lift_up
+        runner, compile_metadata = compile_lazily(
+            converted, tag=self.name, options=compile_options, cases=cases
+        )
+        coverage = layer_coverage(layers, [])
+        metadata: dict[str, Any] = {
+            "plan": self.name,
+            "quantizer": "X86InductorQuantizer (static: per-channel int8 weights, "
+            "per-tensor int8 activations)",
+            "reduce_range": reduce_range,
+            "quantized_weights": weights,
+            "quantizable_layers": coverage["quantizable_layers"],
+            "quantizable_layer_types": coverage["quantizable_layer_types"],
+            "calibration_calls": calls,
+            "calibration_cases": [case.name for case in cases],
+            "calibration_file_entries": len(extra),
+            **compile_metadata,
+        }
+        return BuiltPlan(
+            runner=runner, precision=self.precision, metadata=metadata, on_close=runner.close
+        )

@@ -1,0 +1,231 @@
+"""Static int8 through PT2E: probe layers, options, calibration file reading, and a real
+build calibrated on the workload's cases plus a calibration file.
+
+The plan is offered where the CPU has VNNI or AMX-INT8; its build path runs on any x86 CPU
+(the x86 quantizer and oneDNN's int8 kernels work on AVX2 too, only slower), so the build
+is checked here on a tiny conv net, compiled once for the module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dlopt.plugin import (
+    ExecutionTarget,
+    Precision,
+    PreparedCase,
+    ProviderBuildError,
+    ProviderContext,
+)
+from dlopt.testing import ProviderContractSuite
+from dlopt.validation import validate_outputs
+from dlopt_torchao import pt2e
+from dlopt_torchao.provider import probe_inductor
+from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider, read_calibration_file
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+
+
+class Elementwise(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 2 + 1
+
+
+def _context(model: nn.Module, *inputs: torch.Tensor, **options: Any) -> ProviderContext:
+    with torch.inference_mode():
+        cases = [PreparedCase(f"b{x.shape[0]}", (x,), {}, model(x)) for x in inputs]
+    return ProviderContext(cases=cases, options=PT2EOptions(**options))
+
+
+def _skip_without_inductor() -> None:
+    """Skip with the compiled plans' own probe reason (no dlopt-fx, no C++ compiler)."""
+    availability = probe_inductor("cpu")
+    if not availability.available:
+        pytest.skip(f"TorchInductor is unavailable here: {availability.reason}")
+
+
+# -- probe ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("flags", "offered"), [(frozenset({"avx2"}), False), (frozenset({"avx2", "amx_int8"}), True)]
+)
+def test_offered_where_the_cpu_has_vnni_or_amx(
+    monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], offered: bool
+) -> None:
+    _skip_without_inductor()
+    monkeypatch.setattr(pt2e, "cpu_flags", lambda: flags)
+    availability = PT2EStaticInt8Provider().probe(ProviderContext())
+    assert availability.available is offered, availability.reason
+    assert availability.details["int8_dot_flags"] == ("amx_int8" if offered else "none")
+    if not offered:
+        assert "no int8 dot-product instructions (VNNI or AMX-INT8)" in availability.reason
+        assert "AVX-512 VNNI, AVX-VNNI or AMX" in availability.install_hint
+
+
+def test_cpu_targets_only() -> None:
+    availability = PT2EStaticInt8Provider().probe(ProviderContext(target=ExecutionTarget("cuda")))
+    assert not availability.available and "CPU targets only" in availability.reason
+
+
+# -- options and the calibration file ------------------------------------------------
+def test_options_refuse_bad_values() -> None:
+    with pytest.raises(ValueError, match="calibration_passes must be an integer >= 1"):
+        PT2EOptions(calibration_passes=0)
+    with pytest.raises(ValueError, match=r"calibration_file must name a \.npz file"):
+        PT2EOptions(calibration_file="inputs.pt")
+
+
+def test_calibration_file_is_read_without_pickle(tmp_path: Path) -> None:
+    good = tmp_path / "good.npz"
+    np.savez(good, a=np.ones((2, 3), dtype=np.float32), b=np.zeros((1, 3), dtype=np.float32))
+    entries = read_calibration_file(str(good))
+    assert [(key, tuple(t.shape)) for key, t in entries] == [("a", (2, 3)), ("b", (1, 3))]
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(ProviderBuildError, match="cannot be read without pickle"):
+        read_calibration_file(str(pickled))
+    with pytest.raises(ProviderBuildError, match="cannot be read"):
+        read_calibration_file(str(tmp_path / "missing.npz"))
+    (tmp_path / "dir.npz").mkdir()
+    with pytest.raises(ProviderBuildError, match="is not a regular file"):
+        read_calibration_file(str(tmp_path / "dir.npz"))
+    text = tmp_path / "text.npz"
+    text.write_text("not a zip")
+    with pytest.raises(ProviderBuildError, match=r"not a readable \.npz archive"):
+        read_calibration_file(str(text))
+
+
+def test_calibration_file_needs_a_single_tensor_input(tmp_path: Path) -> None:
+    path = tmp_path / "cal.npz"
+    np.savez(path, a=np.ones((1, 4), dtype=np.float32))
+    context = ProviderContext(
+        cases=[PreparedCase("b1", (torch.ones(1, 4),), {"scale": 2.0}, None)],
+        options=PT2EOptions(calibration_file=str(path)),
+    )
+    with pytest.raises(ProviderBuildError, match="one positional tensor per call"):
+        PT2EStaticInt8Provider().build(nn.Linear(4, 2).eval(), context)
+
+
+@pytest.mark.slow
+def test_a_calibration_entry_that_does_not_fit_the_model_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "cal.npz"
+    np.savez(path, wrong=np.ones((2, 7), dtype=np.float32))
+    model = nn.Sequential(nn.Linear(4, 2)).eval()
+    context = _context(model, torch.randn(2, 4), calibration_file=str(path))
+    with pytest.raises(
+        ProviderBuildError, match=r"calibration_file entry 'wrong' \(shape \(2, 7\)\)"
+    ):
+        PT2EStaticInt8Provider().build(model, context)
+
+
+def test_build_without_cases_says_it_needs_inputs() -> None:
+    with pytest.raises(ProviderBuildError, match="calibrates on the workload's inputs"):
+        PT2EStaticInt8Provider().build(nn.Linear(4, 2).eval(), ProviderContext())
+
+
+@pytest.mark.slow
+def test_a_model_the_quantizer_leaves_alone_is_rejected() -> None:
+    model = Elementwise()
+    with pytest.raises(ProviderBuildError, match=r"quantized 0 of 0 compute layers"):
+        PT2EStaticInt8Provider().build(model, _context(model, torch.randn(2, 8)))
+
+
+# -- a real build --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: Any) -> Any:
+    import torch._inductor.config as inductor_config
+
+    _skip_without_inductor()
+    before = (inductor_config.freezing, inductor_config.pre_grad_custom_pass)
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    gen = torch.Generator().manual_seed(1)
+    calibration = tmp_path_factory.mktemp("cal") / "extra.npz"
+    np.savez(calibration, wide=np.random.default_rng(2).normal(size=(3, 3, 16, 16)).astype("f4"))
+    context = _context(
+        model,
+        torch.randn(2, 3, 16, 16, generator=gen),
+        torch.randn(4, 3, 16, 16, generator=gen),
+        calibration_passes=2,
+        calibration_file=str(calibration),
+    )
+    plan = PT2EStaticInt8Provider().build(model, context)
+    with torch.inference_mode():
+        outputs = [plan(*case.args) for case in context.cases]
+    yield {
+        "plan": plan,
+        "context": context,
+        "outputs": outputs,
+        "before": before,
+        "after": (inductor_config.freezing, inductor_config.pre_grad_custom_pass),
+    }
+    plan.close()
+
+
+@pytest.mark.slow
+def test_static_int8_plan_passes_the_gate_and_quantized(built: Any) -> None:
+    plan = built["plan"]
+    assert plan.precision is Precision.INT8
+    for case, out in zip(built["context"].cases, built["outputs"]):
+        assert not torch.equal(out, case.reference)  # quantized, not a pass-through
+        result = validate_outputs(
+            out, case.reference, precision=plan.precision, output_dtype=None, case_name=case.name
+        )
+        assert result.passed, result.reason
+
+
+@pytest.mark.slow
+def test_static_int8_plan_records_its_calibration(built: Any) -> None:
+    meta = built["plan"].metadata
+    assert meta["quantized_weights"] == 2  # the conv and the linear
+    assert meta["quantizable_layer_types"] == {"Conv2d": 1, "Linear": 1}
+    # Two passes over two cases and the file's one entry.
+    assert meta["calibration_calls"] == 6
+    assert meta["calibration_cases"] == ["b2", "b4"]
+    assert meta["calibration_file_entries"] == 1
+    assert meta["inductor_options"]["freezing"] is True
+    assert meta["dynamic_dims"] == {"0": [0]}
+
+
+@pytest.mark.slow
+def test_static_int8_build_leaves_inductor_config_alone(built: Any) -> None:
+    assert built["after"] == built["before"]
+
+
+class TestPT2EStaticInt8Contract(ProviderContractSuite):
+    """Runs where the CPU has VNNI or AMX-INT8; skips elsewhere with the probe's reason."""
+
+    distribution = "dlopt-torchao"
+    entry_point = "torchao"
+    heavy_modules = ("torchao",)
+    max_probe_seconds = 30.0
+    supports_dynamic_shapes = True
+
+    def make_provider(self) -> PT2EStaticInt8Provider:
+        return PT2EStaticInt8Provider()
+
+
+@pytest.mark.slow
+class TestPT2EStaticInt8ContractOnAnyCpu(TestPT2EStaticInt8Contract):
+    """The same checks on a CPU without VNNI, its probe told otherwise: export, the x86
+    quantizer and oneDNN's int8 kernels run there too, only slower."""
+
+    @pytest.fixture(autouse=True)
+    def _claim_int8_dot_products(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        if not pt2e.int8_dot_flags():
+            flags = (pt2e.cpu_flags() or frozenset()) | {"amx_int8"}
+            monkeypatch.setattr(pt2e, "cpu_flags", lambda: flags)
