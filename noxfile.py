@@ -190,8 +190,9 @@ def bench(session: nox.Session) -> None:
 #: The benchmark suite's own stack: torchvision needs the torch it was built with, and
 #: both lie on the dev machines' disk (a CUDA build of torch; the suite races CPU plans).
 SUITE_TORCH = ("torch==2.14.1", "torchvision==0.29.1")
-#: The peer product the suite measures dlopt against, and Hugging Face's BertModel.
-SUITE_DEPS = ("custom-dl-optimizer==3.0.0", "transformers==5.25.0")
+#: The peer product the suite measures dlopt against, and Hugging Face's BertModel
+#: (transformers 5.x needs a `kernels` release the package index does not have).
+SUITE_DEPS = ("custom-dl-optimizer==3.0.0", "transformers==4.57.6")
 
 
 @nox.session(python=PYTHON, name="bench-suite")

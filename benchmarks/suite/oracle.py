@@ -79,7 +79,7 @@ def _native(model: nn.Module, cases: Sequence[Case], name: str) -> dict[str, Cal
 
 
 def _compiled(
-    model: nn.Module, cases: Sequence[Case], *, freezing: bool, fx_fuse: bool, mode: str
+    model: nn.Module, cases: Sequence[Case], *, freezing: bool, fx_fuse: bool
 ) -> dict[str, Call]:
     module = copy.deepcopy(model)
     if fx_fuse:
@@ -87,7 +87,8 @@ def _compiled(
 
         module = fuse(module)
     # Static shapes: each case compiles its own graph, the fastest a compiled plan can be.
-    compiled = torch.compile(module, mode=mode, dynamic=False, options={"freezing": freezing})
+    # (torch.compile takes a mode or options, not both: only the default mode is rebuilt.)
+    compiled = torch.compile(module, dynamic=False, options={"freezing": freezing})
     return _calls(compiled, cases)
 
 
@@ -100,11 +101,12 @@ def _compile_settings(name: str, options: dict[str, Any] | None) -> dict[str, An
     }
     if name not in defaults:
         return None
-    settings = dict(defaults[name], mode="default")
-    for key in ("freezing", "mode"):
-        value = (options or {}).get(key)
-        if value is not None:
-            settings[key] = value
+    options = options or {}
+    if options.get("mode") not in (None, "default"):
+        return None  # an autotuning mode: built through the provider
+    settings = dict(defaults[name])
+    if options.get("freezing") is not None:
+        settings["freezing"] = bool(options["freezing"])
     return settings
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from .models import WORKLOADS
 from .results import (
+    CONVERTER,
     DecisionRun,
     ModelResult,
     ModelSummary,
@@ -80,15 +81,16 @@ def _read(path: Path) -> Any:
     return parse_strict_json(path.read_text())
 
 
-def decision_run(tool: str, key: str, run: int, raw: Path, quick: bool, timeout_s: float):
+def decision_run(
+    tool: str, key: str, run: int, raw: Path, quick: bool, timeout_s: float
+) -> DecisionRun:
     """One decision in a fresh process, as a record (its error if it failed)."""
     args = [tool, "--workload", key, "--out", str(raw), "--run", str(run)]
-    error = run_worker([*args, "--quick"] if quick and tool == "dlopt" else args, timeout_s)
     record = raw / f"{tool}-{key}-{run}.json"
+    record.unlink(missing_ok=True)  # a record from an earlier suite run is not this run's
+    error = run_worker([*args, "--quick"] if quick and tool == "dlopt" else args, timeout_s)
     if error is not None or not record.is_file():
         return DecisionRun(tool=tool, error=error or "the worker wrote no record")
-    from .results import CONVERTER
-
     return CONVERTER.structure(_read(record), DecisionRun)
 
 
@@ -127,12 +129,13 @@ def run_model(
     plans_file = raw / f"oracle-plans-{key}.json"
     plans_file.write_text(json.dumps({"plans": plans, "peer_fx": peer_fx}, allow_nan=False))
     args = ["oracle", "--workload", key, "--out", str(raw), "--plans", str(plans_file)]
-    error = run_worker([*args, "--quick"] if quick else args, oracle_timeout_s)
     oracle_file = raw / f"oracle-{key}.json"
+    oracle_file.unlink(missing_ok=True)
+    error = run_worker([*args, "--quick"] if quick else args, oracle_timeout_s)
     if error is None and oracle_file.is_file():
-        from .results import CONVERTER
-
         oracle = CONVERTER.structure(_read(oracle_file), OracleResult)
+        for name, why in oracle.failures.items():
+            print(f"  {key}: oracle could not time {name}: {why}", flush=True)
         print(
             f"  {key}: oracle {oracle.rounds} rounds, {oracle.time_s:.0f} s, "
             f"{'settled' if oracle.settled else oracle.stop_reason}",

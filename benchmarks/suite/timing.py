@@ -5,7 +5,7 @@ a plan is any zero-argument callable per workload case, the clock and the random
 are injectable, so the schedule and the statistics are tested exactly on a fake clock.
 
 Each round visits every plan in a fresh random order; a plan's visit runs every case as a
-burst: ``settle_calls`` untimed calls, then ``timed_calls`` timed ones, whose median is the
+burst: untimed settling calls (a count and a time), then ``timed_calls`` timed ones, whose median is the
 burst's latency (preemption only ever adds time; the median ignores a stray slow call).
 A plan's round value is the traffic-weighted sum of its case latencies; its latency is the
 median over rounds, with a distribution-free (order-statistic) interval. The rounds go on
@@ -74,7 +74,13 @@ class OracleSettings:
     min_rounds: int = 20
     max_rounds: int = 150
     max_time_s: float = 240.0
+    #: Untimed calls before a burst's timed calls: at least ``settle_calls`` and until
+    #: ``settle_time_s`` has passed (at most ``settle_max_calls``). On a 2-core machine eager
+    #: PyTorch ran up to ~10x slower for ~100 ms after ONNX Runtime's calls (its intra-op
+    #: threads keep spinning), so a burst settles for longer than that.
     settle_calls: int = 3
+    settle_time_s: float = 0.2
+    settle_max_calls: int = 1000
     timed_calls: int = 5
     confidence: float = 0.95
     tie_tolerance: float = 0.01
@@ -168,8 +174,13 @@ def time_interleaved(
             value = 0.0
             for case in case_order:
                 call = plans[name][case]
-                for _ in range(settings.settle_calls):
+                settle_from, settled_calls = clock(), 0
+                while settled_calls < settings.settle_calls or (
+                    clock() - settle_from < settings.settle_time_s
+                    and settled_calls < settings.settle_max_calls
+                ):
                     call()
+                    settled_calls += 1
                 samples = []
                 for _ in range(settings.timed_calls):
                     t0 = clock()

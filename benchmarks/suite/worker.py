@@ -126,6 +126,11 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
     )
     built, failures, providers = build_all(model, cases, plans, peer_fx=bool(wanted["peer_fx"]))
     weights = {name: weight for name, _, _, weight in cases}
+    if not built:
+        providers.close()
+        failed = OracleResult(failures=failures, error="the oracle could build none of the plans")
+        _write(out / f"oracle-{key}.json", failed)
+        return
     try:
         timing = time_interleaved({n: calls for n, (_, calls) in built.items()}, weights, settings)
     finally:

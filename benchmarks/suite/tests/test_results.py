@@ -146,7 +146,7 @@ def test_targets_met_and_not_met():
     stable = by_name["same pick in every run where the oracle's top two differ by > 5%"]
     assert stable.met is False and "b" in stable.detail
     wall = by_name["wall time <= the peer's on >= 4 of 8 workloads"]
-    assert wall.met is False and wall.detail.startswith("1 of 2")
+    assert wall.met is False and "on 1 of 2 workloads" in wall.detail
 
 
 def test_stability_is_not_judged_where_the_top_two_are_close():
@@ -172,8 +172,8 @@ def test_markdown_has_a_row_per_workload_failures_and_targets():
     ok = ModelResult(
         "mlp",
         "MLP b32",
-        dlopt=(dlopt_run("inductor"),),
-        peer=(peer_run("native", "eager_fp32"),),
+        dlopt=(dlopt_run("inductor", 12.0),),
+        peer=(peer_run("native", "eager_fp32", 5.0),),
         oracle=oracle(eager_fp32=2.0, inductor=1.0),
     )
     failed = ModelResult(
@@ -194,7 +194,8 @@ def test_markdown_has_a_row_per_workload_failures_and_targets():
     assert "| resnet50 b1 | failed: every dlopt run failed" in page
     assert "ModuleNotFoundError: torchvision" in page
     assert "Test CPU" in page and "avx2" in page and "quick mode" in page
-    assert page.count("| 2.00x |") == 1  # the pick's speedup over eager (oracle)
+    assert "| 2.40x |" in page  # dlopt's wall time / the peer's
+    assert "| 2.00x |" in page  # the pick's speedup over eager (oracle)
     assert "- median regret <= 2%: **met**" in page
     # A header and separator with the same number of columns as the rows.
     table = [line for line in page.splitlines() if line.startswith("| MLP b32")]

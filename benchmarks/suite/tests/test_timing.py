@@ -64,7 +64,9 @@ def test_clear_winner_settles_at_min_rounds_with_exact_latencies():
         "slow": {"a": clock.plan("slow", "a", [2.0])},
         "fast": {"a": clock.plan("fast", "a", [1.0])},
     }
-    settings = OracleSettings(min_rounds=6, max_rounds=50, settle_calls=2, timed_calls=3)
+    settings = OracleSettings(
+        min_rounds=6, max_rounds=50, settle_calls=2, settle_time_s=0.0, timed_calls=3
+    )
     timing = time_interleaved(plans, {"a": 1.0}, settings, clock=clock)
     assert timing.settled and timing.stop_reason == "settled"
     assert timing.rounds == 6
@@ -81,7 +83,9 @@ def test_plans_are_visited_in_a_fresh_random_order_each_round():
     clock = FakeClock()
     names = [f"p{i}" for i in range(5)]
     plans = {n: {"a": clock.plan(n, "a", [1.0 + i])} for i, n in enumerate(names)}
-    settings = OracleSettings(min_rounds=8, max_rounds=8, settle_calls=0, timed_calls=1)
+    settings = OracleSettings(
+        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
     time_interleaved(plans, {"a": 1.0}, settings, clock=clock)
     orders = {tuple(name for name, _ in clock.log[r * 5 : r * 5 + 5]) for r in range(8)}
     assert len(orders) > 1  # not one fixed order
@@ -94,7 +98,7 @@ def test_weighted_cases_give_the_traffic_weighted_latency():
         "x": {"b1": clock.plan("x", "b1", [1.0]), "b8": clock.plan("x", "b8", [5.0])},
         "y": {"b1": clock.plan("y", "b1", [2.0]), "b8": clock.plan("y", "b8", [3.0])},
     }
-    settings = OracleSettings(min_rounds=5, max_rounds=5)
+    settings = OracleSettings(min_rounds=5, max_rounds=5, settle_time_s=0.0)
     timing = time_interleaved(plans, {"b1": 70, "b8": 30}, settings, clock=clock)
     by_name = {p.name: p for p in timing.plans}
     assert by_name["x"].latency.median == pytest.approx(0.7 * 1 + 0.3 * 5)  # 2.2
@@ -109,7 +113,9 @@ def test_overlapping_plans_run_to_the_round_cap_and_say_so():
         "a": {"c": clock.plan("a", "c", [0.5, 1.0, 1.5])},
         "b": {"c": clock.plan("b", "c", [0.55, 1.05, 1.55])},
     }
-    settings = OracleSettings(min_rounds=3, max_rounds=12, settle_calls=0, timed_calls=1)
+    settings = OracleSettings(
+        min_rounds=3, max_rounds=12, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert not timing.settled and timing.stop_reason == "max_rounds" and timing.rounds == 12
 
@@ -121,7 +127,12 @@ def test_the_time_cap_stops_the_rounds():
         "b": {"c": clock.plan("b", "c", [55.0, 105.0, 155.0])},
     }
     settings = OracleSettings(
-        min_rounds=2, max_rounds=1000, max_time_s=5.0, settle_calls=0, timed_calls=1
+        min_rounds=2,
+        max_rounds=1000,
+        max_time_s=5.0,
+        settle_calls=0,
+        settle_time_s=0.0,
+        timed_calls=1,
     )
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert timing.stop_reason == "max_time" and timing.rounds < 1000
@@ -142,3 +153,20 @@ def test_plans_must_cover_the_same_cases():
         time_interleaved({"a": {"x": lambda: None}}, {"y": 1.0}, OracleSettings())
     with pytest.raises(ValueError, match="at least one plan"):
         time_interleaved({}, {"y": 1.0}, OracleSettings())
+
+
+def test_a_burst_settles_for_its_time_then_times_its_calls():
+    clock = FakeClock()
+    plans = {"a": {"c": clock.plan("a", "c", [10.0])}}
+    settings = OracleSettings(
+        min_rounds=1, max_rounds=1, settle_calls=2, settle_time_s=0.05, timed_calls=3
+    )
+    time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert len(clock.log) == 5 + 3  # 5 x 10 ms of settling reach 50 ms, then 3 timed
+    capped = FakeClock()
+    plans = {"a": {"c": capped.plan("a", "c", [10.0])}}
+    settings = OracleSettings(
+        min_rounds=1, max_rounds=1, settle_time_s=10.0, settle_max_calls=7, timed_calls=1
+    )
+    time_interleaved(plans, {"c": 1.0}, settings, clock=capped)
+    assert len(capped.log) == 7 + 1
