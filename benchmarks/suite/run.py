@@ -53,9 +53,13 @@ def _tail(text: str, lines: int = 3) -> str:
 
 
 def run_worker(args: list[str], timeout_s: float) -> str | None:
-    """Run ``python -m benchmarks.suite.worker ARGS`` in a fresh process group; the error
-    (exit status or timeout, with the end of stderr) or None."""
-    command = [sys.executable, "-m", "benchmarks.suite.worker", *args]
+    """Run ``python -m benchmarks.suite.worker ARGS``; its error or None."""
+    return run_command([sys.executable, "-m", "benchmarks.suite.worker", *args], timeout_s)
+
+
+def run_command(command: list[str], timeout_s: float) -> str | None:
+    """Run ``command`` in the repository, in a fresh process group; the error (exit status
+    or timeout, with the end of stderr) or None."""
     process = subprocess.Popen(
         command,
         cwd=REPO,

@@ -71,15 +71,15 @@ def median_interval(values: list[float], confidence: float = 0.95) -> MedianInte
 class OracleSettings:
     """How long and how finely the oracle times (defaults: the real run)."""
 
-    min_rounds: int = 20
+    min_rounds: int = 15
     max_rounds: int = 150
-    max_time_s: float = 240.0
+    max_time_s: float = 150.0
     #: Untimed calls before a burst's timed calls: at least ``settle_calls`` and until
     #: ``settle_time_s`` has passed (at most ``settle_max_calls``). On a 2-core machine eager
-    #: PyTorch ran up to ~10x slower for ~100 ms after ONNX Runtime's calls (its intra-op
-    #: threads keep spinning), so a burst settles for longer than that.
+    #: PyTorch ran up to ~10x slower for ~100 ms after ONNX Runtime's calls with spinning
+    #: intra-op threads (benchmarks/_common.py), so a burst settles for that long.
     settle_calls: int = 3
-    settle_time_s: float = 0.2
+    settle_time_s: float = 0.1
     settle_max_calls: int = 1000
     timed_calls: int = 5
     confidence: float = 0.95
