@@ -183,8 +183,9 @@ def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
     }
 
 
-def chart(summaries: list[ModelSummary], path: Path) -> Path | None:
-    """Time to a decision, regret and the pick's speedup per workload, dlopt vs the peer."""
+def chart(summaries: list[ModelSummary], path: Path, note: str = "") -> Path | None:
+    """Time to a decision, regret and the pick's speedup per workload, dlopt vs the peer.
+    A figure that is unknown (a failed run) draws no bar."""
     try:
         import matplotlib
 
@@ -192,40 +193,47 @@ def chart(summaries: list[ModelSummary], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    import math
     import statistics
 
-    def med(values: tuple[float | None, ...]) -> float:
-        known = [v for v in values if v is not None]
-        return statistics.median(known) * 100 if known else 0.0
+    def known(value: float | None) -> float:
+        return math.nan if value is None else value
+
+    def median_pct(values: tuple[float | None, ...]) -> float:
+        made = [v for v in values if v is not None]
+        return statistics.median(made) * 100 if made else math.nan
 
     names = [s.key for s in summaries]
-    x = range(len(names))
+    x = list(range(len(names)))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     width = 0.4
     panels = [
         (
-            "time to a decision (s)",
-            [s.dlopt_wall_s or 0 for s in summaries],
-            [s.peer_wall_s or 0 for s in summaries],
+            "time to a decision (s, median of runs)",
+            [known(s.dlopt_wall_s) for s in summaries],
+            [known(s.peer_wall_s) for s in summaries],
         ),
         (
             "regret vs the oracle's best (%, median of runs)",
-            [med(s.dlopt_regrets) for s in summaries],
-            [med(s.peer_regrets) for s in summaries],
+            [median_pct(s.dlopt_regrets) for s in summaries],
+            [median_pct(s.peer_regrets) for s in summaries],
         ),
     ]
     for ax, (title, ours, theirs) in zip(axes, panels):
         ax.bar([i - width / 2 for i in x], ours, width, label="dlopt")
         ax.bar([i + width / 2 for i in x], theirs, width, label="peer")
         ax.set_title(title)
-        ax.set_xticks(list(x), names, rotation=45, ha="right")
         ax.legend()
-    axes[2].bar(list(x), [s.pick_speedup_vs_eager or 0 for s in summaries], 0.6, color="tab:green")
+    speedups = [known(s.pick_speedup_vs_eager) for s in summaries]
+    axes[2].bar(x, speedups, 0.6, color="tab:green")
     axes[2].axhline(1.0, color="grey", linewidth=0.8)
     axes[2].set_title("dlopt pick's speedup over eager fp32 (oracle)")
-    axes[2].set_xticks(list(x), names, rotation=45, ha="right")
+    for ax in axes:
+        ax.set_xticks(x, names, rotation=45, ha="right")
+    if note:
+        fig.suptitle(note, color="tab:red")
     fig.tight_layout()
-    fig.savefig(path, format="svg")
+    fig.savefig(path)  # the format follows the suffix (.svg here)
     plt.close(fig)
     return path
 
@@ -248,7 +256,8 @@ def write_outputs(
     written[0].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     oracles = {r.key: r.oracle for r in results}
     written[1].write_text(markdown(summaries, targets, env, oracles))
-    svg = chart(summaries, output / "results.svg")
+    note = "quick mode: a smoke run, the numbers mean nothing" if env.get("quick") else ""
+    svg = chart(summaries, output / "results.svg", note)
     if svg is not None:
         written.append(svg)
     return written

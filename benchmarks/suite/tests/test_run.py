@@ -63,3 +63,25 @@ def test_bad_flags_are_refused_with_what_to_do(argv, message, capsys):
         run.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_chart_draws_with_a_failed_workload(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.suite.results import ModelResult, OraclePlan, OracleResult, summarize
+
+    ok = ModelResult(
+        "mlp",
+        "MLP",
+        dlopt=(DecisionRun("dlopt", "fx", "fx", wall_s=3.0, valid_plans=("eager_fp32", "fx")),),
+        peer=(DecisionRun("peer", "native", "eager_fp32", wall_s=2.0),),
+        oracle=OracleResult(
+            plans=(
+                OraclePlan("eager_fp32", 2.0, 1.9, 2.1, "independent"),
+                OraclePlan("fx", 1.0, 0.9, 1.1, "provider"),
+            )
+        ),
+    )
+    failed = ModelResult("resnet50", "resnet50", error="every dlopt run failed")
+    path = run.chart([summarize(ok), summarize(failed)], tmp_path / "chart.svg", "quick")
+    text = path.read_text()
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
