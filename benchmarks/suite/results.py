@@ -65,6 +65,9 @@ class OraclePlan:
     #: through dlopt's provider) or "peer" (the peer's own rewrite).
     built: str
     case_median_ms: dict[str, float] = field(factory=dict)
+    rounds: int | None = None
+    #: It left the rounds after this round, clearly slower than the leader.
+    dropped_after: int | None = None
 
 
 @frozen
@@ -366,15 +369,19 @@ def markdown(
                 "",
                 f"### {s.title}: {oracle.rounds} rounds, {oracle.time_s:.0f} s, {state}",
                 "",
-                "| plan | median ms | interval ms | built |",
-                "|---|---|---|---|",
+                "| plan | median ms | interval ms | rounds | built |",
+                "|---|---|---|---|---|",
             ]
             for p in sorted(oracle.plans, key=lambda p: (p.median_ms, p.name)):
+                rounds = _num(p.rounds, "d")
+                if p.dropped_after is not None:
+                    rounds += " (left: > 2x the leader)"
                 lines.append(
-                    f"| {p.name} | {p.median_ms:.3f} | {p.low_ms:.3f}-{p.high_ms:.3f} | {p.built} |"
+                    f"| {p.name} | {p.median_ms:.3f} | {p.low_ms:.3f}-{p.high_ms:.3f} | "
+                    f"{rounds} | {p.built} |"
                 )
             for name, why in oracle.failures.items():
-                lines.append(f"| {name} | - | not timed: {why} | - |")
+                lines.append(f"| {name} | - | not timed: {why} | - | - |")
     return "\n".join(lines) + "\n"
 
 

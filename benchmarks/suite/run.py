@@ -130,8 +130,11 @@ def run_model(
         return ModelResult(key, title, dlopt_runs, peer_runs, None, "every dlopt run failed")
     plans = oracle_plans(key, dlopt_runs, raw)
     peer_fx = any(r.oracle_name == "peer_fx" for r in peer_runs)
+    # The picks (and eager fp32, for the speedup) are timed every round: their regret is wanted.
+    picks = {r.oracle_name for r in (*dlopt_runs, *peer_runs) if r.oracle_name} | {"eager_fp32"}
     plans_file = raw / f"oracle-plans-{key}.json"
-    plans_file.write_text(json.dumps({"plans": plans, "peer_fx": peer_fx}, allow_nan=False))
+    wanted = {"plans": plans, "peer_fx": peer_fx, "keep": sorted(picks)}
+    plans_file.write_text(json.dumps(wanted, allow_nan=False))
     args = ["oracle", "--workload", key, "--out", str(raw), "--plans", str(plans_file)]
     oracle_file = raw / f"oracle-{key}.json"
     oracle_file.unlink(missing_ok=True)

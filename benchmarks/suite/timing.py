@@ -11,7 +11,9 @@ A plan's round value is the traffic-weighted sum of its case latencies; its late
 median over rounds, with a distribution-free (order-statistic) interval. The rounds go on
 until the ranking is settled (the leader's interval is clear of every other plan's, or
 the two are within ``tie_tolerance`` of each other, so the order between them cannot move
-a regret by more than that) or a round or time cap is reached.
+a regret by more than that) or a round or time cap is reached. A plan clearly slower than
+the leader after a few rounds (every round > ``drop_factor`` x the leader's slowest) leaves
+the rounds with the estimate it has, unless it is a pick whose regret is wanted.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from attrs import field, frozen
 
@@ -78,12 +80,17 @@ class OracleSettings:
     #: ``settle_time_s`` has passed (at most ``settle_max_calls``). On a 2-core machine eager
     #: PyTorch ran up to ~10x slower for ~100 ms after ONNX Runtime's calls with spinning
     #: intra-op threads (benchmarks/_common.py), so a burst settles for that long.
-    settle_calls: int = 3
+    settle_calls: int = 1
     settle_time_s: float = 0.1
     settle_max_calls: int = 1000
     timed_calls: int = 5
     confidence: float = 0.95
     tie_tolerance: float = 0.01
+    #: After this many rounds a plan (not one to keep) whose fastest round is slower than
+    #: ``drop_factor`` x the leader's slowest round leaves the rounds: it cannot be the
+    #: fastest, and a plan 100x slower than the rest would otherwise cost most of the time.
+    drop_after_rounds: int = 3
+    drop_factor: float = 2.0
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:
@@ -103,6 +110,8 @@ class PlanTiming:
     case_median_ms: dict[str, float]
     #: The plan's round values in round order (ms).
     rounds_ms: tuple[float, ...] = field(converter=tuple)
+    #: The round after which it left the rounds as clearly slower (None: timed to the end).
+    dropped_after: int | None = None
 
 
 @frozen
@@ -137,16 +146,31 @@ def is_settled(intervals: Mapping[str, MedianInterval], tie_tolerance: float) ->
     return True
 
 
+def clearly_slower(
+    per_round: Mapping[str, list[float]],
+    active: Collection[str],
+    keep: Collection[str],
+    factor: float,
+) -> list[str]:
+    """Active plans, not in ``keep``, whose fastest round is slower than ``factor`` x the
+    slowest round of the leader (the active plan with the lowest median so far)."""
+    leader = min(active, key=lambda n: (statistics.median(per_round[n]), n))
+    bar = factor * max(per_round[leader])
+    return [n for n in active if n != leader and n not in keep and min(per_round[n]) > bar]
+
+
 def time_interleaved(
     plans: Mapping[str, Mapping[str, Callable[[], object]]],
     weights: Mapping[str, float],
     settings: OracleSettings,
     clock: Clock = time.perf_counter,
+    keep: Collection[str] = (),
 ) -> OracleTiming:
     """Time ``plans[name][case]()`` in interleaved rounds until the ranking is settled.
 
     ``weights`` are the cases' traffic weights (normalised here). Latencies are in ms of
-    ``clock`` (which returns seconds).
+    ``clock`` (which returns seconds). Plans in ``keep`` (the picks whose regret is wanted)
+    are timed every round; others may leave early as clearly slower (``drop_after_rounds``).
     """
     if not plans:
         raise ValueError("the oracle needs at least one plan")
@@ -164,10 +188,12 @@ def time_interleaved(
     }
     started = clock()
     stop_reason = "max_rounds"
-    order = list(plans)
+    active = list(plans)
+    dropped: dict[str, int] = {}
     case_order = list(shares)
     rounds = 0
     for rounds in range(1, settings.max_rounds + 1):
+        order = list(active)
         rng.shuffle(order)
         for name in order:
             rng.shuffle(case_order)
@@ -190,9 +216,13 @@ def time_interleaved(
                 per_case[name][case].append(burst)
                 value += shares[case] * burst
             per_round[name].append(value)
+        if rounds == settings.drop_after_rounds:
+            for name in clearly_slower(per_round, active, keep, settings.drop_factor):
+                active.remove(name)
+                dropped[name] = rounds
         if rounds < settings.min_rounds:
             continue
-        intervals = {n: median_interval(v, settings.confidence) for n, v in per_round.items()}
+        intervals = {n: median_interval(per_round[n], settings.confidence) for n in active}
         if is_settled(intervals, settings.tie_tolerance):
             stop_reason = "settled"
             break
@@ -205,6 +235,7 @@ def time_interleaved(
             median_interval(values, settings.confidence),
             {case: statistics.median(v) for case, v in per_case[name].items()},
             values,
+            dropped.get(name),
         )
         for name, values in per_round.items()
     )

@@ -120,7 +120,9 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
     plans = [(str(p["name"]), p.get("options")) for p in wanted["plans"]]
     model, cases = build(key)
     settings = (
-        OracleSettings(min_rounds=3, max_rounds=5, max_time_s=20.0, timed_calls=3)
+        OracleSettings(
+            min_rounds=3, max_rounds=5, max_time_s=20.0, timed_calls=3, drop_after_rounds=1
+        )
         if quick
         else OracleSettings()
     )
@@ -132,7 +134,12 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
         _write(out / f"oracle-{key}.json", failed)
         return
     try:
-        timing = time_interleaved({n: calls for n, (_, calls) in built.items()}, weights, settings)
+        timing = time_interleaved(
+            {n: calls for n, (_, calls) in built.items()},
+            weights,
+            settings,
+            keep=set(wanted.get("keep", ())),
+        )
     finally:
         providers.close()
     result = OracleResult(
@@ -144,6 +151,8 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
                 t.latency.high,
                 built[t.name][0],
                 t.case_median_ms,
+                len(t.rounds_ms),
+                t.dropped_after,
             )
             for t in timing.plans
         ),

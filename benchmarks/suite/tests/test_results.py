@@ -214,3 +214,23 @@ def test_records_round_trip_through_strict_json():
     text = json.dumps(to_json_data(result), allow_nan=False)
     assert model_result_from_json(json.loads(text)) == result
     assert CONVERTER.structure(to_json_data(result.dlopt[0]), DecisionRun) == result.dlopt[0]
+
+
+def test_the_oracle_section_lists_rounds_early_leavers_and_failures():
+    o = OracleResult(
+        plans=(
+            OraclePlan("inductor", 1.0, 0.98, 1.02, "independent", rounds=30),
+            OraclePlan("torchao_int4_weight_only", 90.0, 88.0, 95.0, "provider", {}, 3, 3),
+        ),
+        rounds=30,
+        time_s=40.0,
+        settled=True,
+        stop_reason="settled",
+        failures={"onnxruntime_cpu": "RuntimeError: export failed"},
+    )
+    result = ModelResult("m", "M", dlopt=(dlopt_run("inductor"),), oracle=o)
+    page = markdown([summarize(result)], [], {}, {"m": o})
+    assert "### M: 30 rounds, 40 s, settled" in page
+    assert "| inductor | 1.000 | 0.980-1.020 | 30 | independent |" in page
+    assert "| 3 (left: > 2x the leader) | provider |" in page
+    assert "| onnxruntime_cpu | - | not timed: RuntimeError: export failed |" in page

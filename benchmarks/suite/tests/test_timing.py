@@ -86,7 +86,7 @@ def test_plans_are_visited_in_a_fresh_random_order_each_round():
     settings = OracleSettings(
         min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
     )
-    time_interleaved(plans, {"a": 1.0}, settings, clock=clock)
+    time_interleaved(plans, {"a": 1.0}, settings, clock=clock, keep=names)
     orders = {tuple(name for name, _ in clock.log[r * 5 : r * 5 + 5]) for r in range(8)}
     assert len(orders) > 1  # not one fixed order
     assert all(sorted(order) == names for order in orders)
@@ -170,3 +170,24 @@ def test_a_burst_settles_for_its_time_then_times_its_calls():
     )
     time_interleaved(plans, {"c": 1.0}, settings, clock=capped)
     assert len(capped.log) == 7 + 1
+
+
+def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept():
+    clock = FakeClock()
+    plans = {
+        "fast": {"c": clock.plan("fast", "c", [1.0, 1.2])},
+        "close": {"c": clock.plan("close", "c", [1.1, 1.3])},
+        "slow": {"c": clock.plan("slow", "c", [100.0])},
+        "slow_pick": {"c": clock.plan("slow_pick", "c", [100.0])},
+    }
+    settings = OracleSettings(
+        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock, keep={"slow_pick"})
+    by_name = {p.name: p for p in timing.plans}
+    assert by_name["slow"].dropped_after == 3 and len(by_name["slow"].rounds_ms) == 3
+    assert by_name["slow"].latency.median == pytest.approx(100.0)
+    assert by_name["slow_pick"].dropped_after is None and len(by_name["slow_pick"].rounds_ms) == 8
+    # Within 2x of the leader: timed to the end.
+    assert by_name["close"].dropped_after is None and len(by_name["close"].rounds_ms) == 8
+    assert sum(1 for name, _ in clock.log if name == "slow") == 3
