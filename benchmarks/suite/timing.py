@@ -220,12 +220,12 @@ def time_interleaved(
             for name in clearly_slower(per_round, active, keep, settings.drop_factor):
                 active.remove(name)
                 dropped[name] = rounds
-        if rounds < settings.min_rounds:
-            continue
-        intervals = {n: median_interval(per_round[n], settings.confidence) for n in active}
-        if is_settled(intervals, settings.tie_tolerance):
-            stop_reason = "settled"
-            break
+        if rounds >= settings.min_rounds:
+            intervals = {n: median_interval(per_round[n], settings.confidence) for n in active}
+            if is_settled(intervals, settings.tie_tolerance):
+                stop_reason = "settled"
+                break
+        # The time cap holds before min_rounds too: slow plans keep what they have.
         if clock() - started >= settings.max_time_s:
             stop_reason = "max_time"
             break

@@ -191,3 +191,20 @@ def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept():
     # Within 2x of the leader: timed to the end.
     assert by_name["close"].dropped_after is None and len(by_name["close"].rounds_ms) == 8
     assert sum(1 for name, _ in clock.log if name == "slow") == 3
+
+
+def test_the_time_cap_holds_before_min_rounds():
+    clock = FakeClock()
+    plans = {"a": {"c": clock.plan("a", "c", [1000.0])}, "b": {"c": clock.plan("b", "c", [1500.0])}}
+    settings = OracleSettings(
+        min_rounds=15,
+        max_rounds=100,
+        max_time_s=5.0,
+        settle_calls=0,
+        settle_time_s=0.0,
+        timed_calls=1,
+        drop_factor=10.0,
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert timing.stop_reason == "max_time" and not timing.settled
+    assert timing.rounds == 2  # 2.5 s a round: the cap is passed after the second
