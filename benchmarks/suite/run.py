@@ -326,7 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for key in args.models:
         print(f"{key}: {WORKLOADS[key][0]}", flush=True)
-        results.append(run_model(key, repeats, raw, args.quick, args.timeout, args.oracle_timeout))
+        try:
+            result = run_model(key, repeats, raw, args.quick, args.timeout, args.oracle_timeout)
+        except Exception as exc:  # a broken record fails its workload, not the suite
+            result = ModelResult(key, WORKLOADS[key][0], error=f"{type(exc).__name__}: {exc}")
+            print(f"  {key}: failed: {result.error}", flush=True)
+        results.append(result)
     from .._common import load_average
 
     env["load_after"] = load_average()
