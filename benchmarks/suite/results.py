@@ -356,9 +356,9 @@ def markdown(
             "(random order each round, a burst per plan and case: untimed settling calls, "
             "then timed calls whose median is the burst's latency). Latency: the median over "
             "rounds of the traffic-weighted burst latencies, with its order-statistic "
-            "interval. Built: `independent` by the suite's own torch/ONNX Runtime code, "
-            "`provider` through dlopt's provider (no independent build written for it), "
-            "`peer` the peer's own rewrite.",
+            "interval; a plan clearly slower than the leader leaves the rounds after 3. "
+            "Built: `independent` by the suite's own torch code, `provider` through dlopt's "
+            "provider (no independent build written for it), `peer` the peer's own rewrite.",
         ]
         for s in summaries:
             oracle = oracles.get(s.key)
