@@ -74,6 +74,10 @@ def run_command(command: list[str], timeout_s: float) -> str | None:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         return f"timed out after {timeout_s:.0f} s"
+    except BaseException:
+        # The suite itself is stopped (Ctrl-C, SIGTERM): its worker's group goes too.
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
     if process.returncode != 0:
         return f"exit {process.returncode}: {_tail(stderr)}"
     return None
@@ -316,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     if repeats < 1:
         parser.error("--repeats must be at least 1")
+    # SIGTERM (a timeout around the suite) unwinds like Ctrl-C, so no worker is left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     output = args.output_dir or (QUICK_OUTPUT if args.quick else DOCS)
     raw = RAW if not args.quick else QUICK_OUTPUT / "runs"
     raw.mkdir(parents=True, exist_ok=True)

@@ -85,3 +85,21 @@ def test_the_chart_draws_with_a_failed_workload(tmp_path):
     path = run.chart([summarize(ok), summarize(failed)], tmp_path / "chart.svg", "quick")
     text = path.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
+
+
+def test_a_stopped_suite_takes_its_worker_with_it(monkeypatch, tmp_path):
+    marker = tmp_path / "still-running"
+    code = f"import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).touch()"
+    real_popen = run.subprocess.Popen
+
+    class Interrupting(real_popen):
+        def communicate(self, *args, **kwargs):
+            if kwargs.get("timeout") is not None:
+                raise KeyboardInterrupt
+            return super().communicate(*args, **kwargs)
+
+    monkeypatch.setattr(run.subprocess, "Popen", Interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_command([sys.executable, "-c", code], timeout_s=60)
+    time.sleep(5)
+    assert not marker.exists()  # killed before it could write
