@@ -187,6 +187,34 @@ def bench(session: nox.Session) -> None:
         session.run("python", *command)
 
 
+#: The benchmark suite's own stack: torchvision needs the torch it was built with, and
+#: both lie on the dev machines' disk (a CUDA build of torch; the suite races CPU plans).
+SUITE_TORCH = ("torch==2.14.1", "torchvision==0.29.1")
+#: The peer product the suite measures dlopt against, and Hugging Face's BertModel
+#: (transformers 5.x needs a `kernels` release the package index does not have).
+SUITE_DEPS = ("custom-dl-optimizer==3.0.0", "transformers==4.57.6")
+
+
+@nox.session(python=PYTHON, name="bench-suite")
+def bench_suite(session: nox.Session) -> None:
+    """The benchmark suite: dlopt vs the peer vs an oracle on 8 workloads (docs/benchmarks/).
+
+    nox -s bench-suite                                  # the full run (about 40 min, 2 cores)
+    nox -s bench-suite -- --quick --models mlp          # a smoke run: numbers meaningless
+    nox -s bench-suite -- tests                         # the suite's own unit tests
+    """
+    session.install(*SUITE_TORCH)
+    editable = [f"{CORE}[plots]", *(PROVIDERS[name] for name in ("fx", "onnxruntime", "torchao"))]
+    session.install(*[arg for path in editable for arg in ("-e", path)])
+    session.install(*SUITE_DEPS, "pytest>=8")
+    if session.posargs[:1] == ["tests"]:
+        session.run(
+            "pytest", "-q", "-p", "no:cacheprovider", "benchmarks/suite/tests", *session.posargs[1:]
+        )
+        return
+    session.run("python", "-m", "benchmarks.suite", *session.posargs)
+
+
 def _bench_names() -> list[str]:
     return sorted(p.stem for p in Path("benchmarks").glob("[!_]*.py"))
 

@@ -1,0 +1,114 @@
+"""The suite's eight workloads: random weights, eval mode, a fixed seed, nothing downloaded.
+
+Each builder returns ``(model, cases)`` where ``cases`` is a tuple of
+``(name, args, kwargs, weight)``: the tools under test wrap them in their own workload
+types. Every process that builds a workload gets the same weights and inputs (the seed
+is set before the model and the inputs are drawn). torchvision and transformers are
+imported inside their builders, so a missing package fails only its workloads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._common import Mlp
+
+Case = tuple[str, tuple[Any, ...], dict[str, Any], float]
+Workload = tuple[nn.Module, tuple[Case, ...]]
+SEED = 0
+
+
+def _images(batch: int, size: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(batch, 3, size, size, generator=generator)
+
+
+def conv_net() -> Workload:
+    """dlopt's demo conv net (64x64 images) at batch 8."""
+    from dlopt.demo import build_demo_model
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return build_demo_model(seed=SEED), (("batch-8", (_images(8, 64, gen),), {}, 1.0),)
+
+
+def conv_net_weighted() -> Workload:
+    """The demo conv net on its traffic mix: batch 1 (70), 8 (25) and 32 (5)."""
+    from dlopt.demo import build_demo_model
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    cases = tuple(
+        (f"batch-{b}", (_images(b, 64, gen),), {}, w) for b, w in ((1, 70.0), (8, 25.0), (32, 5.0))
+    )
+    return build_demo_model(seed=SEED), cases
+
+
+def mlp() -> Workload:
+    """The MLP 512-2048-512 at batch 32."""
+    torch.manual_seed(SEED)
+    model = Mlp().eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return model, (("batch-32", (torch.randn(32, 512, generator=gen),), {}, 1.0),)
+
+
+def encoder() -> Workload:
+    """``nn.TransformerEncoderLayer`` (d=256, 4 heads, MLP 1024) at batch 8 x 128 tokens."""
+    torch.manual_seed(SEED)
+    model = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True).eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return model, (("batch-8", (torch.randn(8, 128, 256, generator=gen),), {}, 1.0),)
+
+
+def _torchvision(name: str, batch: int) -> Workload:
+    import torchvision
+
+    torch.manual_seed(SEED)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return model, ((f"batch-{batch}", (_images(batch, 224, gen),), {}, 1.0),)
+
+
+def bert() -> Workload:
+    """A small random ``BertModel`` at batch 4 x 128 tokens, the last quarter of two rows
+    padded (masked)."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(SEED)
+    config = BertConfig(
+        vocab_size=8192,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=256,
+    )
+    model = BertModel(config).eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    input_ids = torch.randint(0, config.vocab_size, (4, 128), generator=gen)
+    attention_mask = torch.ones(4, 128, dtype=torch.long)
+    attention_mask[2:, 96:] = 0
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    return model, (("batch-4", (), kwargs, 1.0),)
+
+
+#: key -> (title, builder), in the order the suite runs them (cheapest first).
+WORKLOADS: dict[str, tuple[str, Callable[[], Workload]]] = {
+    "mlp": ("MLP 512-2048-512, batch 32", mlp),
+    "convnet": ("demo conv net, batch 8", conv_net),
+    "convnet_weighted": ("demo conv net, batches 1/8/32 at 70/25/5", conv_net_weighted),
+    "encoder": ("TransformerEncoderLayer d256, 8 x 128 tokens", encoder),
+    "bert": ("BertModel (4 layers, d256), 4 x 128 tokens", bert),
+    "mobilenet_v2": ("mobilenet_v2, batch 8", lambda: _torchvision("mobilenet_v2", 8)),
+    "efficientnet_b0": ("efficientnet_b0, batch 4", lambda: _torchvision("efficientnet_b0", 4)),
+    "resnet50": ("resnet50, batch 1", lambda: _torchvision("resnet50", 1)),
+}
+
+
+def build(key: str) -> Workload:
+    """The workload ``key`` (one of :data:`WORKLOADS`), model in eval mode."""
+    if key not in WORKLOADS:
+        raise KeyError(f"unknown workload {key!r}; choose from {', '.join(WORKLOADS)}")
+    model, cases = WORKLOADS[key][1]()
+    return model.eval(), cases

@@ -1,0 +1,353 @@
+"""The benchmark suite: dlopt vs the peer vs an oracle, one command.
+
+    python3 -m nox -s bench-suite                              # every workload, 3 runs each
+    python3 -m nox -s bench-suite -- --models mlp bert         # some workloads
+    python3 -m nox -s bench-suite -- --quick --models mlp      # a smoke run (numbers: none)
+
+Per workload: ``--repeats`` fresh processes of dlopt (default policy, every installed CPU
+plan racing) alternating with as many of the peer (custom-dl-optimizer 3.0.0, its default
+policy), each under a timeout; then one oracle process that times every plan dlopt
+validated (and the peer's own pick) in interleaved rounds until the ranking is settled.
+Writes ``results.md``, ``results.json`` and ``results.svg`` into ``--output-dir``
+(docs/benchmarks/; a ``--quick`` run writes to artifacts/bench-suite-quick/ unless told
+otherwise, so smoke numbers never land in the docs), and the raw reports into
+artifacts/bench-suite/runs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .models import WORKLOADS
+from .results import (
+    CONVERTER,
+    DecisionRun,
+    ModelResult,
+    ModelSummary,
+    OracleResult,
+    TargetOutcome,
+    evaluate_targets,
+    markdown,
+    summarize,
+    to_json_data,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs" / "benchmarks"
+RAW = REPO / "artifacts" / "bench-suite" / "runs"
+QUICK_OUTPUT = REPO / "artifacts" / "bench-suite-quick"
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])[-600:] or "no output"
+
+
+def run_worker(args: list[str], timeout_s: float) -> str | None:
+    """Run ``python -m benchmarks.suite.worker ARGS``; its error or None."""
+    return run_command([sys.executable, "-m", "benchmarks.suite.worker", *args], timeout_s)
+
+
+def run_command(command: list[str], timeout_s: float) -> str | None:
+    """Run ``command`` in the repository, in a fresh process group; the error (exit status
+    or timeout, with the end of stderr) or None."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its compile workers go with it on a timeout
+    )
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return f"timed out after {timeout_s:.0f} s"
+    except BaseException:
+        # The suite itself is stopped (Ctrl-C, SIGTERM): its worker's group goes too.
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+    if process.returncode != 0:
+        return f"exit {process.returncode}: {_tail(stderr)}"
+    return None
+
+
+def _read(path: Path) -> Any:
+    from dlopt.serialization import parse_strict_json
+
+    return parse_strict_json(path.read_text())
+
+
+def decision_run(
+    tool: str, key: str, run: int, raw: Path, quick: bool, timeout_s: float
+) -> DecisionRun:
+    """One decision in a fresh process, as a record (its error if it failed)."""
+    args = [tool, "--workload", key, "--out", str(raw), "--run", str(run)]
+    record = raw / f"{tool}-{key}-{run}.json"
+    record.unlink(missing_ok=True)  # a record from an earlier suite run is not this run's
+    error = run_worker([*args, "--quick"] if quick and tool == "dlopt" else args, timeout_s)
+    if error is not None or not record.is_file():
+        return DecisionRun(tool=tool, error=error or "the worker wrote no record")
+    return CONVERTER.structure(_read(record), DecisionRun)
+
+
+def oracle_plans(key: str, runs: list[DecisionRun], raw: Path) -> list[dict[str, Any]]:
+    """Every plan any dlopt run validated, with the options it raced with."""
+    options: dict[str, Any] = {}
+    for number, run in enumerate(runs, start=1):
+        if run.error is not None:
+            continue
+        report = _read(raw / f"dlopt-report-{key}-{number}.json")
+        by_name = {c["name"]: c for c in report["candidates"]}
+        for name in run.valid_plans:
+            options.setdefault(name, by_name.get(name, {}).get("options"))
+    return [{"name": name, "options": value} for name, value in options.items()]
+
+
+def run_model(
+    key: str, repeats: int, raw: Path, quick: bool, timeout_s: float, oracle_timeout_s: float
+) -> ModelResult:
+    title = WORKLOADS[key][0]
+    dlopt_runs: list[DecisionRun] = []
+    peer_runs: list[DecisionRun] = []
+    for run in range(1, repeats + 1):
+        # Alternating tools spreads slow drift of the machine over both.
+        for tool, runs in (("dlopt", dlopt_runs), ("peer", peer_runs)):
+            record = decision_run(tool, key, run, raw, quick, timeout_s)
+            runs.append(record)
+            what = record.error or (
+                f"{record.wall_s:.1f} s, pick {record.pick}" if record.wall_s else record.pick
+            )
+            print(f"  {key}: {tool} run {run}/{repeats}: {what}", flush=True)
+    if all(r.error for r in dlopt_runs):
+        return ModelResult(key, title, dlopt_runs, peer_runs, None, "every dlopt run failed")
+    plans = oracle_plans(key, dlopt_runs, raw)
+    peer_fx = any(r.oracle_name == "peer_fx" for r in peer_runs)
+    # The picks (and eager fp32, for the speedup) are timed every round: their regret is wanted.
+    picks = {r.oracle_name for r in (*dlopt_runs, *peer_runs) if r.oracle_name} | {"eager_fp32"}
+    plans_file = raw / f"oracle-plans-{key}.json"
+    wanted = {"plans": plans, "peer_fx": peer_fx, "keep": sorted(picks)}
+    plans_file.write_text(json.dumps(wanted, allow_nan=False))
+    args = ["oracle", "--workload", key, "--out", str(raw), "--plans", str(plans_file)]
+    oracle_file = raw / f"oracle-{key}.json"
+    oracle_file.unlink(missing_ok=True)
+    error = run_worker([*args, "--quick"] if quick else args, oracle_timeout_s)
+    if error is None and oracle_file.is_file():
+        oracle = CONVERTER.structure(_read(oracle_file), OracleResult)
+        for name, why in oracle.failures.items():
+            print(f"  {key}: oracle could not time {name}: {why}", flush=True)
+        print(
+            f"  {key}: oracle {oracle.rounds} rounds, {oracle.time_s:.0f} s, "
+            f"{'settled' if oracle.settled else oracle.stop_reason}",
+            flush=True,
+        )
+    else:
+        oracle = OracleResult(error=f"oracle: {error or 'no record written'}")
+        print(f"  {key}: {oracle.error}", flush=True)
+    return ModelResult(key, title, dlopt_runs, peer_runs, oracle)
+
+
+def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
+    import torch
+
+    import dlopt
+    from dlopt.machine import cpu_model_and_flags
+
+    from .._common import git_commit, load_average
+
+    try:
+        from importlib.metadata import version
+
+        peer = version("custom-dl-optimizer")
+    except Exception:
+        peer = "not installed"
+    model, flags = cpu_model_and_flags()
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "isa_flags": list(flags),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "dlopt": dlopt.__version__,
+        "commit": git_commit(),
+        "peer": peer,
+        "python": platform.python_version(),
+        "load_before": load_average(),
+        "command": command,
+        "repeats": repeats,
+        "quick": quick,
+    }
+
+
+def chart(summaries: list[ModelSummary], path: Path, note: str = "") -> Path | None:
+    """Time to a decision, regret and the pick's speedup per workload, dlopt vs the peer.
+    A figure that is unknown (a failed run) draws no bar."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    import math
+    import statistics
+
+    def known(value: float | None) -> float:
+        return math.nan if value is None else value
+
+    def median_pct(values: tuple[float | None, ...]) -> float:
+        made = [v for v in values if v is not None]
+        return statistics.median(made) * 100 if made else math.nan
+
+    names = [s.key for s in summaries]
+    x = list(range(len(names)))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    width = 0.4
+    panels = [
+        (
+            "time to a decision (s, median of runs)",
+            [known(s.dlopt_wall_s) for s in summaries],
+            [known(s.peer_wall_s) for s in summaries],
+        ),
+        (
+            "regret vs the oracle's best (%, median of runs)",
+            [median_pct(s.dlopt_regrets) for s in summaries],
+            [median_pct(s.peer_regrets) for s in summaries],
+        ),
+    ]
+    for ax, (title, ours, theirs) in zip(axes, panels):
+        ax.bar([i - width / 2 for i in x], ours, width, label="dlopt")
+        ax.bar([i + width / 2 for i in x], theirs, width, label="peer")
+        ax.set_title(title)
+        ax.legend()
+    speedups = [known(s.pick_speedup_vs_eager) for s in summaries]
+    axes[2].bar(x, speedups, 0.6, color="tab:green")
+    axes[2].axhline(1.0, color="grey", linewidth=0.8)
+    axes[2].set_title("dlopt pick's speedup over eager fp32 (oracle)")
+    for ax in axes:
+        ax.set_xticks(x, names, rotation=45, ha="right")
+    if note:
+        fig.suptitle(note, color="tab:red")
+    fig.tight_layout()
+    fig.savefig(path)  # the format follows the suffix (.svg here)
+    plt.close(fig)
+    return path
+
+
+def write_outputs(
+    output: Path,
+    env: dict[str, Any],
+    results: list[ModelResult],
+    summaries: list[ModelSummary],
+    targets: list[TargetOutcome],
+) -> list[Path]:
+    output.mkdir(parents=True, exist_ok=True)
+    data = {
+        "environment": env,
+        "targets": to_json_data(targets),
+        "summaries": to_json_data(summaries),
+        "results": to_json_data(results),
+    }
+    written = [output / "results.json", output / "results.md"]
+    written[0].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    oracles = {r.key: r.oracle for r in results}
+    written[1].write_text(markdown(summaries, targets, env, oracles))
+    note = "quick mode: a smoke run, the numbers mean nothing" if env.get("quick") else ""
+    svg = chart(summaries, output / "results.svg", note)
+    if svg is not None:
+        written.append(svg)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.suite", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(WORKLOADS),
+        metavar="NAME",
+        help=f"workloads to run, of: {', '.join(WORKLOADS)} (default: all)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="fresh processes per tool and workload (default 3; --quick: 1)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: short races, a short oracle, 1 process; numbers mean nothing",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=None,
+        help="where results.md/.json/.svg go (default docs/benchmarks/; "
+        "--quick: artifacts/bench-suite-quick/)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds one dlopt or peer run may take (default 900)",
+    )
+    parser.add_argument(
+        "--oracle-timeout",
+        type=float,
+        default=1200.0,
+        help="seconds one workload's oracle may take (default 1200)",
+    )
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.models if m not in WORKLOADS]
+    if unknown:
+        parser.error(
+            f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
+        )
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if repeats < 1:
+        parser.error("--repeats must be at least 1")
+    # SIGTERM (a timeout around the suite) unwinds like Ctrl-C, so no worker is left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    output = args.output_dir or (QUICK_OUTPUT if args.quick else DOCS)
+    raw = RAW if not args.quick else QUICK_OUTPUT / "runs"
+    raw.mkdir(parents=True, exist_ok=True)
+    command = "python -m benchmarks.suite " + " ".join(argv if argv is not None else sys.argv[1:])
+    env = environment(command.strip(), repeats, args.quick)
+    print(f"CPU {env['cpu_model']}, ISA {', '.join(env['isa_flags'])}; load {env['load_before']}")
+    started = time.perf_counter()
+    results = []
+    for key in args.models:
+        print(f"{key}: {WORKLOADS[key][0]}", flush=True)
+        try:
+            result = run_model(key, repeats, raw, args.quick, args.timeout, args.oracle_timeout)
+        except Exception as exc:  # a broken record fails its workload, not the suite
+            result = ModelResult(key, WORKLOADS[key][0], error=f"{type(exc).__name__}: {exc}")
+            print(f"  {key}: failed: {result.error}", flush=True)
+        results.append(result)
+    from .._common import load_average
+
+    env["load_after"] = load_average()
+    env["suite_time_s"] = time.perf_counter() - started
+    summaries = [summarize(r) for r in results]
+    targets = evaluate_targets(summaries)
+    for target in targets:
+        verdict = "not judged" if target.met is None else "met" if target.met else "NOT met"
+        print(f"target: {target.name}: {verdict} ({target.detail})")
+    for path in write_outputs(output, env, results, summaries, targets):
+        print(f"wrote {path}")
+    print(f"raw reports in {raw}")
+    return 0

@@ -1,0 +1,210 @@
+"""The oracle's schedule and statistics, on a fake clock."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from benchmarks.suite.timing import (
+    MedianInterval,
+    OracleSettings,
+    is_settled,
+    median_interval,
+    time_interleaved,
+)
+
+
+class FakeClock:
+    """Seconds that pass only when a fake plan runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.log: list[tuple[str, str]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def plan(self, name: str, case: str, latencies_ms) -> object:
+        values = itertools.cycle(latencies_ms)
+
+        def call() -> None:
+            self.log.append((name, case))
+            self.now += next(values) / 1e3
+
+        return call
+
+
+def test_median_interval_uses_the_binomial_ranks():
+    # The classic table: n=10 -> ranks 2 and 9 (97.9%); n=100 -> ranks 40 and 61.
+    ten = median_interval([float(v) for v in range(1, 11)])
+    assert (ten.low, ten.median, ten.high) == (2.0, 5.5, 9.0)
+    assert ten.coverage == pytest.approx(1 - 2 * 11 / 1024)
+    hundred = median_interval([float(v) for v in range(1, 101)])
+    assert (hundred.low, hundred.high) == (40.0, 61.0)
+    assert hundred.coverage >= 0.95
+
+
+def test_median_interval_of_few_values_is_the_range_with_its_lower_coverage():
+    few = median_interval([3.0, 1.0, 2.0])
+    assert (few.low, few.median, few.high) == (1.0, 2.0, 3.0)
+    assert few.coverage == pytest.approx(0.75)
+
+
+def test_median_interval_refuses_bad_input():
+    with pytest.raises(ValueError, match="at least one value"):
+        median_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        median_interval([1.0], confidence=1.5)
+
+
+def test_clear_winner_settles_at_min_rounds_with_exact_latencies():
+    clock = FakeClock()
+    plans = {
+        "slow": {"a": clock.plan("slow", "a", [2.0])},
+        "fast": {"a": clock.plan("fast", "a", [1.0])},
+    }
+    settings = OracleSettings(
+        min_rounds=6, max_rounds=50, settle_calls=2, settle_time_s=0.0, timed_calls=3
+    )
+    timing = time_interleaved(plans, {"a": 1.0}, settings, clock=clock)
+    assert timing.settled and timing.stop_reason == "settled"
+    assert timing.rounds == 6
+    assert [p.name for p in timing.ranking()] == ["fast", "slow"]
+    fast = next(p for p in timing.plans if p.name == "fast")
+    assert fast.latency.median == pytest.approx(1.0)
+    # Every visit is a burst: settle + timed calls of one plan back to back.
+    assert len(clock.log) == 6 * 2 * (2 + 3)
+    bursts = [clock.log[i : i + 5] for i in range(0, len(clock.log), 5)]
+    assert all(len(set(burst)) == 1 for burst in bursts)
+
+
+def test_plans_are_visited_in_a_fresh_random_order_each_round():
+    clock = FakeClock()
+    names = [f"p{i}" for i in range(5)]
+    plans = {n: {"a": clock.plan(n, "a", [1.0 + i])} for i, n in enumerate(names)}
+    settings = OracleSettings(
+        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
+    time_interleaved(plans, {"a": 1.0}, settings, clock=clock, keep=names)
+    orders = {tuple(name for name, _ in clock.log[r * 5 : r * 5 + 5]) for r in range(8)}
+    assert len(orders) > 1  # not one fixed order
+    assert all(sorted(order) == names for order in orders)
+
+
+def test_weighted_cases_give_the_traffic_weighted_latency():
+    clock = FakeClock()
+    plans = {
+        "x": {"b1": clock.plan("x", "b1", [1.0]), "b8": clock.plan("x", "b8", [5.0])},
+        "y": {"b1": clock.plan("y", "b1", [2.0]), "b8": clock.plan("y", "b8", [3.0])},
+    }
+    settings = OracleSettings(min_rounds=5, max_rounds=5, settle_time_s=0.0)
+    timing = time_interleaved(plans, {"b1": 70, "b8": 30}, settings, clock=clock)
+    by_name = {p.name: p for p in timing.plans}
+    assert by_name["x"].latency.median == pytest.approx(0.7 * 1 + 0.3 * 5)  # 2.2
+    assert by_name["y"].latency.median == pytest.approx(0.7 * 2 + 0.3 * 3)  # 2.3
+    assert by_name["x"].case_median_ms == pytest.approx({"b1": 1.0, "b8": 5.0})
+
+
+def test_overlapping_plans_run_to_the_round_cap_and_say_so():
+    clock = FakeClock()
+    # Medians 1.0 vs 1.05 with a wide spread: intervals overlap, beyond a 1% tie.
+    plans = {
+        "a": {"c": clock.plan("a", "c", [0.5, 1.0, 1.5])},
+        "b": {"c": clock.plan("b", "c", [0.55, 1.05, 1.55])},
+    }
+    settings = OracleSettings(
+        min_rounds=3, max_rounds=12, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert not timing.settled and timing.stop_reason == "max_rounds" and timing.rounds == 12
+
+
+def test_the_time_cap_stops_the_rounds():
+    clock = FakeClock()
+    plans = {
+        "a": {"c": clock.plan("a", "c", [50.0, 100.0, 150.0])},
+        "b": {"c": clock.plan("b", "c", [55.0, 105.0, 155.0])},
+    }
+    settings = OracleSettings(
+        min_rounds=2,
+        max_rounds=1000,
+        max_time_s=5.0,
+        settle_calls=0,
+        settle_time_s=0.0,
+        timed_calls=1,
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert timing.stop_reason == "max_time" and timing.rounds < 1000
+    assert timing.time_s >= 5.0
+
+
+def test_a_tie_within_the_tolerance_counts_as_settled():
+    tie = {
+        "a": MedianInterval(1.000, 0.998, 1.003, 20, 0.95),
+        "b": MedianInterval(1.001, 0.999, 1.004, 20, 0.95),
+    }
+    assert is_settled(tie, tie_tolerance=0.01)
+    assert not is_settled(tie, tie_tolerance=0.001)
+
+
+def test_plans_must_cover_the_same_cases():
+    with pytest.raises(ValueError, match="expected"):
+        time_interleaved({"a": {"x": lambda: None}}, {"y": 1.0}, OracleSettings())
+    with pytest.raises(ValueError, match="at least one plan"):
+        time_interleaved({}, {"y": 1.0}, OracleSettings())
+
+
+def test_a_burst_settles_for_its_time_then_times_its_calls():
+    clock = FakeClock()
+    plans = {"a": {"c": clock.plan("a", "c", [10.0])}}
+    settings = OracleSettings(
+        min_rounds=1, max_rounds=1, settle_calls=2, settle_time_s=0.05, timed_calls=3
+    )
+    time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert len(clock.log) == 5 + 3  # 5 x 10 ms of settling reach 50 ms, then 3 timed
+    capped = FakeClock()
+    plans = {"a": {"c": capped.plan("a", "c", [10.0])}}
+    settings = OracleSettings(
+        min_rounds=1, max_rounds=1, settle_time_s=10.0, settle_max_calls=7, timed_calls=1
+    )
+    time_interleaved(plans, {"c": 1.0}, settings, clock=capped)
+    assert len(capped.log) == 7 + 1
+
+
+def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept():
+    clock = FakeClock()
+    plans = {
+        "fast": {"c": clock.plan("fast", "c", [1.0, 1.2])},
+        "close": {"c": clock.plan("close", "c", [1.1, 1.3])},
+        "slow": {"c": clock.plan("slow", "c", [100.0])},
+        "slow_pick": {"c": clock.plan("slow_pick", "c", [100.0])},
+    }
+    settings = OracleSettings(
+        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock, keep={"slow_pick"})
+    by_name = {p.name: p for p in timing.plans}
+    assert by_name["slow"].dropped_after == 3 and len(by_name["slow"].rounds_ms) == 3
+    assert by_name["slow"].latency.median == pytest.approx(100.0)
+    assert by_name["slow_pick"].dropped_after is None and len(by_name["slow_pick"].rounds_ms) == 8
+    # Within 2x of the leader: timed to the end.
+    assert by_name["close"].dropped_after is None and len(by_name["close"].rounds_ms) == 8
+    assert sum(1 for name, _ in clock.log if name == "slow") == 3
+
+
+def test_the_time_cap_holds_before_min_rounds():
+    clock = FakeClock()
+    plans = {"a": {"c": clock.plan("a", "c", [1000.0])}, "b": {"c": clock.plan("b", "c", [1500.0])}}
+    settings = OracleSettings(
+        min_rounds=15,
+        max_rounds=100,
+        max_time_s=5.0,
+        settle_calls=0,
+        settle_time_s=0.0,
+        timed_calls=1,
+        drop_factor=10.0,
+    )
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert timing.stop_reason == "max_time" and not timing.settled
+    assert timing.rounds == 2  # 2.5 s a round: the cap is passed after the second

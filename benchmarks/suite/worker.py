@@ -1,0 +1,189 @@
+"""One measurement in a fresh process: a dlopt decision, a peer decision or the oracle.
+
+    python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 1
+    python -m benchmarks.suite.worker peer   --workload mlp --out DIR --run 1
+    python -m benchmarks.suite.worker oracle --workload mlp --out DIR --plans PLANS.json
+
+The suite (``python -m benchmarks.suite``) starts these, each with a timeout; each writes
+strict JSON into ``--out`` (dlopt's own report, then the suite's record) and nothing else.
+Wall time to a decision is timed the same way for both tools: from constructing the
+optimizer (plugin discovery included) to the decision in hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .models import build
+from .results import PEER_PLAN_IN_ORACLE, DecisionRun, Interval, OracleResult, to_json_data
+
+
+def _write(path: Path, record: Any) -> None:
+    path.write_text(json.dumps(to_json_data(record), indent=2, allow_nan=False) + "\n")
+
+
+def _dlopt_policy(quick: bool) -> Any:
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.policy import OptimizationPolicy
+
+    if not quick:
+        return OptimizationPolicy()  # the default policy: every installed plan races
+    return OptimizationPolicy(measurement=MeasurementPolicy(max_rounds=4, max_time_s=10.0))
+
+
+def run_dlopt(key: str, out: Path, run: int, quick: bool) -> None:
+    import dlopt
+    from dlopt.workload import WorkloadCase, WorkloadProfile
+
+    model, cases = build(key)
+    workload = WorkloadProfile(
+        name=key, cases=tuple(WorkloadCase(n, args=a, kwargs=k, weight=w) for n, a, k, w in cases)
+    )
+    started = time.perf_counter()
+    optimizer = dlopt.InferenceOptimizer("cpu", _dlopt_policy(quick))
+    decision = optimizer.select(model, workload)
+    wall_s = time.perf_counter() - started
+    report_path = out / f"dlopt-report-{key}-{run}.json"
+    decision.save_report(report_path)
+    decision.close()
+    _write(out / f"dlopt-{key}-{run}.json", decision_from_report(report_path, wall_s))
+
+
+def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
+    """The suite's record of one dlopt decision, read back from its saved JSON report."""
+    from dlopt.report import load_report
+
+    report = load_report(report_path)
+    pick = report.candidate(report.selected_plan)
+    speedup = pick.speedup_vs_eager
+    measurement = report.measurement
+    return DecisionRun(
+        tool="dlopt",
+        pick=report.selected_plan,
+        oracle_name=report.selected_plan,
+        wall_s=wall_s,
+        measure_s=measurement.total_time_s if measurement is not None else None,
+        timed_calls=measurement.timed_calls if measurement is not None else None,
+        pick_speedup=(
+            Interval(speedup.point, speedup.low, speedup.high) if speedup is not None else None
+        ),
+        stop_reason=str(measurement.stop_reason.value) if measurement is not None else None,
+        valid_plans=tuple(
+            c.name for c in report.candidates if c.parity is not None and c.parity.passed
+        ),
+    )
+
+
+def run_peer(key: str, out: Path, run: int) -> None:
+    from custom_dl_optimizer import ExecutionTarget, InferenceOptimizer
+    from custom_dl_optimizer import WorkloadCase as PeerCase
+    from custom_dl_optimizer import WorkloadProfile as PeerProfile
+
+    model, cases = build(key)
+    workload = PeerProfile(
+        name=key, cases=tuple(PeerCase(n, args=a, kwargs=k, weight=w) for n, a, k, w in cases)
+    )
+    started = time.perf_counter()
+    optimizer = InferenceOptimizer(target=ExecutionTarget("cpu"))  # its default policy
+    decision = optimizer.select(model, workload)
+    wall_s = time.perf_counter() - started
+    report = decision.report
+    timed = sum(
+        len(c.latency_samples_ms) for cand in report.candidates for c in cand.workload_cases
+    )
+    _write(
+        out / f"peer-{key}-{run}.json",
+        DecisionRun(
+            tool="peer",
+            pick=report.selected_plan,
+            oracle_name=PEER_PLAN_IN_ORACLE.get(report.selected_plan, report.selected_plan),
+            wall_s=wall_s,
+            timed_calls=timed,
+            valid_plans=tuple(c.name for c in report.candidates if c.parity),
+        ),
+    )
+
+
+def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
+    from dlopt.serialization import parse_strict_json
+
+    from .oracle import build_all
+    from .results import OraclePlan
+    from .timing import OracleSettings, time_interleaved
+
+    wanted = parse_strict_json(plans_file.read_text())
+    plans = [(str(p["name"]), p.get("options")) for p in wanted["plans"]]
+    model, cases = build(key)
+    settings = (
+        OracleSettings(
+            min_rounds=3, max_rounds=5, max_time_s=20.0, timed_calls=3, drop_after_rounds=1
+        )
+        if quick
+        else OracleSettings()
+    )
+    built, failures, providers = build_all(model, cases, plans, peer_fx=bool(wanted["peer_fx"]))
+    weights = {name: weight for name, _, _, weight in cases}
+    if not built:
+        providers.close()
+        failed = OracleResult(failures=failures, error="the oracle could build none of the plans")
+        _write(out / f"oracle-{key}.json", failed)
+        return
+    try:
+        timing = time_interleaved(
+            {n: calls for n, (_, calls) in built.items()},
+            weights,
+            settings,
+            keep=set(wanted.get("keep", ())),
+        )
+    finally:
+        providers.close()
+    result = OracleResult(
+        plans=tuple(
+            OraclePlan(
+                t.name,
+                t.latency.median,
+                t.latency.low,
+                t.latency.high,
+                built[t.name][0],
+                t.case_median_ms,
+                len(t.rounds_ms),
+                t.dropped_after,
+            )
+            for t in timing.plans
+        ),
+        rounds=timing.rounds,
+        time_s=timing.time_s,
+        settled=timing.settled,
+        stop_reason=timing.stop_reason,
+        failures=failures,
+    )
+    _write(out / f"oracle-{key}.json", result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("mode", choices=("dlopt", "peer", "oracle"))
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--run", type=int, default=1)
+    parser.add_argument("--plans", type=Path, help="oracle: JSON file of the plans to time")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.mode == "dlopt":
+        run_dlopt(args.workload, args.out, args.run, args.quick)
+    elif args.mode == "peer":
+        run_peer(args.workload, args.out, args.run)
+    else:
+        if args.plans is None:
+            parser.error("oracle needs --plans FILE")
+        run_oracle(args.workload, args.out, args.plans, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
