@@ -170,17 +170,17 @@ def test_no_module_imports_from_the_package_face(graph: Graph) -> None:
 
 
 def test_the_report_schema_does_not_import_the_loader(graph: Graph) -> None:
-    assert "dlopt.providers.loader" not in graph["dlopt.report"]
+    assert "dlopt.plugins.discovery" not in graph["dlopt.evidence.report"]
 
 
 @pytest.mark.parametrize(
     ("module", "allowed"),
     [
         ("dlopt._version", set()),
-        ("dlopt.machine", set()),
-        ("dlopt.names", {"dlopt.errors"}),
-        ("dlopt.providers.records", set()),
-        ("dlopt.cli.tables", set()),
+        ("dlopt.platform.machine", set()),
+        ("dlopt.platform.names", {"dlopt.errors"}),
+        ("dlopt.plugins.records", set()),
+        ("dlopt.cli.console", set()),
     ],
 )
 def test_leaf_modules_stay_leaves(graph: Graph, module: str, allowed: set[str]) -> None:

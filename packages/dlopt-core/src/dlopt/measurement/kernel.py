@@ -45,7 +45,7 @@ from dlopt.measurement.stats import (
     summarize_latency,
     t_interval,
 )
-from dlopt.serialization import finite_or_none
+from dlopt.platform.serialization import finite_or_none
 from dlopt.vocabulary import StopReason, Verdict
 
 #: What waits for queued device work: one callable for all plans, or one per plan name.

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from dlopt.config_checks import is_number
 from dlopt.events import Event, EventKind
-from dlopt.hookspecs import hookimpl
+from dlopt.platform.config_checks import is_number
+from dlopt.plugins.hookspecs import hookimpl
 
 #: In plain mode a round line is printed at most this often (and whenever a comparison
 #: is resolved), so a long race does not flood a log.
