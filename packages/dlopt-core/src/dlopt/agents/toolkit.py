@@ -67,7 +67,7 @@ from dlopt.platform.names import NAME_RULE, is_plain_name
 from dlopt.platform.serialization import strict_jsonable
 from dlopt.plugins.contract import ProviderContext, ProviderInfo, Role
 from dlopt.plugins.discovery import load_providers
-from dlopt.plugins.registry import ProviderRegistry
+from dlopt.plugins.registry import ProviderRegistry, with_explicit
 from dlopt.vocabulary import StopReason
 
 log = logging.getLogger(__name__)
@@ -425,11 +425,7 @@ class OptimizationAgentToolkit:
         registry = self._optimizer.registry
         if registry is None:
             registry = load_providers()
-        explicit = {
-            p.name: ProviderInfo(p, plugin="explicit") for p in self._optimizer.explicit_providers
-        }
-        infos = [explicit.pop(i.name, i) for i in registry.providers]
-        return registry, [*infos, *explicit.values()]
+        return registry, with_explicit(registry.providers, self._optimizer.explicit_providers)
 
     def _list_workloads(self, args: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

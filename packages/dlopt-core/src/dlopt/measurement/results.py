@@ -175,7 +175,7 @@ class RaceResult:
     @property
     def faster(self) -> tuple[str, ...]:
         """Challengers whose gate interval clears ``min_speedup``."""
-        return tuple(c.name for c in self.candidates if c.verdict == "faster")
+        return tuple(c.name for c in self.candidates if c.verdict == Verdict.FASTER)
 
     @property
     def unresolved(self) -> tuple[str, ...]:

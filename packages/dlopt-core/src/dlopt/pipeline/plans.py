@@ -15,14 +15,14 @@ from dlopt.plugins.contract import (
     ProviderInfo,
     Role,
 )
-from dlopt.plugins.registry import ProviderRegistry
+from dlopt.plugins.registry import EXPLICIT_PLUGIN, ProviderRegistry, with_explicit
 
 
 def choose_plans(
     registry: ProviderRegistry, explicit: Sequence[ExecutionProvider], policy: OptimizationPolicy
 ) -> list[CandidateState]:
     """The plans this selection races, reference first, with their options checked."""
-    names = [check_plan_name(p.name, plugin="explicit") for p in explicit]
+    names = [check_plan_name(p.name, plugin=EXPLICIT_PLUGIN) for p in explicit]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         # A dict keyed by name would keep the last one silently.
@@ -32,9 +32,7 @@ def choose_plans(
         )
     # A typo in include/exclude would silently race other plans than the user meant.
     check_plan_names(policy, [*(i.name for i in registry.providers), *names])
-    by_name = {p.name: ProviderInfo(p, plugin="explicit") for p in explicit}
-    infos = [by_name.pop(info.name, info) for info in registry.providers]
-    infos.extend(by_name.values())
+    infos = with_explicit(registry.providers, explicit)
     # The reference (eager fp32) always races, whatever include/exclude say, and first.
     roles = {i.name: _declared_role(i) for i in infos}
     chosen = [i for i in infos if roles[i.name] is Role.REFERENCE or policy.wants(i.name)]

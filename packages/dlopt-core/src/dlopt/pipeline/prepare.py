@@ -57,7 +57,7 @@ def prepare(
     The candidate ends alive, unavailable (``status``) or rejected (``error``).
     """
     context = attrs.evolve(context, options=cand.options)
-    run.stage(cand, "probe")
+    run.stage(cand, Stage.PROBE)
     cand.status = probe_provider(cand.info, context)
     availability = cand.status.availability
     if not availability.available:
@@ -74,17 +74,17 @@ def prepare(
     context = attrs.evolve(context, cases=prepared_cases(reference), availability=availability)
     memory_probe = MemoryProbe(run.target.device).start()
     try:
-        run.stage(cand, "build")
+        run.stage(cand, Stage.BUILD)
         error = build(cand, model, context, guard, run)
         outputs: list[Any] = []
         if error is None:
-            run.stage(cand, "first_call")
+            run.stage(cand, Stage.FIRST_CALL)
             error = first_calls(cand, model, reference, guard, run, outputs)
     finally:
         cand.memory = memory_probe.stop()
         cand.device_memory_mb = _device_memory(cand.plan)
     if error is None:
-        run.stage(cand, "validation")
+        run.stage(cand, Stage.VALIDATION)
         cand.validation = validate_calls(cand, outputs, reference, run.policy)
         if not cand.validation.passed:
             error = StageError(Stage.VALIDATION, cand.validation.reason or "failed validation")

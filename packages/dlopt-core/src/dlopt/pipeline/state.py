@@ -101,9 +101,17 @@ class Run:
             return functools.partial(torch.cuda.synchronize, torch.device(self.target.device))
         return None
 
-    def stage(self, cand: CandidateState, stage: str) -> None:
-        """Say that ``cand`` enters ``stage`` (for progress displays)."""
-        self.emit(Event(EventKind.STAGE_STARTED, stage, candidate=cand.name, data={"stage": stage}))
+    def stage(self, cand: CandidateState, stage: Stage) -> None:
+        """Say that ``cand`` enters ``stage`` (for progress displays); the event carries
+        the stage's text, the word a rejection at that stage is reported under."""
+        self.emit(
+            Event(
+                EventKind.STAGE_STARTED,
+                stage.value,
+                candidate=cand.name,
+                data={"stage": stage.value},
+            )
+        )
 
     def reject(self, cand: CandidateState, error: StageError) -> None:
         """Record ``error`` on ``cand``, release its plan (the reference's stays: it is

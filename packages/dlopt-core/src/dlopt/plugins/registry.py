@@ -7,13 +7,14 @@ boundary: pluggy matches arguments by name, and one plugin's exception never rea
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pluggy
 from attrs import define, field
 
 from dlopt.events import Event
-from dlopt.plugins.contract import ProviderInfo
+from dlopt.plugins.contract import ExecutionProvider, ProviderInfo
 from dlopt.plugins.records import PluginFailure, PluginRecord
 
 log = logging.getLogger(__name__)
@@ -59,3 +60,17 @@ def own_caller(manager: pluggy.PluginManager, hook_name: str, plugin: object) ->
     """A pluggy caller of ``hook_name`` that reaches ``plugin`` only (its own boundary)."""
     others = [p for p in manager.get_plugins() if p is not plugin]
     return manager.subset_hook_caller(hook_name, remove_plugins=others)
+
+
+#: The plugin name of providers handed to the optimizer directly (``providers=``).
+EXPLICIT_PLUGIN = "explicit"
+
+
+def with_explicit(
+    providers: Sequence[ProviderInfo], explicit: Sequence[ExecutionProvider]
+) -> list[ProviderInfo]:
+    """``providers`` with each ``explicit`` provider replacing the one of its name (in its
+    place) or, when none has it, added at the end."""
+    by_name = {p.name: ProviderInfo(p, plugin=EXPLICIT_PLUGIN) for p in explicit}
+    merged = [by_name.pop(info.name, info) for info in providers]
+    return [*merged, *by_name.values()]

@@ -229,17 +229,9 @@ def choose(
         else (baseline, "")
     )
     reason = _reason(
-        reference,
+        _Bar(objective, min_speedup, confidence),
+        _Standings(reference, baseline, selected, natives_judged, challengers, by_name, totals),
         budget_note,
-        objective,
-        min_speedup,
-        confidence,
-        baseline,
-        selected,
-        natives_judged,
-        challengers,
-        by_name,
-        totals,
     )
     if pick_note:
         reason += f" {pick_note}"
@@ -325,19 +317,41 @@ def _fmt(s: RatioInterval | None) -> str:
     return f"{s.point:.3f}x [{low}, {high}]"
 
 
-def _reason(
-    reference: str,
-    budget_note: str | None,
-    objective: str,
-    min_speedup: float,
-    confidence: float,
-    baseline: str,
-    selected: str,
-    natives: Sequence[Comparison],
-    challengers: Sequence[Comparison],
-    costs: dict[str, Costs],
-    totals: dict[str, float],
-) -> str:
+@frozen
+class _Bar:
+    """What a challenger is judged by: the objective, and the speedup it must clear at
+    which confidence."""
+
+    objective: str
+    min_speedup: float
+    confidence: float
+
+
+@frozen
+class _Standings:
+    """Where the plans ended: the reference, the baseline (the reference or a native that
+    beat it), the selected plan, the comparisons of natives and challengers, and each
+    plan's costs (``totals``: projected lifecycle cost, ms, when the objective has one)."""
+
+    reference: str
+    baseline: str
+    selected: str
+    natives: Sequence[Comparison]
+    challengers: Sequence[Comparison]
+    costs: dict[str, Costs]
+    totals: dict[str, float]
+
+
+def _reason(judged_by: _Bar, standings: _Standings, budget_note: str | None) -> str:
+    """The plain-language reason of the selection, naming its numbers."""
+    objective, min_speedup, confidence = (
+        judged_by.objective,
+        judged_by.min_speedup,
+        judged_by.confidence,
+    )
+    reference, baseline, selected = standings.reference, standings.baseline, standings.selected
+    natives, challengers = standings.natives, standings.challengers
+    costs, totals = standings.costs, standings.totals
     metric = (
         "projected lifecycle cost"
         if objective == Objective.LIFECYCLE_LATENCY
