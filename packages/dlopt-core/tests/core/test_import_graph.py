@@ -353,18 +353,18 @@ def test_relative_imports_and_subpackage_faces_count(tmp_path: Path) -> None:
     assert find_cycle(graph) == ["pkg.sub", "pkg.sub.inner", "pkg.top", "pkg.sub"]
 
 
+#: A gate (low layer) that reaches up into a stage (high layer) inside a function.
+_GATE_IMPORTS_STAGE = {
+    "low/__init__.py": "",
+    "low/gate.py": "def f():\n    from pkg.high.stage import g\n",
+    "high/__init__.py": "",
+    "high/stage.py": "from pkg.low.gate import f\n",
+}
+
+
 def test_an_import_from_a_higher_layer_is_found(tmp_path: Path) -> None:
-    root = _package(
-        tmp_path,
-        {
-            "low/__init__.py": "",
-            "low/gate.py": "def f():\n    from pkg.high.stage import g\n",
-            "high/__init__.py": "",
-            "high/stage.py": "from pkg.low.gate import f\n",
-        },
-    )
     layers = (("low", ("pkg.low",)), ("high", ("pkg.high", "pkg")))
-    graph = import_graph(root, "pkg")
+    graph = import_graph(_package(tmp_path, _GATE_IMPORTS_STAGE), "pkg")
     assert upward_edges(graph, layers) == [("pkg.low.gate", "pkg.high.stage", 2)]
     assert layer_of("pkg.high.stage", layers) == 1
     assert layer_of("pkg.lowly", layers) == 1  # a prefix matches whole names only
