@@ -223,6 +223,15 @@ class BuildSetup:
     context: ProviderContext
 
 
+def _batches(
+    name: str, seed: int, case: Callable[[int, torch.Generator], WorkloadCase]
+) -> WorkloadProfile:
+    """A batch-1 and a batch-4 case, ``case(rows, generator)`` each, drawn in that order
+    from one generator seeded with ``seed`` (the same tensors on every run)."""
+    generator = torch.Generator().manual_seed(seed)
+    return WorkloadProfile(cases=tuple(case(n, generator) for n in (1, 4)), name=name)
+
+
 class ProviderContractSuite:
     """Checks every dlopt provider must pass. Set the class attributes, implement
     :meth:`make_provider`, declare what the provider supports, and override the other
@@ -270,18 +279,15 @@ class ProviderContractSuite:
 
     def make_workload(self) -> WorkloadProfile:
         """Batch 1 and batch 4 images on the input device."""
-        gen = torch.Generator().manual_seed(1)
         device = self.input_device()
-        return WorkloadProfile(
-            cases=(
-                WorkloadCase(
-                    "batch-1", args=(torch.randn(1, 3, 16, 16, generator=gen).to(device),), weight=3
-                ),
-                WorkloadCase(
-                    "batch-4", args=(torch.randn(4, 3, 16, 16, generator=gen).to(device),), weight=1
-                ),
+        return _batches(
+            "contract",
+            1,
+            lambda n, gen: WorkloadCase(
+                f"batch-{n}",
+                args=(torch.randn(n, 3, 16, 16, generator=gen).to(device),),
+                weight=3 if n == 1 else 1,
             ),
-            name="contract",
         )
 
     def make_options(self, provider: ExecutionProvider) -> Any:
@@ -299,17 +305,7 @@ class ProviderContractSuite:
 
     def make_keyword_workload(self) -> WorkloadProfile:
         """Batch 1 and 4 with a ``mask`` keyword hiding about half of the outputs."""
-        gen = torch.Generator().manual_seed(2)
-        device = self.input_device()
-        cases = tuple(
-            WorkloadCase(
-                f"batch-{n}",
-                args=(torch.randn(n, 16, generator=gen).to(device),),
-                kwargs={"mask": (torch.rand(n, 8, generator=gen) > 0.5).to(device)},
-            )
-            for n in (1, 4)
-        )
-        return WorkloadProfile(cases=cases, name="contract-keywords")
+        return self._mlp_workload("contract-keywords", 2, with_mask=True)
 
     def make_nested_model(self) -> torch.nn.Module:
         """An MLP returning ``{"logits": t, "pooled": [t, t]}`` (used when
@@ -318,13 +314,21 @@ class ProviderContractSuite:
 
     def make_nested_workload(self) -> WorkloadProfile:
         """Batch 1 and 4 inputs of :meth:`make_nested_model`."""
-        gen = torch.Generator().manual_seed(3)
+        return self._mlp_workload("contract-nested", 3, with_mask=False)
+
+    def _mlp_workload(self, name: str, seed: int, *, with_mask: bool) -> WorkloadProfile:
+        """Batch 1 and 4 rows of 16 features for the MLPs, with a boolean ``mask`` keyword
+        over the 8 outputs when ``with_mask``."""
         device = self.input_device()
-        cases = tuple(
-            WorkloadCase(f"batch-{n}", args=(torch.randn(n, 16, generator=gen).to(device),))
-            for n in (1, 4)
-        )
-        return WorkloadProfile(cases=cases, name="contract-nested")
+
+        def case(n: int, gen: torch.Generator) -> WorkloadCase:
+            args = (torch.randn(n, 16, generator=gen).to(device),)
+            mask = (torch.rand(n, 8, generator=gen) > 0.5).to(device) if with_mask else None
+            return WorkloadCase(
+                f"batch-{n}", args=args, kwargs={} if mask is None else {"mask": mask}
+            )
+
+        return _batches(name, seed, case)
 
     def make_unseen_workload(self, workload: WorkloadProfile) -> WorkloadProfile:
         """Inputs of a batch size the build never saw (used when ``supports_dynamic_shapes``):
