@@ -10,7 +10,7 @@ Environment switches (read by :meth:`PluginSettings.from_env`):
 ``DLOPT_PLUGINS=a,b``                load only these entry-point names
 ``DLOPT_DISABLE_PLUGINS=a,b``        never load these
 ``DLOPT_STRICT_PLUGINS=1``           re-raise the first plugin failure (for plugin authors, CI)
-``DLOPT_PROBE_TIMEOUT_S=20``         how long one probe may take (see :func:`probe_provider`)
+``DLOPT_PROBE_TIMEOUT_S=20``         how long one probe may take (see :func:`dlopt.pipeline.probe.probe_provider`)
 
 A plugin that raises ``SystemExit`` (``sys.exit`` at import, in a hook or a probe) is
 reported like any other failure; ``KeyboardInterrupt`` still stops the host.
