@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 import dlopt
+from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 from dlopt.measurement import MeasurementPolicy
-from dlopt.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.report import CandidateEvidence, OptimizationReport
-from dlopt.workload import WorkloadCase, WorkloadProfile
 
 EAGER = "eager_fp32"
 REPO = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ class EncoderBlock(nn.Module):
 
 def demo_model() -> tuple[str, nn.Module, WorkloadProfile]:
     """dlopt's demo conv net with its workload (batch 1 at 70 %, batch 8 at 30 %)."""
-    from dlopt.demo import build_demo_model, demo_workload
+    from dlopt.cli.demo import build_demo_model, demo_workload
 
     return "demo conv net", build_demo_model(), demo_workload()
 

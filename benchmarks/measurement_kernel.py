@@ -9,7 +9,7 @@ Fixed protocol: per plan, back to back, 5 warm-up + 20 iterations x 3 repeats pe
 (F; F3 with 60 iterations, for error rates closer to the kernel's),
 each plan's mean with a marginal 95% t-interval; "faster" when baseline low / challenger
 high >= min_speedup; the pick is the best point among those. Kernel: ``run_race`` with the
-default ``MeasurementPolicy``; the pick is what ``dlopt.selection.choose`` serves from it.
+default ``MeasurementPolicy``; the pick is what ``dlopt.selection.rules.choose`` serves from it.
 Regret: the pick's true speedup is more than 2% below the best plan's. Real models have
 no known truth: a long interleaved reference run (40 rounds of 10 calls per plan, median
 of per-round medians) stands for it. Figures are recorded in docs/measurement.md.
@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from attrs import evolve
 
-from dlopt.machine import cpu_flags
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
-from dlopt.selection import Costs, choose
+from dlopt.platform.machine import cpu_flags
+from dlopt.selection.rules import Costs, choose
 from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
 from dlopt.testing.simulation import NoiseModel, run_simulated_fixed, run_simulated_race
 
@@ -42,7 +42,7 @@ CONTENTION = NoiseModel(preempt_probability=0.3, preempt_delay=0.8)
 
 
 def served(result: RaceResult) -> str:
-    """The plan ``dlopt.selection.choose`` serves from a race (steady state)."""
+    """The plan ``dlopt.selection.rules.choose`` serves from a race (steady state)."""
     eligible = [
         Costs(c.name, 0.0, 0.0, c.weighted_mean_ms)
         for c in result.candidates

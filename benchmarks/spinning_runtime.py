@@ -18,10 +18,10 @@ from collections.abc import Callable
 import attrs
 import torch
 
-from dlopt.demo import build_demo_model
+from dlopt.api.workload import WorkloadProfile
+from dlopt.cli.demo import build_demo_model
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
-from dlopt.providers.contract import ProviderContext
-from dlopt.workload import WorkloadProfile
+from dlopt.plugins.contract import ProviderContext
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
 

@@ -21,9 +21,9 @@ import torch
 
 import dlopt
 from dlopt import InferenceOptimizer, OptimizationPolicy, WorkloadCase, WorkloadProfile
-from dlopt.bundle import BundleError, BundleLoadError
+from dlopt.bundle.store import BundleError, BundleLoadError
 from dlopt.measurement import MeasurementPolicy
-from dlopt.providers.loader import PluginSettings, load_providers
+from dlopt.plugins.discovery import PluginSettings, load_providers
 
 pytest.importorskip("dlopt_onnxruntime")
 pytestmark = pytest.mark.slow

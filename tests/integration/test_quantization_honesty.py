@@ -18,10 +18,10 @@ import attrs
 import pytest
 import torch
 
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ProviderBuildError
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
-from dlopt.workload import WorkloadProfile
+from dlopt.plugins.contract import ProviderContext
 
 pytestmark = pytest.mark.slow
 

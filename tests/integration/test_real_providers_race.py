@@ -12,7 +12,7 @@ import torch
 
 from dlopt import InferenceOptimizer, OptimizationPolicy, WorkloadCase, WorkloadProfile
 from dlopt.measurement import MeasurementPolicy
-from dlopt.testing.contract import _ContractModel
+from dlopt.testing.provider_suite import _ContractModel
 
 
 def test_real_plans_race_validate_and_report(tmp_path):

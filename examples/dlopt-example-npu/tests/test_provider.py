@@ -18,6 +18,7 @@ from dlopt_example_npu.provider import (
     NpuOptions,
 )
 
+from dlopt.api.policy import describe_options, structure_options
 from dlopt.plugin import (
     ConfigurationError,
     ExecutionTarget,
@@ -26,7 +27,6 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
 )
-from dlopt.policy import describe_options, structure_options
 
 
 class SmallNet(torch.nn.Module):

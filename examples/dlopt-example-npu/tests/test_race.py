@@ -19,10 +19,10 @@ import torch
 from dlopt_example_npu.provider import ExampleNpuFastProvider, ExampleNpuProvider
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
-from dlopt.decision import OptimizationDecision
+from dlopt.api.decision import OptimizationDecision
 from dlopt.measurement import MeasurementPolicy, MonotonicClock
 from dlopt.plugin import BuiltPlan, ExecutionTarget, PreparedCase, ProviderContext
-from dlopt.testing.race import FakeRace
+from dlopt.testing.fake_race import FakeRace
 
 PLANS = ("examplenpu_fp32", "examplenpu_fast")
 

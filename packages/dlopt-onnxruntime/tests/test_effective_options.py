@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
+from dlopt.api.target import ExecutionTarget
 from dlopt.errors import ProviderBuildError
 from dlopt.plugin import PreparedCase, ProviderContext
-from dlopt.target import ExecutionTarget
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
 from dlopt_onnxruntime.effective import (
     assignment_problem,
@@ -223,10 +223,10 @@ def test_an_onnx_runtime_older_than_the_options_need_is_refused(
         "distribution_version",
         lambda name: "1.17.3" if name == "onnxruntime" else real(name),
     )
-    import dlopt.probing
+    import dlopt.platform.probing
 
     monkeypatch.setattr(
-        dlopt.probing,
+        dlopt.platform.probing,
         "distribution_version",
         lambda name: "1.17.3" if name == "onnxruntime" else real(name),
     )

@@ -15,15 +15,15 @@ import pytest
 import torch
 
 import dlopt_onnxruntime.export as export_module
+from dlopt.api.policy import structure_options
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ProviderBuildError, WorkloadError
 from dlopt.plugin import capture_output
-from dlopt.policy import structure_options
+from dlopt.plugins.contract import ProviderContext
 from dlopt.precision import Precision
-from dlopt.providers.contract import ProviderContext
-from dlopt.target import ExecutionTarget
 from dlopt.testing import ProviderContractSuite
 from dlopt.validation import validate_outputs
-from dlopt.workload import WorkloadCase, WorkloadProfile
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
 from dlopt_onnxruntime.effective import normalize_option
 from dlopt_onnxruntime.options import OrtOptions

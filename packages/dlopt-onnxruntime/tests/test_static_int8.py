@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from dlopt.api.policy import structure_options
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, ProviderBuildError
 from dlopt.plugin import Precision, ProviderContext
-from dlopt.policy import structure_options
 from dlopt.validation import validate_outputs
-from dlopt.workload import WorkloadCase, WorkloadProfile
 from dlopt_onnxruntime import OnnxRuntimeProvider, OrtInt8StaticOptions
 from dlopt_onnxruntime.plugin import default_providers
 

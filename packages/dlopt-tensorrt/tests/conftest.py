@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-import dlopt.probing
+import dlopt.platform.probing
 from dlopt_tensorrt import provider as provider_module
 
 Features = namedtuple("Features", ["dynamo_frontend", "torch_tensorrt_runtime"])
@@ -165,9 +165,9 @@ def fake_metadata(
     requires: list[str] | None = None,
 ) -> None:
     """Make torch-tensorrt look installed (or not) to the metadata layer."""
-    real_version = dlopt.probing.distribution_version
+    real_version = dlopt.platform.probing.distribution_version
     monkeypatch.setattr(
-        dlopt.probing,
+        dlopt.platform.probing,
         "distribution_version",
         lambda name: version if name == "torch-tensorrt" else real_version(name),
     )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-import dlopt.probing
+import dlopt.platform.probing
 from dlopt.plugin import ExecutionTarget, ProviderContext
 from dlopt_torchao import Scheme, TorchAOProvider
 from dlopt_torchao import provider as provider_module
@@ -24,12 +24,12 @@ def _context(device: str = "cpu", *, everywhere: bool = False) -> ProviderContex
 
 
 def _fake_versions(monkeypatch: Any, **versions: str | None) -> None:
-    real = dlopt.probing.distribution_version
+    real = dlopt.platform.probing.distribution_version
 
     def fake(name: str) -> str | None:
         return versions[name] if name in versions else real(name)
 
-    monkeypatch.setattr(dlopt.probing, "distribution_version", fake)
+    monkeypatch.setattr(dlopt.platform.probing, "distribution_version", fake)
 
 
 def _hide_torchao(monkeypatch: Any) -> None:

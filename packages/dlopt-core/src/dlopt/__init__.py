@@ -10,41 +10,41 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dlopt._version import __version__
-from dlopt.hookspecs import hookimpl
-from dlopt.providers.contract import PLUGIN_API_VERSION
+from dlopt.plugins.contract import PLUGIN_API_VERSION
+from dlopt.plugins.hookspecs import hookimpl
 
 _LAZY: dict[str, str] = {
     # contract
-    "BuiltPlan": "dlopt.providers.contract",
-    "ExecutionProvider": "dlopt.providers.contract",
-    "ProviderAvailability": "dlopt.providers.contract",
-    "ProviderContext": "dlopt.providers.contract",
+    "BuiltPlan": "dlopt.plugins.contract",
+    "ExecutionProvider": "dlopt.plugins.contract",
+    "ProviderAvailability": "dlopt.plugins.contract",
+    "ProviderContext": "dlopt.plugins.contract",
     "Precision": "dlopt.precision",
-    "ExecutionTarget": "dlopt.target",
-    "WorkloadCase": "dlopt.workload",
-    "WorkloadProfile": "dlopt.workload",
+    "ExecutionTarget": "dlopt.api.target",
+    "WorkloadCase": "dlopt.api.workload",
+    "WorkloadProfile": "dlopt.api.workload",
     "Event": "dlopt.events",
     "EventKind": "dlopt.events",
-    "load_providers": "dlopt.providers.loader",
-    "PluginSettings": "dlopt.providers.loader",
-    "inspect_runtime": "dlopt.runtime",
-    "RuntimeInfo": "dlopt.runtime",
+    "load_providers": "dlopt.plugins.discovery",
+    "PluginSettings": "dlopt.plugins.discovery",
+    "inspect_runtime": "dlopt.evidence.provenance",
+    "RuntimeInfo": "dlopt.evidence.provenance",
     # policy and pipeline
-    "OptimizationPolicy": "dlopt.policy",
-    "DeploymentConstraints": "dlopt.policy",
+    "OptimizationPolicy": "dlopt.api.policy",
+    "DeploymentConstraints": "dlopt.api.policy",
     "MeasurementPolicy": "dlopt.measurement",
     "QualityPolicy": "dlopt.validation",
     "QualityLimits": "dlopt.validation",
-    "InferenceOptimizer": "dlopt.optimizer",
-    "OptimizationDecision": "dlopt.decision",
-    "OptimizationReport": "dlopt.report",
-    "load_report": "dlopt.report",
+    "InferenceOptimizer": "dlopt.api.optimizer",
+    "OptimizationDecision": "dlopt.api.decision",
+    "OptimizationReport": "dlopt.evidence.report",
+    "load_report": "dlopt.evidence.report",
     # bundles
-    "Bundle": "dlopt.bundle",
-    "BundleError": "dlopt.bundle",
-    "BundleLoadError": "dlopt.bundle",
-    "load_bundle": "dlopt.serving",
-    "verify_bundle": "dlopt.bundle",
+    "Bundle": "dlopt.bundle.store",
+    "BundleError": "dlopt.bundle.store",
+    "BundleLoadError": "dlopt.bundle.store",
+    "load_bundle": "dlopt.bundle.serve",
+    "verify_bundle": "dlopt.bundle.store",
     # agents and cancellation
     "OptimizationAgentToolkit": "dlopt.agents",
     "ToolkitLimits": "dlopt.agents",
@@ -65,24 +65,24 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from dlopt.agents import OptimizationAgentToolkit, ToolkitLimits
-    from dlopt.bundle import Bundle, BundleError, BundleLoadError, verify_bundle
-    from dlopt.decision import OptimizationDecision
+    from dlopt.api.decision import OptimizationDecision
+    from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
+    from dlopt.api.target import ExecutionTarget
+    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.bundle.serve import load_bundle
+    from dlopt.bundle.store import Bundle, BundleError, BundleLoadError, verify_bundle
     from dlopt.errors import SelectionCancelled
     from dlopt.events import Event, EventKind
+    from dlopt.evidence.provenance import RuntimeInfo, inspect_runtime
+    from dlopt.evidence.report import OptimizationReport, load_report
     from dlopt.measurement import MeasurementPolicy
-    from dlopt.optimizer import InferenceOptimizer
-    from dlopt.policy import DeploymentConstraints, OptimizationPolicy
-    from dlopt.precision import Precision
-    from dlopt.providers.contract import (
+    from dlopt.plugins.contract import (
         BuiltPlan,
         ExecutionProvider,
         ProviderAvailability,
         ProviderContext,
     )
-    from dlopt.providers.loader import PluginSettings, load_providers
-    from dlopt.report import OptimizationReport, load_report
-    from dlopt.runtime import RuntimeInfo, inspect_runtime
-    from dlopt.serving import load_bundle
-    from dlopt.target import ExecutionTarget
+    from dlopt.plugins.discovery import PluginSettings, load_providers
+    from dlopt.precision import Precision
     from dlopt.validation import QualityLimits, QualityPolicy
-    from dlopt.workload import WorkloadCase, WorkloadProfile

@@ -10,7 +10,8 @@ from attrs import field, frozen
 
 class EventKind(str, enum.Enum):
     RACE_STARTED = "race_started"
-    #: A plan enters a stage (``data["stage"]``: probe, build, first_call, validation).
+    #: A plan enters a stage (``data["stage"]``: a :class:`~dlopt.vocabulary.Stage` value:
+    #: probe, build, first_call, validation).
     STAGE_STARTED = "stage_started"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     CANDIDATE_BUILT = "candidate_built"

@@ -1,63 +1,20 @@
-"""pluggy hook specifications of the ``dlopt`` project.
+"""Kept for code that imports ``dlopt.hookspecs``; the hook specifications live in
+:mod:`dlopt.plugins.hookspecs`. Plugin authors import ``hookimpl`` from :mod:`dlopt.plugin`."""
 
-Hooks only ever gain keyword arguments; none is renamed or removed (the pytest rule), so
-plugins written for an older core keep working.
+from dlopt.plugins.hookspecs import (
+    PROJECT_NAME,
+    dlopt_on_event,
+    dlopt_register_metrics,
+    dlopt_register_providers,
+    hookimpl,
+    hookspec,
+)
 
-A plugin module looks like this::
-
-    from dlopt import hookimpl
-
-    DLOPT_PLUGIN_API_VERSION = "1.0"
-
-    @hookimpl
-    def dlopt_register_providers(register):
-        register(MyNpuProvider())
-
-    @hookimpl
-    def dlopt_register_metrics(register):  # optional: metrics a policy file can name
-        register("npu_score", NpuScore)
-"""
-
-from __future__ import annotations
-
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-import pluggy
-
-if TYPE_CHECKING:
-    from dlopt.events import Event
-    from dlopt.providers.contract import ExecutionProvider
-
-PROJECT_NAME = "dlopt"
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
-
-
-@hookspec
-def dlopt_register_providers(register: Callable[[ExecutionProvider], None]) -> None:
-    """Offer providers: call ``register(provider)`` once per plan variant.
-
-    ``register`` may grow keyword arguments in later API minors; call it positionally.
-    """
-
-
-@hookspec
-def dlopt_register_metrics(register: Callable[[str, type], None]) -> None:
-    """Offer user metrics by name: call ``register(name, metric_class)`` once per metric.
-
-    ``metric_class`` is an attrs class whose fields are the metric's parameters (plain
-    JSON values) and whose instances are called as ``fn(candidate, reference) -> float``.
-    A policy file then refers to the metric by ``name`` with its parameters; nothing a
-    file names is ever imported. Names are plain names and must not be taken already
-    (dlopt ships ``top1_agreement`` and ``psnr``).
-    """
-
-
-@hookspec
-def dlopt_on_event(event: Event) -> None:
-    """Observe progress: candidate built, rejected, round finished, decision made.
-
-    Observers must be quick and must not raise; an exception is logged and ignored.
-    """
+__all__ = [
+    "PROJECT_NAME",
+    "dlopt_on_event",
+    "dlopt_register_metrics",
+    "dlopt_register_providers",
+    "hookimpl",
+    "hookspec",
+]

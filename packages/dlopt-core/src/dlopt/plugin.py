@@ -28,12 +28,12 @@ Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implement
 
 from __future__ import annotations
 
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, DloptError, ProviderBuildError, WorkloadError
-from dlopt.fileio import atomic_write_bytes
-from dlopt.hookspecs import hookimpl
-from dlopt.machine import cpu_flags, cpu_info
-from dlopt.precision import Precision
-from dlopt.probing import (
+from dlopt.platform.fileio import atomic_write_bytes
+from dlopt.platform.machine import cpu_flags, cpu_info
+from dlopt.platform.probing import (
     CapturedOutput,
     base_version,
     capture_output,
@@ -45,8 +45,10 @@ from dlopt.probing import (
     try_import,
     version_satisfies,
 )
-from dlopt.providers.boundary import is_plain_name
-from dlopt.providers.contract import (
+from dlopt.platform.serialization import atomic_write_text, strict_jsonable
+from dlopt.platform.tree import iter_tensors, map_tensors
+from dlopt.plugins.boundary import is_plain_name
+from dlopt.plugins.contract import (
     PLUGIN_API_VERSION,
     BuiltPlan,
     ExecutionProvider,
@@ -57,10 +59,8 @@ from dlopt.providers.contract import (
     Register,
     Role,
 )
-from dlopt.serialization import atomic_write_text, strict_jsonable
-from dlopt.target import ExecutionTarget
-from dlopt.tree import iter_tensors, map_tensors
-from dlopt.workload import WorkloadCase, WorkloadProfile
+from dlopt.plugins.hookspecs import hookimpl
+from dlopt.precision import Precision
 
 __all__ = [
     "PLUGIN_API_VERSION",

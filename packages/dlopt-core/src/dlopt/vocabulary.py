@@ -59,6 +59,20 @@ class Verdict(Word):
     FAILED = "failed"
 
 
+class Gate(Word):
+    """Where a challenger stands at the race's confidence gate while the race runs.
+
+    Internal to the kernel (the report holds the :class:`Verdict` it leads to): ``OPEN``
+    still deciding; ``FASTER`` its interval's low end cleared ``min_speedup``;
+    ``NOT_FASTER`` its high end fell below it; ``FUTILE`` no budget left could decide it.
+    """
+
+    OPEN = "open"
+    FASTER = "faster"
+    NOT_FASTER = "not_faster"
+    FUTILE = "futile"
+
+
 class StopReason(Word):
     """Why the race stopped."""
 

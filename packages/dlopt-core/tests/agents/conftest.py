@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from dlopt.agents import OptimizationAgentToolkit, ToolkitLimits
+from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.fakes import FakeProvider
 from dlopt.testing.models import StructuredMLP
-from dlopt.testing.race import FakeRace
 
 #: A small measurement budget: fake races resolve a 2x speedup in a few rounds.
 BUDGET = {"max_time_s": 5.0, "min_rounds": 3, "max_rounds": 12}

@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from dlopt.cli import main
-from dlopt.report import load_report
+from dlopt.evidence.report import load_report
 from dlopt.vocabulary import Status
 
 #: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.

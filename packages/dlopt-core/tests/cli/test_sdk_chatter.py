@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from dlopt.cli import main
-from dlopt.providers import loader
-from dlopt.providers.loader import PluginSettings
+from dlopt.plugins import discovery as loader
+from dlopt.plugins.discovery import PluginSettings
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module
 

@@ -12,7 +12,7 @@ import torch
 from packaging.requirements import Requirement
 
 from dlopt.cli import main
-from dlopt.report import load_report
+from dlopt.evidence.report import load_report
 
 FACTORY = """
 import torch

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.probing import cuda_bf16_native
-from dlopt.providers.builtin import native_variants
-from dlopt.providers.contract import ProviderContext
-from dlopt.runtime import inspect_runtime
-from dlopt.target import ExecutionTarget
+from dlopt.api.target import ExecutionTarget
+from dlopt.evidence.provenance import inspect_runtime
+from dlopt.platform.probing import cuda_bf16_native
+from dlopt.plugins.builtin import native_variants
+from dlopt.plugins.contract import ProviderContext
 
 #: A Turing card (bf16 only emulated) as device 0 and a Hopper card as device 1.
 CAPABILITY = {0: (7, 5), 1: (9, 0)}

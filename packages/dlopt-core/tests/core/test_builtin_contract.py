@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dlopt.providers.builtin import EagerFp32Provider, NativeProvider
+from dlopt.plugins.builtin import EagerFp32Provider, NativeProvider
 from dlopt.testing import ProviderContractSuite
 
 
@@ -42,8 +42,8 @@ class TestNativeBf16ChannelsLastContract(ProviderContractSuite):
 
 
 def test_channels_last_plan_converts_inputs_and_keeps_the_callers_model(tmp_path):
-    from dlopt.providers.contract import ProviderContext
-    from dlopt.workload import WorkloadProfile
+    from dlopt.api.workload import WorkloadProfile
+    from dlopt.plugins.contract import ProviderContext
 
     model = torch.nn.Conv2d(3, 4, 3).eval()
     x = torch.randn(2, 3, 8, 8)

@@ -9,10 +9,10 @@ from importlib.metadata import entry_points
 import attrs
 
 from dlopt._version import __version__
+from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.cli import build_parser, main
-from dlopt.cli.tables import format_table
+from dlopt.cli.console import format_table
 from dlopt.measurement import MeasurementPolicy
-from dlopt.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 
 
 def _select_defaults() -> dict[str, object]:

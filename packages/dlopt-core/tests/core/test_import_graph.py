@@ -1,4 +1,8 @@
-"""The modules of ``dlopt`` import each other in one direction: no circles.
+"""The modules of ``dlopt`` import each other in one direction: no circles, never upward.
+
+The layers are declared once, here (:data:`LAYERS`, drawn in docs/architecture.md): a
+module may import from its own layer and the layers below it, never from one above (the
+validation gate importing the pipeline, say).
 
 The graph is read from the sources with :mod:`ast`, nothing is imported. Every import
 counts, at module level or inside a function (a function-level import that hides a
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,78 @@ Graph = dict[str, dict[str, int]]  # module -> {imported module: first line}
 #: Edges that still close a circle, each waiting for its cut (remove the entry then;
 #: ``test_pending_edges_still_exist`` fails once an edge is gone). Add nothing here.
 PENDING_EDGES: dict[tuple[str, str], str] = {}
+
+
+#: The layers of ``dlopt``, lowest first. A module belongs to the layer of the longest
+#: prefix that names it, and may import only from its own layer or a lower one. A new
+#: module lands in its package's layer; a new package needs its line here (and in
+#: docs/architecture.md). A package ``__init__`` that imports nothing costs nothing to run
+#: and is no dependency: edges into such an ``__init__`` are not checked.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundation",
+        (
+            "dlopt._version",
+            "dlopt.errors",
+            "dlopt.vocabulary",
+            "dlopt.precision",
+            "dlopt.events",
+            "dlopt.platform",
+        ),
+    ),
+    (
+        "inputs and the plugin contract",
+        (
+            "dlopt.api.target",
+            "dlopt.api.workload",
+            "dlopt.plugins.contract",
+            "dlopt.plugins.hookspecs",
+            "dlopt.plugins.records",
+            "dlopt.hookspecs",
+        ),
+    ),
+    ("gates", ("dlopt.validation", "dlopt.measurement")),
+    ("policy and selection rules", ("dlopt.api.policy", "dlopt.selection")),
+    ("plugins", ("dlopt.plugins", "dlopt.plugin")),
+    ("pipeline", ("dlopt.pipeline",)),
+    ("evidence", ("dlopt.evidence",)),
+    ("decision", ("dlopt.bundle.store", "dlopt.api.decision")),
+    ("api", ("dlopt.api", "dlopt.bundle")),
+    ("reporting", ("dlopt.reporting",)),
+    ("surfaces", ("dlopt.cli", "dlopt.agents", "dlopt.testing", "dlopt.__main__", "dlopt")),
+)
+
+
+def layer_of(module: str, layers: Sequence[tuple[str, Sequence[str]]] = LAYERS) -> int | None:
+    """The index of ``module``'s layer (longest declared prefix wins), or ``None``."""
+    best: tuple[int, int] | None = None  # (prefix length, layer index)
+    for index, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def upward_edges(
+    graph: Graph, layers: Sequence[tuple[str, Sequence[str]]] = LAYERS
+) -> list[tuple[str, str, int]]:
+    """Every ``(module, imported, line)`` where ``imported`` lies in a higher layer."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        here = layer_of(module, layers)
+        for target, line in sorted(edges.items()):
+            if not graph.get(target) and _is_package_face(target, graph):
+                continue  # an __init__ that imports nothing
+            there = layer_of(target, layers)
+            if here is not None and there is not None and there > here:
+                found.append((module, target, line))
+    return found
+
+
+def _is_package_face(name: str, graph: Graph) -> bool:
+    return any(other.startswith(name + ".") for other in graph)
 
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
@@ -170,21 +246,59 @@ def test_no_module_imports_from_the_package_face(graph: Graph) -> None:
 
 
 def test_the_report_schema_does_not_import_the_loader(graph: Graph) -> None:
-    assert "dlopt.providers.loader" not in graph["dlopt.report"]
+    assert "dlopt.plugins.discovery" not in graph["dlopt.evidence.report"]
 
 
 @pytest.mark.parametrize(
     ("module", "allowed"),
     [
         ("dlopt._version", set()),
-        ("dlopt.machine", set()),
-        ("dlopt.names", {"dlopt.errors"}),
-        ("dlopt.providers.records", set()),
-        ("dlopt.cli.tables", set()),
+        ("dlopt.platform.machine", set()),
+        ("dlopt.platform.names", {"dlopt.errors"}),
+        ("dlopt.plugins.records", set()),
+        ("dlopt.cli.console", set()),
     ],
 )
 def test_leaf_modules_stay_leaves(graph: Graph, module: str, allowed: set[str]) -> None:
     assert set(graph[module]) <= allowed
+
+
+def test_every_module_has_a_layer(graph: Graph) -> None:
+    assert [m for m in graph if layer_of(m) is None] == []
+
+
+def test_no_module_imports_from_a_higher_layer(graph: Graph) -> None:
+    names = [name for name, _ in LAYERS]
+    upward = [
+        f"  {m} ({names[layer_of(m)]}) -> {t} ({names[layer_of(t)]}), line {line}"  # type: ignore[index]
+        for m, t, line in upward_edges(graph)
+    ]
+    assert upward == [], "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_top_level_holds_at_most_ten_modules(source_root: Path) -> None:
+    modules = sorted(p.name for p in source_root.glob("*.py"))
+    assert len(modules) <= 10, modules
+
+
+#: File names that more than one module of dlopt carries, each with the reason it may
+#: (docs/architecture.md says the same); every other file name is unique.
+SHARED_FILE_NAMES = {
+    "__init__.py": "every package has one",
+    # OptimizationPolicy (api) composes MeasurementPolicy (measurement): each layer's
+    # settings sit in its own policy.py.
+    "policy.py": "api.policy and measurement.policy",
+    # dlopt.hookspecs stays importable for existing code; it re-exports dlopt.plugins.hookspecs.
+    "hookspecs.py": "the compatibility face and the hook specifications",
+}
+
+
+def test_no_two_modules_share_a_file_name(source_root: Path) -> None:
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(source_root.rglob("*.py")):
+        by_name.setdefault(path.name, []).append(str(path.relative_to(source_root)))
+    shared = {n: p for n, p in by_name.items() if len(p) > 1 and n not in SHARED_FILE_NAMES}
+    assert shared == {}
 
 
 # ---------------------------------------------------------------------------- the checker
@@ -237,3 +351,27 @@ def test_relative_imports_and_subpackage_faces_count(tmp_path: Path) -> None:
     # pkg.top imports pkg.sub.other, which runs pkg.sub first: that closes the circle.
     assert set(graph["pkg.top"]) == {"pkg.sub.other", "pkg.sub"}
     assert find_cycle(graph) == ["pkg.sub", "pkg.sub.inner", "pkg.top", "pkg.sub"]
+
+
+#: A gate (low layer) that reaches up into a stage (high layer) inside a function.
+_GATE_IMPORTS_STAGE = {
+    "low/__init__.py": "",
+    "low/gate.py": "def f():\n    from pkg.high.stage import g\n",
+    "high/__init__.py": "",
+    "high/stage.py": "from pkg.low.gate import f\n",
+}
+
+
+def test_an_import_from_a_higher_layer_is_found(tmp_path: Path) -> None:
+    layers = (("low", ("pkg.low",)), ("high", ("pkg.high", "pkg")))
+    graph = import_graph(_package(tmp_path, _GATE_IMPORTS_STAGE), "pkg")
+    assert upward_edges(graph, layers) == [("pkg.low.gate", "pkg.high.stage", 2)]
+    assert layer_of("pkg.high.stage", layers) == 1
+    assert layer_of("pkg.lowly", layers) == 1  # a prefix matches whole names only
+
+
+def test_the_longest_prefix_decides_the_layer() -> None:
+    layers = (("low", ("a.b.c",)), ("high", ("a",)))
+    assert layer_of("a.b.c.d", layers) == 0
+    assert layer_of("a.b", layers) == 1
+    assert layer_of("x", layers) is None

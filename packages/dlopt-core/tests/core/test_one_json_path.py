@@ -1,4 +1,4 @@
-"""Every JSON dlopt writes goes through ``dlopt.serialization`` (one normaliser, strict)."""
+"""Every JSON dlopt writes goes through ``dlopt.platform.serialization`` (one normaliser, strict)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 import torch
 
 import dlopt
-from dlopt.serialization import dumps, strict_jsonable
+from dlopt.platform.serialization import dumps, strict_jsonable
 
 #: Modules that call the json module's writers for another purpose than writing a file.
 NOT_WRITERS = {
-    "serialization.py": "the one JSON path itself",
-    "testing/contract.py": "the contract suite checks a plugin's own values with the stdlib",
-    "tree.py": "quotes a dict key inside an output path",
+    "platform/serialization.py": "the one JSON path itself",
+    "testing/provider_suite.py": "the contract suite checks a plugin's own values with the stdlib",
+    "platform/tree.py": "quotes a dict key inside an output path",
 }
 
 
@@ -53,4 +53,4 @@ def test_no_module_writes_json_around_the_serializer() -> None:
                 and node.value.id == "json"
             ):
                 writers.append(f"{name}:{node.lineno}")
-    assert writers == [], "write JSON with dlopt.serialization.dumps / strict_jsonable"
+    assert writers == [], "write JSON with dlopt.platform.serialization.dumps / strict_jsonable"

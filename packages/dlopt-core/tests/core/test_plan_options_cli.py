@@ -10,7 +10,7 @@ import pytest
 from dlopt.cli import main
 from dlopt.cli.cmd_select import parse_plan_options
 from dlopt.errors import ConfigurationError
-from dlopt.providers import loader
+from dlopt.plugins import discovery as loader
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module
 

@@ -8,9 +8,9 @@ import types
 import pytest
 
 from dlopt.events import Event, EventKind
-from dlopt.hookspecs import hookimpl
-from dlopt.providers.contract import PLUGIN_API_VERSION, Role
-from dlopt.providers.loader import PluginSettings, load_providers
+from dlopt.plugins.contract import PLUGIN_API_VERSION, Role
+from dlopt.plugins.discovery import PluginSettings, load_providers
+from dlopt.plugins.hookspecs import hookimpl
 from dlopt.testing import FakeProvider
 from dlopt.testing.models import StructuredMLP
 from dlopt.testing.plugins import plugin_module

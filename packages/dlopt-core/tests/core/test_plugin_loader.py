@@ -7,10 +7,11 @@ import types
 import pytest
 
 from dlopt.errors import PluginLoadError
-from dlopt.hookspecs import hookimpl
-from dlopt.probing import importlib_metadata
-from dlopt.providers.contract import PLUGIN_API_VERSION, api_version_problem
-from dlopt.providers.loader import PluginSettings, load_providers
+from dlopt.pipeline.probe import probe_all
+from dlopt.platform.probing import importlib_metadata
+from dlopt.plugins.contract import PLUGIN_API_VERSION, api_version_problem
+from dlopt.plugins.discovery import PluginSettings, load_providers
+from dlopt.plugins.hookspecs import hookimpl
 from dlopt.testing import FakeProvider
 
 
@@ -136,11 +137,11 @@ def test_register_rejects_objects_that_are_not_providers():
 
 
 def test_a_probe_that_raises_is_reported_unavailable():
-    from dlopt.providers.contract import ProviderContext
+    from dlopt.plugins.contract import ProviderContext
 
     plugin = _plugin_module("p", FakeProvider("exploding", fail="probe_raises"))
     registry = load_providers(PluginSettings(), entry_points=[_FakeEntryPoint("p", lambda: plugin)])
-    status = {s.name: s for s in registry.probe_all(ProviderContext())}["exploding"]
+    status = {s.name: s for s in probe_all(registry, ProviderContext())}["exploding"]
     assert not status.availability.available
     assert "fake probe exploded" in status.availability.reason
 

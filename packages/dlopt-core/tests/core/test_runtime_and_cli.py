@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dlopt.cli import main
-from dlopt.runtime import RuntimeInfo, inspect_runtime
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.evidence.provenance import RuntimeInfo, inspect_runtime
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_runtime_record_round_trips_through_json():
@@ -102,9 +102,9 @@ def test_loading_every_entry_point_imports_no_heavy_sdk():
     code = textwrap.dedent(
         """
         import json, sys
-        from dlopt.providers.loader import load_providers
+        from dlopt.plugins.discovery import load_providers
         registry = load_providers()
-        from dlopt.testing.contract import ALL_HEAVY_SDKS
+        from dlopt.testing.provider_suite import ALL_HEAVY_SDKS
         print(json.dumps({"heavy": [m for m in ALL_HEAVY_SDKS if m in sys.modules],
                           "plugins": [p.plugin for p in registry.plugins],
                           "failures": [f.error for f in registry.failures]}))

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dlopt import probing
-from dlopt.providers.contract import ProviderAvailability, ProviderContext, ProviderInfo
-from dlopt.providers.loader import probe_provider
+from dlopt.pipeline.probe import probe_provider
+from dlopt.platform import probing
+from dlopt.plugins.contract import ProviderAvailability, ProviderContext, ProviderInfo
 
 NOISY_IMPORT = """
 import os, sys, warnings
@@ -181,7 +181,7 @@ class _ChattyEntryPoint:
 def test_a_plugin_that_prints_while_loading_leaves_the_output_clean(
     fails: bool, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from dlopt.providers.loader import PluginSettings, load_providers
+    from dlopt.plugins.discovery import PluginSettings, load_providers
 
     registry = load_providers(PluginSettings(), entry_points=[_ChattyEntryPoint(fails)])
     assert capfd.readouterr() == ("", "")

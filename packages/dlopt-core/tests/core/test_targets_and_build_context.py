@@ -8,14 +8,14 @@ import types
 import pytest
 import torch
 
+from dlopt.api.policy import DeploymentConstraints
+from dlopt.api.target import ExecutionTarget
 from dlopt.errors import ConfigurationError
+from dlopt.evidence.report import load_report
 from dlopt.measurement import MemoryProbe
-from dlopt.policy import DeploymentConstraints
+from dlopt.platform.serialization import dumps
+from dlopt.plugins.contract import BuiltPlan, ProviderAvailability, ProviderContext
 from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability, ProviderContext
-from dlopt.report import load_report
-from dlopt.serialization import dumps
-from dlopt.target import ExecutionTarget
 from dlopt.testing.models import StructuredMLP
 
 
@@ -162,7 +162,7 @@ class FakeCudaTensor(torch.Tensor):
 def test_a_cuda_target_hands_build_the_inputs_prepared_for_cuda(race, x, monkeypatch):
     """A fake CUDA target on a machine without a GPU: 'moving to cuda' tags a copy, and
     the provider must receive those tagged tensors, not the user's originals."""
-    from dlopt.optimizer import InferenceOptimizer
+    from dlopt.api.optimizer import InferenceOptimizer
     from dlopt.validation import inputs
 
     real_move = inputs.move_to_device
@@ -181,7 +181,8 @@ def test_a_cuda_target_hands_build_the_inputs_prepared_for_cuda(race, x, monkeyp
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(InferenceOptimizer, "_check_model_device", lambda self, model: None)
     monkeypatch.setattr(inputs, "_same_device", lambda tensor, device: False)
-    from dlopt import evidence, runtime
+    from dlopt.evidence import assembly as evidence
+    from dlopt.evidence import provenance as runtime
 
     cpu_runtime = runtime.inspect_runtime(ExecutionTarget("cpu"), with_providers=False)
     monkeypatch.setattr(evidence, "inspect_runtime", lambda *a, **k: cpu_runtime)

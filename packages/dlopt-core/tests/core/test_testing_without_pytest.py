@@ -13,7 +13,7 @@ sys.modules["pytest"] = None
 sys.modules["_pytest"] = None
 import dlopt.testing
 from dlopt.testing import FailingStage, FakeProvider
-import dlopt.testing.fakes, dlopt.testing.models, dlopt.testing.plugins, dlopt.testing.race
+import dlopt.testing.fakes, dlopt.testing.models, dlopt.testing.plugins, dlopt.testing.fake_race
 print("imported")
 """
 

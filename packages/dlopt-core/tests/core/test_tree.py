@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlopt.tree import (
+from dlopt.platform.tree import (
     describe_inputs,
     find,
     flatten,

@@ -10,7 +10,7 @@ from attrs import evolve
 
 from dlopt.errors import ConfigurationError
 from dlopt.measurement import FakeClock, MeasurementPolicy, RaceResult, run_race
-from dlopt.serialization import converter, dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import converter, dumps, from_jsonable, parse_strict_json
 from dlopt.testing.simulation import NoiseModel, SimulatedMachine, run_simulated_race
 
 QUIET = NoiseModel(jitter=0.0, spike_probability=0.0, drift_amplitude=0.0, switch_penalty=0.0)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dlopt.measurement import MemoryProbe, PeakMemory, track_peak_memory
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_cpu_peak_sees_a_transient_allocation() -> None:

@@ -12,7 +12,7 @@ from dlopt.measurement import (
     time_call,
 )
 from dlopt.measurement.stats import bootstrap_mean_interval, t_interval
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 
 def test_policy_defaults_round_trip_json() -> None:

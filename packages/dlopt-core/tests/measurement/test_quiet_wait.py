@@ -21,7 +21,7 @@ from dlopt.measurement import (
     RaceResult,
     run_race,
 )
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 WINDOW = 0.002
 

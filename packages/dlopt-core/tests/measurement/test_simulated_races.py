@@ -15,7 +15,7 @@ import statistics
 import pytest
 from attrs import evolve
 
-from dlopt.selection import Costs, choose
+from dlopt.selection.rules import Costs, choose
 from dlopt.testing.simulation import NoiseModel, run_simulated_fixed, run_simulated_race
 
 L = 1e-3  # 1 ms calls

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlopt.report import OptimizationReport
+from dlopt.evidence.report import OptimizationReport
+from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.models import StructuredMLP
-from dlopt.testing.race import FakeRace
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,9 @@ import json
 import attrs
 import pytest
 
-from dlopt.bundle import BundleError, verify_bundle
-from dlopt.decision import OptimizationDecision
-from dlopt.providers.contract import BuiltPlan
+from dlopt.api.decision import OptimizationDecision
+from dlopt.bundle.store import BundleError, verify_bundle
+from dlopt.plugins.contract import BuiltPlan
 
 
 @pytest.fixture

@@ -21,13 +21,13 @@ import pytest
 import torch
 from attrs import frozen
 
-from dlopt.bundle import BundleError, BundleLoadError, verify_bundle
-from dlopt.decision import OptimizationDecision
+from dlopt.api.decision import OptimizationDecision
+from dlopt.bundle.serve import load_bundle
+from dlopt.bundle.store import BundleError, BundleLoadError, verify_bundle
+from dlopt.evidence.report import load_report
 from dlopt.plugin import ProviderAvailability
-from dlopt.providers.contract import BuiltPlan
-from dlopt.providers.loader import PluginSettings, load_providers
-from dlopt.report import load_report
-from dlopt.serving import load_bundle
+from dlopt.plugins.contract import BuiltPlan
+from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.plugins import plugin_module
 
 

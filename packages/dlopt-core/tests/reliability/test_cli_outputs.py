@@ -11,11 +11,11 @@ import os
 
 import pytest
 
+from dlopt.api.optimizer import InferenceOptimizer
 from dlopt.cli import cmd_select as cli_select
 from dlopt.cli import main
 from dlopt.cli.cmd_select import check_outputs
 from dlopt.errors import ConfigurationError
-from dlopt.optimizer import InferenceOptimizer
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ import uuid
 
 import pytest
 
-from dlopt import report
 from dlopt.cli import cmd_select as cli_select
 from dlopt.cli import main
 from dlopt.cli.cmd_select import check_input_sizes
 from dlopt.errors import WorkloadError
+from dlopt.evidence import report
 
 
 @pytest.fixture

@@ -45,12 +45,12 @@ def test_keyword_inputs_are_checked_too(race):
         name = "scale_mutator"
 
         def probe(self, context):
-            from dlopt.providers.contract import ProviderAvailability
+            from dlopt.plugins.contract import ProviderAvailability
 
             return ProviderAvailability.ok()
 
         def build(self, model, context):
-            from dlopt.providers.contract import BuiltPlan
+            from dlopt.plugins.contract import BuiltPlan
 
             def runner(x, *, scale):
                 out = model(x, scale=scale)

@@ -16,8 +16,8 @@ import attrs
 import pytest
 
 from dlopt.errors import ConfigurationError
-from dlopt.providers.loader import PluginSettings, load_providers
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.plugins import plugin_module
 from dlopt.validation import QualityPolicy, UserMetric, psnr, top1_agreement
 from dlopt.validation.user_metrics import (

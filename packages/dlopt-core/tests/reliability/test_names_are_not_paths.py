@@ -11,9 +11,9 @@ import os
 import pytest
 
 from dlopt.errors import ConfigurationError, ProviderBuildError
-from dlopt.providers.boundary import check_built_plan, check_plan_name, is_plain_name
-from dlopt.providers.contract import BuiltPlan, ProviderContext
-from dlopt.providers.loader import PluginSettings, load_providers
+from dlopt.plugins.boundary import check_built_plan, check_plan_name, is_plain_name
+from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module
 
@@ -119,7 +119,7 @@ class _ArtifactOutside:
     precision = "fp32"
 
     def probe(self, context):
-        from dlopt.providers.contract import ProviderAvailability
+        from dlopt.plugins.contract import ProviderAvailability
 
         return ProviderAvailability.ok()
 

@@ -11,9 +11,10 @@ import sys
 import pytest
 
 from dlopt.cli import main
-from dlopt.providers import loader
-from dlopt.providers.contract import ProviderContext, ProviderInfo
-from dlopt.providers.loader import PluginSettings, load_providers, probe_provider
+from dlopt.pipeline.probe import probe_provider
+from dlopt.plugins import discovery as loader
+from dlopt.plugins.contract import ProviderContext, ProviderInfo
+from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module
 

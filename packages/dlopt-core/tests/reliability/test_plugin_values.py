@@ -18,17 +18,18 @@ import torch
 
 from dlopt.cli import main
 from dlopt.errors import ProviderBuildError
-from dlopt.precision import Precision
-from dlopt.providers import loader
-from dlopt.providers.boundary import check_built_plan
-from dlopt.providers.contract import (
+from dlopt.pipeline.probe import probe_provider
+from dlopt.platform.serialization import strict_jsonable
+from dlopt.plugins import discovery as loader
+from dlopt.plugins.boundary import check_built_plan
+from dlopt.plugins.contract import (
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
     ProviderInfo,
 )
-from dlopt.providers.loader import PluginSettings, probe_provider
-from dlopt.serialization import strict_jsonable
+from dlopt.plugins.discovery import PluginSettings
+from dlopt.precision import Precision
 from dlopt.testing.plugins import plugin_module
 
 

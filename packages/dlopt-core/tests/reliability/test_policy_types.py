@@ -11,13 +11,13 @@ import math
 
 import pytest
 
+from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
-from dlopt.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
-from dlopt.target import ExecutionTarget
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 from dlopt.validation import LimitOverride, QualityLimits, QualityPolicy, UserMetric
-from dlopt.workload import WorkloadCase, WorkloadProfile
 
 NOT_INTS = [0.5, 2.5, True, "3", math.nan]
 

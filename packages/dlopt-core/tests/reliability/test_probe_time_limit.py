@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
+from dlopt.api.policy import DEFAULT_PROBE_TIMEOUT_S, OptimizationPolicy, default_probe_timeout_s
 from dlopt.errors import ConfigurationError
-from dlopt.policy import DEFAULT_PROBE_TIMEOUT_S, OptimizationPolicy, default_probe_timeout_s
-from dlopt.providers.contract import ProviderAvailability, ProviderContext, ProviderInfo
-from dlopt.providers.loader import probe_provider
+from dlopt.pipeline.probe import probe_provider
+from dlopt.plugins.contract import ProviderAvailability, ProviderContext, ProviderInfo
 from dlopt.testing import FakeProvider
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ReferenceCheckError
 from dlopt.validation import capture_reference
-from dlopt.workload import WorkloadProfile
 
 
 class CallCounter(torch.nn.Module):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from dlopt.events import EventKind
+from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability
 from dlopt.testing import FailingStage
 from dlopt.testing.models import StructuredMLP as SmallNet
 

@@ -10,13 +10,14 @@ import attrs
 import pytest
 import torch
 
+from dlopt.api.policy import DeploymentConstraints
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.evidence.report import OptimizationReport
 from dlopt.measurement import LatencyStats
-from dlopt.policy import DeploymentConstraints
-from dlopt.report import OptimizationReport, StageError
+from dlopt.pipeline.state import StageError
+from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.models import StructuredMLP
-from dlopt.testing.race import FakeRace
 from dlopt.vocabulary import Stage, Status, Verdict
-from dlopt.workload import WorkloadCase, WorkloadProfile
 
 
 def _workload() -> WorkloadProfile:

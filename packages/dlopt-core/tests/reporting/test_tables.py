@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from dlopt.cli.tables import Output, fitting_columns, wants_plain
+from dlopt.cli.console import Output, fitting_columns, wants_plain
 from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import SelectionCancelled
 from dlopt.events import EventKind
 from dlopt.testing.models import StructuredMLP as SmallNet
-from dlopt.workload import WorkloadProfile
 
 
 def test_cancelled_before_the_race_raises_and_releases_every_plan(race, x) -> None:

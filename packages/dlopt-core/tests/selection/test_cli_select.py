@@ -120,7 +120,7 @@ def test_cuda_without_a_cuda_device_says_so(capsys, monkeypatch):
 def test_select_moves_the_model_it_built_to_the_target_device(monkeypatch):
     import torch
 
-    from dlopt.optimizer import InferenceOptimizer
+    from dlopt.api.optimizer import InferenceOptimizer
     from dlopt.testing.models import StructuredMLP
 
     moved_to: list[str] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlopt.measurement import RatioInterval
-from dlopt.selection import EAGER, Costs, choose
+from dlopt.selection.rules import EAGER, Costs, choose
 
 
 def iv(low: float, point: float, high: float) -> RatioInterval:

@@ -8,12 +8,12 @@ import attrs
 import pytest
 import torch
 
-from dlopt.decision import OptimizationDecision
+from dlopt.api.decision import OptimizationDecision
+from dlopt.api.policy import DeploymentConstraints
 from dlopt.errors import ConfigurationError, ReferenceCheckError
-from dlopt.policy import DeploymentConstraints
+from dlopt.evidence.report import load_report
+from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
-from dlopt.providers.contract import BuiltPlan, ProviderAvailability
-from dlopt.report import load_report
 from dlopt.testing.models import StructuredMLP as SmallNet
 from dlopt.validation import ModelMutatedError
 

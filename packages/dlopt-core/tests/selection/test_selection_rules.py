@@ -1,4 +1,4 @@
-"""Property-based tests of the selection rules (``dlopt.selection``), on numbers alone.
+"""Property-based tests of the selection rules (``dlopt.selection.rules``), on numbers alone.
 
 The pipeline exercises these rules end to end; here each rule is checked directly over
 generated costs and speedup intervals (``low <= point <= high``, bounds sometimes missing,
@@ -25,7 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dlopt.measurement import RatioInterval
-from dlopt.selection import (
+from dlopt.selection.rules import (
     EAGER,
     Costs,
     SelectionOutcome,

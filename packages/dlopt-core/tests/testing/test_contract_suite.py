@@ -29,7 +29,7 @@ from dlopt.plugin import (
     try_import,
 )
 from dlopt.testing import REQUIRE_AVAILABLE_ENV, ProviderContractSuite, check_entry_point_claims
-from dlopt.testing.contract import _ContractModel
+from dlopt.testing.provider_suite import _ContractModel
 
 FAILED = pytest.fail.Exception
 SKIPPED = pytest.skip.Exception
@@ -537,7 +537,7 @@ def test_a_missing_or_foreign_entry_point_fails(eps, message):
 
 
 def test_the_suite_refuses_a_duplicated_entry_point_name(monkeypatch):
-    import dlopt.testing.contract as contract
+    import dlopt.testing.provider_suite as contract
 
     eps = [_ep("npu", "dlopt-core"), _ep("npu", "acme-npu")]
     fake = types.SimpleNamespace(
@@ -611,19 +611,19 @@ def test_a_device_memory_reading_in_mib_passes(tmp_path):
 
 
 def test_a_plugin_importing_deep_core_modules_is_caught(tmp_path, monkeypatch):
-    from dlopt.testing.contract import deep_core_imports
+    from dlopt.testing.provider_suite import deep_core_imports
 
     package = tmp_path / "deep_npu_plugin"
     package.mkdir()
     (package / "__init__.py").write_text("from dlopt.plugin import hookimpl\n")
     (package / "provider.py").write_text(
         "import torch\n"
-        "from dlopt.providers.contract import BuiltPlan\n"
+        "from dlopt.plugins.contract import BuiltPlan\n"
         "from dlopt import hookimpl\n"
         "import dlopt.testing.fakes\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert deep_core_imports("deep_npu_plugin") == [
-        "provider.py:2 imports dlopt.providers.contract",
+        "provider.py:2 imports dlopt.plugins.contract",
         "provider.py:3 imports dlopt.hookimpl",
     ]

@@ -12,7 +12,7 @@ import json, sys
 sys.modules["pytest"] = None
 import dlopt.testing
 from dlopt.testing import FailingStage, FakeProvider
-import dlopt.testing.fakes, dlopt.testing.models, dlopt.testing.plugins, dlopt.testing.race
+import dlopt.testing.fakes, dlopt.testing.models, dlopt.testing.plugins, dlopt.testing.fake_race
 try:
     from dlopt.testing import ProviderContractSuite
 except ImportError as exc:
@@ -34,6 +34,6 @@ def test_fakes_import_without_pytest_and_the_suite_names_what_it_needs():
 
 def test_the_suite_is_reachable_from_dlopt_testing():
     import dlopt.testing
-    from dlopt.testing.contract import ProviderContractSuite
+    from dlopt.testing.provider_suite import ProviderContractSuite
 
     assert dlopt.testing.ProviderContractSuite is ProviderContractSuite

@@ -8,10 +8,10 @@ from collections import namedtuple
 import pytest
 import torch
 
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase
 from dlopt.errors import WorkloadError
-from dlopt.target import ExecutionTarget
 from dlopt.validation import prepare_inputs
-from dlopt.workload import WorkloadCase
 
 Batch = namedtuple("Batch", ["ids", "mask"])
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, ReferenceCheckError
 from dlopt.validation import LimitOverride, QualityPolicy, capture_reference, top1_agreement
-from dlopt.workload import WorkloadCase, WorkloadProfile
 
 
 def net(dropout: float = 0.5) -> nn.Module:

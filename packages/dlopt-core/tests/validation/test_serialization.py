@@ -1,4 +1,4 @@
-"""Every evidence type round-trips through dlopt.serialization as strict JSON."""
+"""Every evidence type round-trips through dlopt.platform.serialization as strict JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from dlopt.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 from dlopt.validation import (
     CaseValidation,
     LimitOverride,

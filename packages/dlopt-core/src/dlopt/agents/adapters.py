@@ -18,8 +18,8 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from dlopt.agents.results import compact
 from dlopt.agents.schemas import OPTIMIZE, RESULT_SCHEMA
+from dlopt.agents.tool_results import compact
 
 if TYPE_CHECKING:
     from dlopt.agents.toolkit import OptimizationAgentToolkit

@@ -32,7 +32,7 @@ READ_REPORT = "dlopt_read_report"
 #: The closed set of tools, in the order they are published.
 TOOL_NAMES: tuple[str, ...] = (INSPECT_RUNTIME, LIST_WORKLOADS, OPTIMIZE, READ_REPORT)
 
-#: A workload, plan or candidate name as the tools take it (the rule of ``dlopt.names``).
+#: A workload, plan or candidate name as the tools take it (the rule of ``dlopt.platform.names``).
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$"
 #: The most plan names one ``include``/``exclude`` list may hold.
 MAX_PLAN_NAMES = 64

@@ -37,14 +37,6 @@ import torch
 from attrs import field, frozen
 
 from dlopt.agents import views
-from dlopt.agents.results import (
-    MIN_RESULT_CHARS,
-    ToolError,
-    clip,
-    failure,
-    parse_arguments,
-    success,
-)
 from dlopt.agents.schemas import (
     INSPECT_RUNTIME,
     LIST_WORKLOADS,
@@ -55,18 +47,28 @@ from dlopt.agents.schemas import (
     ToolCaps,
     tool_schemas,
 )
-from dlopt.config_checks import integer, number
-from dlopt.decision import OptimizationDecision
+from dlopt.agents.tool_results import (
+    MIN_RESULT_CHARS,
+    ToolError,
+    clip,
+    failure,
+    parse_arguments,
+    success,
+)
+from dlopt.api.decision import OptimizationDecision
+from dlopt.api.optimizer import InferenceOptimizer
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError, DloptError, SelectionCancelled
-from dlopt.names import NAME_RULE, is_plain_name
-from dlopt.optimizer import InferenceOptimizer
-from dlopt.providers.contract import ProviderContext, ProviderInfo, Role
-from dlopt.providers.loader import ProviderRegistry, load_providers, probe_provider
-from dlopt.report import OptimizationReport
-from dlopt.runtime import inspect_runtime
-from dlopt.serialization import strict_jsonable
+from dlopt.evidence.provenance import inspect_runtime
+from dlopt.evidence.report import OptimizationReport
+from dlopt.pipeline.probe import probe_provider
+from dlopt.platform.config_checks import integer, number
+from dlopt.platform.names import NAME_RULE, is_plain_name
+from dlopt.platform.serialization import strict_jsonable
+from dlopt.plugins.contract import ProviderContext, ProviderInfo, Role
+from dlopt.plugins.discovery import load_providers
+from dlopt.plugins.registry import ProviderRegistry, with_explicit
 from dlopt.vocabulary import StopReason
-from dlopt.workload import WorkloadProfile
 
 log = logging.getLogger(__name__)
 
@@ -423,11 +425,7 @@ class OptimizationAgentToolkit:
         registry = self._optimizer.registry
         if registry is None:
             registry = load_providers()
-        explicit = {
-            p.name: ProviderInfo(p, plugin="explicit") for p in self._optimizer.explicit_providers
-        }
-        infos = [explicit.pop(i.name, i) for i in registry.providers]
-        return registry, [*infos, *explicit.values()]
+        return registry, with_explicit(registry.providers, self._optimizer.explicit_providers)
 
     def _list_workloads(self, args: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

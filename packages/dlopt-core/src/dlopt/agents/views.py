@@ -1,6 +1,6 @@
 """What the agent tools show of reports, workloads and providers: plain JSON values.
 
-Free texts are cut to a known length here; the result envelope (``dlopt.agents.results``)
+Free texts are cut to a known length here; the result envelope (``dlopt.agents.tool_results``)
 bounds the whole. Host file paths (plan artifacts) are shown by name only.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlopt.agents.results import clip
-from dlopt.providers.loader import ProviderStatus
-from dlopt.report import CandidateEvidence, OptimizationReport
-from dlopt.serialization import strict_jsonable
-from dlopt.tree import describe_inputs
-from dlopt.workload import WorkloadProfile
+from dlopt.agents.tool_results import clip
+from dlopt.api.workload import WorkloadProfile
+from dlopt.evidence.report import CandidateEvidence, OptimizationReport
+from dlopt.pipeline.probe import ProviderStatus
+from dlopt.platform.serialization import strict_jsonable
+from dlopt.platform.tree import describe_inputs
 
 #: The longest reason, message or description a summary shows.
 TEXT_LIMIT = 600

@@ -8,7 +8,7 @@ from typing import Any
 
 from dlopt.cli.cmd_report import read_report
 from dlopt.cli.common import EXIT_OK, add_plain_argument
-from dlopt.cli.tables import Output
+from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 
 
@@ -28,7 +28,7 @@ def add_export_command(sub: Any) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from dlopt.fileio import check_can_create_in
+    from dlopt.platform.fileio import check_can_create_in
     from dlopt.reporting.export import export, label_runs
 
     reports = [read_report(path) for path in args.reports]

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from dlopt.cli.common import EXIT_OK, add_target_arguments, cli_target
-from dlopt.cli.tables import format_table
+from dlopt.cli.console import format_table
 
 
 def add_inspect_command(sub: Any) -> None:
@@ -18,8 +18,8 @@ def add_inspect_command(sub: Any) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from dlopt.runtime import inspect_runtime
-    from dlopt.serialization import dumps
+    from dlopt.evidence.provenance import inspect_runtime
+    from dlopt.platform.serialization import dumps
 
     info = inspect_runtime(cli_target(args))
     if args.json:

@@ -14,7 +14,7 @@ from dlopt.cli.common import (
     cli_target,
     show_chatter,
 )
-from dlopt.cli.tables import Output
+from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 
 
@@ -31,17 +31,18 @@ def add_providers_command(sub: Any) -> None:
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:
-    from dlopt.providers.contract import ProviderContext
-    from dlopt.providers.loader import load_providers
+    from dlopt.pipeline.probe import probe_all
+    from dlopt.platform.serialization import dumps
+    from dlopt.plugins.contract import ProviderContext
+    from dlopt.plugins.discovery import load_providers
     from dlopt.reporting.tables import plugin_failures_table, providers_table
-    from dlopt.serialization import dumps
 
     target = cli_target(args)
     out = Output(plain=args.plain or None)
     # SDK imports warn and print (torchao's deprecation): kept out of the table and JSON.
     with captured_chatter() as chatter:
         registry = load_providers()
-        statuses = None if args.options else registry.probe_all(ProviderContext(target=target))
+        statuses = None if args.options else probe_all(registry, ProviderContext(target=target))
     show_chatter(chatter)
     if args.options:
         return _print_options(registry, args.options, as_json=args.json, out=out)
@@ -66,9 +67,9 @@ def _cmd_providers(args: argparse.Namespace) -> int:
 
 def _print_options(registry: Any, plan: str, *, as_json: bool, out: Output) -> int:
     """``dlopt providers --options PLAN``: the options a plan declares."""
-    from dlopt.policy import describe_options
+    from dlopt.api.policy import describe_options
+    from dlopt.platform.serialization import dumps, strict_jsonable
     from dlopt.reporting.tables import options_table
-    from dlopt.serialization import dumps, strict_jsonable
 
     names = [info.name for info in registry.providers]
     if plan not in names:

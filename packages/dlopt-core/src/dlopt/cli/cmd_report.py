@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlopt.cli.common import EXIT_OK, add_plain_argument
-from dlopt.cli.tables import Output
+from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 from dlopt.reporting.tables import (
     PAGE_FAULT_HINT_THRESHOLD,
@@ -25,7 +25,7 @@ from dlopt.reporting.tables import (
 )
 
 if TYPE_CHECKING:
-    from dlopt.report import OptimizationReport
+    from dlopt.evidence.report import OptimizationReport
 
 __all__ = [
     "PAGE_FAULT_HINT_THRESHOLD",
@@ -63,8 +63,8 @@ def add_report_command(sub: Any) -> None:
 def read_report(path_text: str) -> OptimizationReport:
     """Load a report named on the command line; every failure is a usage error that says
     what the file is and what to do."""
-    from dlopt.fileio import FileTooLargeError
-    from dlopt.report import load_report
+    from dlopt.evidence.report import load_report
+    from dlopt.platform.fileio import FileTooLargeError
 
     path = Path(path_text)
     try:
@@ -137,7 +137,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_OK
     out = Output(plain=args.plain or None)
     if args.html:
-        from dlopt.fileio import check_writable_file
+        from dlopt.platform.fileio import check_writable_file
         from dlopt.reporting.html import write_html
 
         try:

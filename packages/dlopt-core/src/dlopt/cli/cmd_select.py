@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_OK,
@@ -22,10 +23,9 @@ from dlopt.cli.common import (
     cli_target,
     show_chatter,
 )
-from dlopt.cli.tables import Output, wants_plain
+from dlopt.cli.console import Output, wants_plain
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
-from dlopt.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 
 _DTYPES = {
     "float32": "float32",
@@ -125,7 +125,7 @@ def load_factory(spec: str) -> tuple[Any, Any]:
     """
     import torch
 
-    from dlopt.workload import WorkloadProfile
+    from dlopt.api.workload import WorkloadProfile
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -232,8 +232,8 @@ def check_input_sizes(
 
 def check_outputs(report: str | None, bundle: str | None) -> None:
     """Refuse ``--report``/``--bundle`` paths that cannot be written, before the race."""
-    from dlopt.bundle import check_bundle_destination
-    from dlopt.fileio import check_writable_file
+    from dlopt.bundle.store import check_bundle_destination
+    from dlopt.platform.fileio import check_writable_file
 
     if report:
         try:
@@ -265,9 +265,9 @@ def _on_target(model: Any, target: Any) -> Any:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from dlopt.demo import build_demo_model, demo_workload
-    from dlopt.optimizer import InferenceOptimizer
-    from dlopt.providers.loader import load_providers
+    from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.cli.demo import build_demo_model, demo_workload
+    from dlopt.plugins.discovery import load_providers
     from dlopt.reporting.progress import ProgressDisplay
 
     if args.demo == bool(args.model):
@@ -333,8 +333,8 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and the inputs it races on: ``--inputs FILE``, random tensors of the
     ``--input``/``--case`` shapes, or the workload the factory returned.
     ``WorkloadProfile.inputs`` says which, so the report does too."""
-    from dlopt.cli.inputs import describe_inputs_file, load_inputs
-    from dlopt.workload import WorkloadCase, WorkloadProfile
+    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.cli.input_files import describe_inputs_file, load_inputs
 
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:

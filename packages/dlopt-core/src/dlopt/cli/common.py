@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from dlopt.target import ExecutionTarget
+from dlopt.api.target import ExecutionTarget
 
 #: 0 success, 1 the work ran but failed, 2 bad usage or input (argparse's convention).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -117,9 +117,9 @@ def captured_chatter(*, streams: bool = True) -> Iterator[Chatter]:
 def show_chatter(chatter: Chatter, stream: Any = None) -> None:
     """What provider packages said, each line once, dimmed, on stderr (never on stdout,
     where tables and JSON go): ``chatter`` and what the probes captured
-    (:func:`dlopt.probing.captured_sdk_output`, forgotten once shown)."""
-    from dlopt.cli.tables import Output
-    from dlopt.probing import captured_sdk_output, clear_captured_sdk_output
+    (:func:`dlopt.platform.probing.captured_sdk_output`, forgotten once shown)."""
+    from dlopt.cli.console import Output
+    from dlopt.platform.probing import captured_sdk_output, clear_captured_sdk_output
 
     probed = [line for output in captured_sdk_output() for line in output.lines()]
     clear_captured_sdk_output()

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
-from attrs import define
+from attrs import define, frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
@@ -45,8 +45,8 @@ from dlopt.measurement.stats import (
     summarize_latency,
     t_interval,
 )
-from dlopt.serialization import finite_or_none
-from dlopt.vocabulary import StopReason, Verdict
+from dlopt.platform.serialization import finite_or_none
+from dlopt.vocabulary import Gate, StopReason, Verdict
 
 #: What waits for queued device work: one callable for all plans, or one per plan name.
 Synchronize = Callable[[], None] | Mapping[str, Callable[[], None] | None] | None
@@ -59,7 +59,7 @@ _ALLOCATOR_PROBE_CALLS = 3
 class _Standing:
     """Where one challenger stands in the sequential rule."""
 
-    gate: str = "open"  # open | faster | not_faster | futile
+    gate: Gate = Gate.OPEN
     in_rounds: bool = True
     resolved_at: int | None = None
     dropped_at: int | None = None
@@ -73,21 +73,40 @@ class _Standing:
     elimination: RatioInterval | None = None
 
 
+@frozen
+class RaceEntrants:
+    """What races: per plan, one zero-argument callable per workload case (inputs bound,
+    in the order of ``weights``); the baseline every challenger is paired with, the bar it
+    must clear, the cases' names and the native plans that may replace the baseline."""
+
+    candidates: Mapping[str, Sequence[Callable[[], object]]]
+    weights: Sequence[float]
+    baseline: str
+    min_speedup: float
+    case_names: Sequence[str] | None = None
+    natives: Sequence[str] = ()
+
+
+@frozen
+class RaceInstruments:
+    """How the race measures: its policy and clock, what waits for a plan's queued work
+    (one callable, or one per plan), the CPU-time source of the quiet-wait and the heap
+    allocator's control (``None``: none)."""
+
+    policy: MeasurementPolicy
+    clock: Clock
+    synchronize: Synchronize = None
+    cpu: CpuTimeSource | None = None
+    allocator: AllocatorControl | None = None
+
+
 class _Race:
-    def __init__(
-        self,
-        candidates: Mapping[str, Sequence[Callable[[], object]]],
-        weights: Sequence[float],
-        baseline: str,
-        min_speedup: float,
-        policy: MeasurementPolicy,
-        clock: Clock,
-        synchronize: Synchronize,
-        case_names: Sequence[str] | None,
-        cpu: CpuTimeSource | None,
-        natives: Sequence[str],
-        allocator: AllocatorControl | None,
-    ) -> None:
+    def __init__(self, entrants: RaceEntrants, instruments: RaceInstruments) -> None:
+        candidates, weights = entrants.candidates, entrants.weights
+        baseline, min_speedup = entrants.baseline, entrants.min_speedup
+        case_names, natives = entrants.case_names, entrants.natives
+        policy, clock, synchronize = instruments.policy, instruments.clock, instruments.synchronize
+        cpu, allocator = instruments.cpu, instruments.allocator
         _validate(candidates, weights, baseline, min_speedup, case_names, natives)
         total = float(sum(weights))
         self.weights = tuple(float(w) / total for w in weights)
@@ -165,7 +184,7 @@ class _Race:
 
     def gates_open(self) -> bool:
         return any(
-            self.standing[p.name].gate == "open" and self.standing[p.name].in_rounds
+            self.standing[p.name].gate is Gate.OPEN and self.standing[p.name].in_rounds
             for p in self.challengers()
         )
 
@@ -174,7 +193,8 @@ class _Race:
         return [
             p
             for p in self.challengers()
-            if self.standing[p.name].in_rounds and self.standing[p.name].gate in ("open", "faster")
+            if self.standing[p.name].in_rounds
+            and self.standing[p.name].gate in (Gate.OPEN, Gate.FASTER)
         ]
 
     def family_size(self) -> int:
@@ -352,7 +372,7 @@ class _Race:
         base = self.base.name
         for plan in self.challengers():
             st = self.standing[plan.name]
-            if st.gate not in ("open", "faster") or not st.in_rounds:
+            if st.gate not in (Gate.OPEN, Gate.FASTER) or not st.in_rounds:
                 continue
             if base not in (q.name for q in block):
                 continue  # the baseline left the rounds: nothing new to pair with
@@ -366,14 +386,14 @@ class _Race:
                 st.gate_low, st.gate_high = low, high
             else:
                 st.gate_low, st.gate_high = max(st.gate_low, low), min(st.gate_high, high)
-            if st.gate == "faster":
+            if st.gate is Gate.FASTER:
                 continue  # the verdict stands; its interval keeps narrowing with the rounds
             if st.gate_low >= self.threshold:
-                st.gate, st.resolved_at = "faster", self.rounds
+                st.gate, st.resolved_at = Gate.FASTER, self.rounds
             elif st.gate_high < self.threshold:
-                st.gate, st.resolved_at, st.in_rounds = "not_faster", self.rounds, False
+                st.gate, st.resolved_at, st.in_rounds = Gate.NOT_FASTER, self.rounds, False
             elif p.futility_confidence is not None and self._futile(pair):
-                st.gate, st.resolved_at, st.in_rounds = "futile", self.rounds, False
+                st.gate, st.resolved_at, st.in_rounds = Gate.FUTILE, self.rounds, False
                 st.note = (
                     f"stopped at round {self.rounds} for futility: even the upper end of its "
                     f"{p.futility_confidence:.0%} interval could not clear min_speedup within "
@@ -451,7 +471,7 @@ class _Race:
         if (
             self.leader is not None
             and leader is not None
-            and leader.gate == "faster"
+            and leader.gate is Gate.FASTER
             and not natives_open
         ):
             scores = self.scores()
@@ -493,7 +513,7 @@ class _Race:
         gates = {self.standing[p.name].gate for p in self.challengers()}
         if not self.challengers():
             return StopReason.NO_CHALLENGERS
-        if "futile" in gates:
+        if Gate.FUTILE in gates:
             return StopReason.FUTILITY
         return StopReason.RESOLVED
 
@@ -506,7 +526,7 @@ class _Race:
         scores = self.scores()
         out = []
         for name in self.natives:
-            if self.standing[name].gate != "faster":
+            if self.standing[name].gate is not Gate.FASTER:
                 continue
             pair = self._pair(scores, name, self.leader, self.pooled)
             if pair is None or pair.interval(self.critical(pair.df))[1] < self.threshold:
@@ -540,7 +560,7 @@ class _Race:
 
         for plan in self.challengers():
             st = self.standing[plan.name]
-            if st.gate != "open" or not st.in_rounds:
+            if st.gate is not Gate.OPEN or not st.in_rounds:
                 continue
             pair = self._pair(scores, self.base.name, plan.name, self.pooled)
             if pair is None:
@@ -714,9 +734,9 @@ class _Race:
     def _verdict(self, plan: PlanRecord, st: _Standing) -> Verdict:
         if plan.failed is not None:
             return Verdict.FAILED
-        if st.gate == "faster":
+        if st.gate is Gate.FASTER:
             return Verdict.FASTER
-        if st.gate == "not_faster":
+        if st.gate is Gate.NOT_FASTER:
             return Verdict.NOT_FASTER
         if st.dropped_at is not None:
             return Verdict.DROPPED
@@ -847,6 +867,7 @@ def run_race(
     baseline: str,
     min_speedup: float,
     policy: MeasurementPolicy | None = None,
+    *,
     clock: Clock | None = None,
     synchronize: Synchronize = None,
     on_round: Callable[[int, RaceResult], None] | None = None,
@@ -891,17 +912,8 @@ def run_race(
         allocator = None
     prepare_boundary(policy.min_rounds, policy.max_rounds)  # before the race's clock starts
     race = _Race(
-        candidates,
-        weights,
-        baseline,
-        min_speedup,
-        policy,
-        clock,
-        synchronize,
-        case_names,
-        cpu,
-        natives,
-        allocator,
+        RaceEntrants(candidates, weights, baseline, min_speedup, case_names, natives),
+        RaceInstruments(policy, clock, synchronize, cpu, allocator),
     )
     if len(race.plans) == 1:
         race.stop_reason = StopReason.NO_CHALLENGERS

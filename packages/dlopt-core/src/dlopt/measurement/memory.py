@@ -17,7 +17,7 @@ from typing import Any
 from attrs import frozen
 
 from dlopt.measurement.allocator import release_free_heap
-from dlopt.serialization import finite_or_none
+from dlopt.platform.serialization import finite_or_none
 
 _MB = 1024.0 * 1024.0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from dlopt.config_checks import boolean, integer, is_int, number, one_of
 from dlopt.errors import ConfigurationError
+from dlopt.platform.config_checks import boolean, integer, is_int, number, one_of
 
 _positive = number(minimum=0, low_open=True)
 _non_negative = number(minimum=0)

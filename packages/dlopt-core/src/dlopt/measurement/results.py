@@ -1,6 +1,6 @@
 """What a race returns: one record per plan, the race's own figures, the open comparisons.
 
-Plain attrs value types (strict-JSON through ``dlopt.serialization``); the kernel fills
+Plain attrs value types (strict-JSON through ``dlopt.platform.serialization``); the kernel fills
 them, the report copies them. ``RaceResult.paired_speedup`` compares any two plans after
 the race on the rounds both ran, with the race's own boundary.
 """
@@ -175,7 +175,7 @@ class RaceResult:
     @property
     def faster(self) -> tuple[str, ...]:
         """Challengers whose gate interval clears ``min_speedup``."""
-        return tuple(c.name for c in self.candidates if c.verdict == "faster")
+        return tuple(c.name for c in self.candidates if c.verdict == Verdict.FASTER)
 
     @property
     def unresolved(self) -> tuple[str, ...]:

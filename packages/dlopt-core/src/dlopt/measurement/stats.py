@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 from attrs import frozen
 
-from dlopt.serialization import finite_or_none
+from dlopt.platform.serialization import finite_or_none
 
 
 @frozen

@@ -20,7 +20,7 @@ from attrs import frozen
 from dlopt.reporting.tables import inputs_kind, speedup_text
 
 if TYPE_CHECKING:
-    from dlopt.report import CandidateEvidence, OptimizationReport
+    from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 
 
 @frozen
@@ -357,7 +357,7 @@ def latex_table(runs: Sequence[Run]) -> str:
 def provenance(runs: Sequence[Run]) -> dict[str, Any]:
     """What each run was measured on and how: versions, device, ISA, policy, seeds,
     tolerances, workload and inputs, each plan's distribution, version and options."""
-    from dlopt.serialization import to_jsonable
+    from dlopt.platform.serialization import to_jsonable
 
     out = []
     for run in runs:
@@ -412,8 +412,8 @@ class ExportResult:
 def export(runs: Sequence[Run], output_dir: str | os.PathLike[str]) -> ExportResult:
     """Write ``candidates.csv``, ``cases.csv``, ``samples.csv``, ``table.tex``,
     ``provenance.json`` and, with matplotlib, ``figures/*.svg`` into ``output_dir``."""
+    from dlopt.platform.serialization import atomic_write_text, dumps, strict_jsonable
     from dlopt.reporting.figures import FiguresUnavailable, draw_figures
-    from dlopt.serialization import atomic_write_text, dumps, strict_jsonable
 
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 if TYPE_CHECKING:
-    from dlopt.report import CandidateEvidence, OptimizationReport
+    from dlopt.evidence.report import CandidateEvidence, OptimizationReport
     from dlopt.reporting.export import Run
 
 INSTALL_HINT = 'pip install "dlopt-core[plots]"'

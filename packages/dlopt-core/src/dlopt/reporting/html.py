@@ -31,7 +31,7 @@ from dlopt.reporting.tables import (
 )
 
 if TYPE_CHECKING:
-    from dlopt.report import OptimizationReport
+    from dlopt.evidence.report import OptimizationReport
 
 _CSS = """
 :root { color-scheme: light; --fg: #1d2430; --muted: #5b6472; --line: #d8dde5;
@@ -170,7 +170,7 @@ def _provenance_pairs(report: OptimizationReport) -> list[tuple[str, str]]:
 
 def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] = ()) -> str:
     """The page as text; ``figures`` are ``(title, svg)`` pairs to inline."""
-    from dlopt.serialization import dumps, strict_jsonable
+    from dlopt.platform.serialization import dumps, strict_jsonable
 
     title = f"dlopt report: {report.workload.name}"
     parts = [
@@ -244,8 +244,8 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
 
 def write_html(report: OptimizationReport, path: str | os.PathLike[str]) -> HtmlResult:
     """Write the page to ``path`` (atomically); figures when matplotlib is installed."""
+    from dlopt.platform.serialization import atomic_write_text
     from dlopt.reporting.figures import FiguresUnavailable, report_figures
-    from dlopt.serialization import atomic_write_text
 
     missing = None
     try:

@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from dlopt.config_checks import is_number
 from dlopt.events import Event, EventKind
-from dlopt.hookspecs import hookimpl
+from dlopt.platform.config_checks import is_number
+from dlopt.plugins.hookspecs import hookimpl
+from dlopt.vocabulary import Stage
 
 #: In plain mode a round line is printed at most this often (and whenever a comparison
 #: is resolved), so a long race does not flood a log.
@@ -26,10 +27,10 @@ PLAIN_ROUND_INTERVAL_S = 5.0
 
 #: What each stage of a plan's preparation (``STAGE_STARTED`` data ``"stage"``) reads as.
 STAGE_LABELS = {
-    "probe": "probing",
-    "build": "building",
-    "first_call": "first calls",
-    "validation": "validating",
+    Stage.PROBE.value: "probing",
+    Stage.BUILD.value: "building",
+    Stage.FIRST_CALL.value: "first calls",
+    Stage.VALIDATION.value: "validating",
 }
 
 

@@ -1,6 +1,6 @@
 """A saved report as tables of text: one source for the terminal, the HTML page and exports.
 
-Every function here reads an :class:`~dlopt.report.OptimizationReport` and returns
+Every function here reads an :class:`~dlopt.evidence.report.OptimizationReport` and returns
 :class:`Table` values (headers, cells as text, how each column may break). Fields a
 report may lack (an older writer, a candidate that never ran) show as ``-``; fields this
 module does not know are ignored.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 if TYPE_CHECKING:
-    from dlopt.report import CandidateEvidence, OptimizationReport
+    from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 
 #: Minor page faults per call above which the table suggests allocator tuning.
 PAGE_FAULT_HINT_THRESHOLD = 100

@@ -12,9 +12,9 @@ A third-party provider (a private NPU SDK, say) runs the same checks as dlopt's 
         def make_provider(self):
             return MyNpuProvider()
 
-The contract suite (:mod:`dlopt.testing.contract`, :mod:`dlopt.testing.fixtures`) needs
+The contract suite (:mod:`dlopt.testing.provider_suite`, :mod:`dlopt.testing.fixtures`) needs
 pytest; it is imported only when ``ProviderContractSuite`` is first asked for. The fakes
-(:mod:`dlopt.testing.fakes`), the fake-clock race (:mod:`dlopt.testing.race`), the
+(:mod:`dlopt.testing.fakes`), the fake-clock race (:mod:`dlopt.testing.fake_race`), the
 in-process plugin modules (:mod:`dlopt.testing.plugins`) and the small models
 (:mod:`dlopt.testing.models`) import without pytest.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dlopt.testing.fakes import FailingStage, FakeProvider
 
 if TYPE_CHECKING:
-    from dlopt.testing.contract import (
+    from dlopt.testing.provider_suite import (
         REQUIRE_AVAILABLE_ENV,
         BuildSetup,
         ProviderContractSuite,
@@ -42,7 +42,7 @@ __all__ = [
     "check_entry_point_claims",
 ]
 
-_FROM_CONTRACT = {
+_FROM_SUITE = {
     "REQUIRE_AVAILABLE_ENV",
     "BuildSetup",
     "ProviderContractSuite",
@@ -52,9 +52,9 @@ _FROM_CONTRACT = {
 
 def __getattr__(name: str) -> Any:
     # The suite imports pytest: load it on first use, so the fakes work without pytest.
-    if name in _FROM_CONTRACT:
+    if name in _FROM_SUITE:
         try:
-            from dlopt.testing import contract
+            from dlopt.testing import provider_suite
         except ImportError as exc:
             if exc.name != "pytest":
                 raise
@@ -63,5 +63,5 @@ def __getattr__(name: str) -> Any:
                 "under pytest: pip install pytest (the fakes in dlopt.testing need no pytest)",
                 name="pytest",
             ) from exc
-        return getattr(contract, name)
+        return getattr(provider_suite, name)
     raise AttributeError(f"module 'dlopt.testing' has no attribute {name!r}")

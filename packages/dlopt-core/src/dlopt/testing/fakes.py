@@ -15,15 +15,15 @@ from typing import Any
 import torch
 from attrs import define, field
 
-from dlopt.precision import Precision
-from dlopt.providers.contract import (
+from dlopt.platform.tree import map_tensors
+from dlopt.plugins.contract import (
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
     Role,
     _precision,
 )
-from dlopt.tree import map_tensors
+from dlopt.precision import Precision
 
 
 class FailingStage(str, enum.Enum):

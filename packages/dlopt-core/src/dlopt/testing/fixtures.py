@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlopt.testing.race import FakeRace
+from dlopt.testing.fake_race import FakeRace
 
 __all__ = ["race", "x"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Mapping
 
-from dlopt.hookspecs import hookimpl
-from dlopt.providers.contract import PLUGIN_API_VERSION
+from dlopt.plugins.contract import PLUGIN_API_VERSION
+from dlopt.plugins.hookspecs import hookimpl
 
 
 def plugin_module(

@@ -8,11 +8,11 @@ from typing import Any, Literal
 import torch
 from attrs import frozen
 
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase
 from dlopt.errors import WorkloadError
-from dlopt.target import ExecutionTarget
-from dlopt.tree import key_path, map_with_paths
+from dlopt.platform.tree import key_path, map_with_paths
 from dlopt.validation.fingerprint import hash_tensor
-from dlopt.workload import WorkloadCase
 
 CaseLike = WorkloadCase | tuple[tuple[Any, ...], Mapping[str, Any]]
 
@@ -54,7 +54,7 @@ def map_input_tensors(
 ) -> Any:
     """``obj`` with every tensor replaced by ``fn(tensor, path)``; containers are rebuilt.
 
-    Walks tuples, lists, dicts, namedtuples and dataclasses (see :mod:`dlopt.tree`); other
+    Walks tuples, lists, dicts, namedtuples and dataclasses (see :mod:`dlopt.platform.tree`); other
     values pass through untouched (inputs may hold any Python object). ``path`` names the
     root, and each tensor's path reads like ``args[0]["mask"]``.
     """

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import attrs
 from attrs import field, frozen
 
-from dlopt.config_checks import boolean, instance_of, text
 from dlopt.errors import ConfigurationError
+from dlopt.platform.config_checks import boolean, instance_of, text
 from dlopt.precision import Precision
 
 Direction = Literal["higher", "lower"]

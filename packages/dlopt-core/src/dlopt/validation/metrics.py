@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 from attrs import field, frozen
 
-from dlopt.serialization import finite_or_none
+from dlopt.platform.serialization import finite_or_none
 from dlopt.validation.structure import format_shape
 
 LeafKind = Literal["float", "integer", "bool"]

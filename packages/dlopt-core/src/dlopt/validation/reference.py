@@ -9,15 +9,15 @@ from typing import Any
 import torch
 from attrs import define, field
 
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
-from dlopt.target import ExecutionTarget
-from dlopt.tree import map_tensors
+from dlopt.platform.tree import map_tensors
 from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
 from dlopt.validation.inputs import CaseLike, case_parts, prepare_inputs
 from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
 from dlopt.validation.structure import iter_leaves, match_structure
-from dlopt.workload import WorkloadProfile
 
 _NONDETERMINISM_HELP = (
     "likely causes: the model (or a submodule) is in training mode, so dropout or "

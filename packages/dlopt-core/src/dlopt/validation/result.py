@@ -10,8 +10,8 @@ import attrs
 import torch
 from attrs import field, frozen
 
+from dlopt.platform.serialization import finite_or_none
 from dlopt.precision import Precision
-from dlopt.serialization import finite_or_none
 from dlopt.validation.limits import Direction, QualityLimits, QualityPolicy, UserMetric
 from dlopt.validation.metrics import LeafMetrics, compute_leaf_metrics, fmt, pct
 from dlopt.validation.structure import find_path, match_structure

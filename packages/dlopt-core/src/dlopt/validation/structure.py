@@ -13,7 +13,7 @@ import attrs
 import torch
 from torch.utils._pytree import KeyEntry, SequenceKey
 
-from dlopt.tree import child_path, expand, find, leaves_with_paths
+from dlopt.platform.tree import child_path, expand, find, leaves_with_paths
 
 ROOT = "out"
 

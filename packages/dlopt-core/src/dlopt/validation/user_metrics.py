@@ -30,13 +30,13 @@ import torch
 from attrs import frozen
 
 from dlopt.errors import ConfigurationError
-from dlopt.metric_registry import (
+from dlopt.platform.serialization import NotJsonableError, converter, strict_jsonable
+from dlopt.validation.limits import Direction, UserMetric
+from dlopt.validation.metric_registry import (
     discover_once,
     known_metrics,
     register_builtin,
 )
-from dlopt.serialization import NotJsonableError, converter, strict_jsonable
-from dlopt.validation.limits import Direction, UserMetric
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,68 @@
+"""``OptimizationDecision``: the plan to serve with, plus its evidence."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dlopt.bundle.store import write_bundle
+from dlopt.evidence.report import OptimizationReport
+from dlopt.plugins.contract import BuiltPlan
+
+
+class OptimizationDecision:
+    """Call it like the model: it runs the selected plan. ``report`` says why.
+
+    ``close()`` releases the plan's runtime resources (sessions, engines); the decision
+    is also a context manager.
+    """
+
+    def __init__(self, plan: BuiltPlan, report: OptimizationReport) -> None:
+        self.plan = plan
+        self.report = report
+
+    @property
+    def selected_plan(self) -> str:
+        return self.report.selected_plan
+
+    @property
+    def selection_reason(self) -> str:
+        return self.report.selection_reason
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the selected plan; an asynchronous plan's outputs are finished on return."""
+        out = self.plan(*args, **kwargs)
+        if self.plan.synchronize is not None:
+            self.plan.synchronize()
+        return out
+
+    def save_report(self, path: str | os.PathLike[str]) -> Path:
+        """Write the strict-JSON report (atomically)."""
+        return self.report.save(path)
+
+    def save_bundle(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``report.json``, the selected plan's artifacts, and ``manifest.json``.
+
+        The manifest names the selected plan, its provider (with the plan's options) and
+        precision, and the SHA-256 of the report and of each artifact file, so a
+        deployment can verify what it loads (:func:`dlopt.verify_bundle`) and, when the
+        plan's provider can load saved plans, serve it again without the model or a
+        rebuild (:func:`dlopt.load_bundle` returns a ready decision). The bundle is written
+        whole or not at all: an earlier bundle in ``directory`` is replaced whole; a
+        directory that is not a bundle (and not empty) is refused with
+        :class:`dlopt.bundle.store.BundleError`.
+        """
+        return write_bundle(directory, self.report, self.plan.artifacts)
+
+    def close(self) -> None:
+        self.plan.close()
+
+    def __enter__(self) -> OptimizationDecision:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OptimizationDecision(selected_plan={self.selected_plan!r})"

@@ -1,0 +1,269 @@
+"""What the user asks of a selection: objective, constraints, measurement and quality."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from attrs import field, frozen
+
+from dlopt.errors import ConfigurationError
+from dlopt.platform.config_checks import instance_of, integer, number, one_of
+from dlopt.vocabulary import Objective
+
+if TYPE_CHECKING:
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.validation import QualityPolicy
+
+OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
+
+
+def _objective(value: object) -> object:
+    """The :class:`Objective` named by ``value``; anything else is left to the validator."""
+    try:
+        return Objective(value)
+    except ValueError:
+        return value
+
+
+#: How long one provider's probe may take before it is reported unavailable. Cold, the
+#: first probe of a distribution imports its SDK (``dlopt providers --json`` reports each
+#: ``probe_time_s``: about 1-1.5 s for torchao and 0.6 s for onnxruntime on a 2-core CPU
+#: VM, under 0.1 s for the rest); torch_tensorrt's import on a GPU box was not measured
+#: here. 20 s leaves every real probe comfortably available.
+DEFAULT_PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_ENV = "DLOPT_PROBE_TIMEOUT_S"
+
+
+def default_probe_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """The probe time limit: ``$DLOPT_PROBE_TIMEOUT_S`` if set, else ``DEFAULT_PROBE_TIMEOUT_S``."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PROBE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(
+            f"{PROBE_TIMEOUT_ENV} must be a number of seconds > 0 (e.g. 20), got {raw!r}"
+        )
+    return value
+
+
+_positive_or_none = number(minimum=0, low_open=True, optional=True)
+
+
+@frozen
+class DeploymentConstraints:
+    """Limits a plan must respect to be deployable, and the bar a challenger must clear.
+
+    ``min_speedup``: a challenger replaces the baseline only when the lower confidence
+    bound of its speedup is at least this (1.02 = "2% faster, with confidence").
+    ``expected_calls``: how many requests the deployment will serve (lifecycle objective).
+    Time limits are per plan; ``max_first_call_time_s`` applies to each workload case.
+    ``max_latency_ms`` bounds the traffic-weighted mean steady-state latency and
+    ``max_p99_latency_ms`` the traffic-weighted p99.
+    """
+
+    min_speedup: float = field(
+        default=1.02, validator=number(minimum=0, low_open=True, hint=" (e.g. 1.02)")
+    )
+    expected_calls: int | None = field(
+        default=None, validator=integer(minimum=0, optional=True, hint=" (a count of requests)")
+    )
+    max_setup_time_s: float | None = field(default=None, validator=_positive_or_none)
+    max_first_call_time_s: float | None = field(default=None, validator=_positive_or_none)
+    max_peak_memory_mb: float | None = field(default=None, validator=_positive_or_none)
+    max_latency_ms: float | None = field(default=None, validator=_positive_or_none)
+    max_p99_latency_ms: float | None = field(default=None, validator=_positive_or_none)
+
+
+def _default_measurement() -> MeasurementPolicy:
+    from dlopt.measurement import MeasurementPolicy
+
+    return MeasurementPolicy()
+
+
+def _default_quality() -> QualityPolicy:
+    from dlopt.validation import QualityPolicy
+
+    return QualityPolicy()
+
+
+def _measurement_type() -> type:
+    from dlopt.measurement import MeasurementPolicy
+
+    return MeasurementPolicy
+
+
+def _quality_type() -> type:
+    from dlopt.validation import QualityPolicy
+
+    return QualityPolicy
+
+
+def _names(value: object) -> tuple[str, ...] | None:
+    # Strings are checked by _check_names; anything else iterable is kept as given.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        return value  # type: ignore[return-value]  # refused by _check_names
+    return tuple(value)
+
+
+def _check_names(instance: object, attribute: Any, value: Any) -> None:
+    name = getattr(attribute, "name", "include")
+    if value is None and name == "include":
+        return
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(
+            f"OptimizationPolicy.{name} must be plan names: a string or a list of strings "
+            f"(e.g. ['onnxruntime_cpu']), got {value!r}"
+        )
+
+
+@frozen
+class OptimizationPolicy:
+    """The whole selection policy.
+
+    ``objective`` is used exactly as given: ``steady_state_latency`` (traffic-weighted mean
+    request latency) or ``lifecycle_latency`` (setup + first calls + remaining expected
+    calls x steady latency). ``include``/``exclude`` filter providers by name
+    (:func:`check_plan_names` refuses names that match no registered plan).
+    ``probe_timeout_s``: how long one provider's probe may take before the provider is
+    reported unavailable (default ``$DLOPT_PROBE_TIMEOUT_S`` or
+    :data:`DEFAULT_PROBE_TIMEOUT_S`). ``plan_options``: per plan name, the values of that
+    plan's options (``{"onnxruntime_cpu": {"graph_optimization_level": "basic"}}``);
+    unknown plans or options and ill-typed values are refused before anything is built
+    (``dlopt providers --options PLAN`` lists a plan's options).
+    """
+
+    objective: Objective = field(
+        default=Objective.STEADY_STATE_LATENCY, converter=_objective, validator=one_of(OBJECTIVES)
+    )
+    constraints: DeploymentConstraints = field(
+        factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
+    )
+    measurement: MeasurementPolicy = field(
+        factory=_default_measurement, validator=instance_of(_measurement_type)
+    )
+    quality: QualityPolicy = field(factory=_default_quality, validator=instance_of(_quality_type))
+    include: tuple[str, ...] | None = field(default=None, converter=_names, validator=_check_names)
+    exclude: tuple[str, ...] = field(
+        default=(), converter=lambda v: _names(v) or (), validator=_check_names
+    )
+    probe_timeout_s: float = field(
+        factory=default_probe_timeout_s,
+        validator=number(minimum=0, low_open=True, hint=" (seconds)"),
+    )
+    plan_options: dict[str, dict[str, Any]] = field(
+        factory=dict, converter=lambda v: v, validator=lambda _i, _a, v: _check_plan_options(v)
+    )
+
+    def wants(self, provider_name: str) -> bool:
+        if provider_name in self.exclude:
+            return False
+        return self.include is None or provider_name in self.include
+
+
+def check_plan_names(policy: OptimizationPolicy, registered: Iterable[str]) -> None:
+    """Refuse ``include``/``exclude`` names that match no registered plan (typos).
+
+    ``registered`` is every plan name offered by the loaded plugins (and explicit
+    providers), available on this machine or not: a plan that is registered but
+    unavailable here stays allowed, so one config serves several machines. The error
+    names each unknown name with the closest registered ones (difflib).
+    """
+    known = sorted(set(registered))
+    problems: list[str] = []
+    for what, names in (("include", policy.include or ()), ("exclude", policy.exclude)):
+        for name in names:
+            if name in known:
+                continue
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(map(repr, close))}?" if close else "no close match"
+            problems.append(f"{what} names {name!r}, which matches no registered plan ({hint})")
+    if problems:
+        raise ConfigurationError(
+            "; ".join(problems)
+            + f". registered plans: {', '.join(known) or 'none'} (see `dlopt providers`)"
+        )
+
+
+def _check_plan_options(value: object) -> None:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Mapping) for k, v in value.items()
+    ):
+        raise ConfigurationError(
+            "plan_options must map plan names to dicts of option values, e.g. "
+            f'{{"onnxruntime_cpu": {{"intra_op_threads": 2}}}}; got {value!r}'
+        )
+
+
+@frozen
+class OptionInfo:
+    """One declared plan option, for ``dlopt providers --options`` and the docs."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+
+
+def describe_options(options_type: type | None) -> list[OptionInfo]:
+    """The options an attrs ``options_type`` declares (help from ``metadata["help"]``)."""
+    import attrs
+
+    if options_type is None:
+        return []
+    described = []
+    for a in attrs.fields(options_type):
+        default = a.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        kind = a.type if isinstance(a.type, str) else getattr(a.type, "__name__", str(a.type))
+        described.append(OptionInfo(a.name, str(kind), default, str(a.metadata.get("help", ""))))
+    return described
+
+
+def structure_options(options_type: type, values: Mapping[str, Any], *, plan: str) -> Any:
+    """An instance of ``options_type`` from the user's ``values`` (defaults for the rest).
+
+    Unknown names and values of the wrong type are a ConfigurationError naming the plan,
+    the option and what it takes.
+    """
+    from dlopt.platform.serialization import converter
+
+    known = {o.name: o for o in describe_options(options_type)}
+    unknown = [k for k in values if k not in known]
+    if unknown:
+        listing = "; ".join(f"{o.name} ({o.type}, default {o.default!r})" for o in known.values())
+        raise ConfigurationError(
+            f"plan {plan!r} has no option {', '.join(map(repr, unknown))}; its options: "
+            f"{listing or 'none'}"
+        )
+    try:
+        return converter.structure(dict(values), options_type)
+    except Exception as exc:
+        details = _first_leaf(exc)
+        raise ConfigurationError(
+            f"plan {plan!r}: bad option value ({details}); options: "
+            + "; ".join(f"{o.name}: {o.type}" for o in known.values())
+        ) from None
+
+
+def _first_leaf(exc: BaseException) -> str:
+    """The innermost message of a cattrs error group (or the error itself)."""
+    inner = getattr(exc, "exceptions", None)
+    if inner:
+        notes = getattr(inner[0], "__notes__", None) or [""]
+        where = notes[0].rpartition("@ attribute ")[2]
+        return (f"{where}: " if where else "") + _first_leaf(inner[0])
+    return str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,178 @@
+"""Serve a saved bundle again: :func:`load_bundle` returns a ready decision.
+
+It sits above :mod:`dlopt.bundle.store` (which writes and verifies bundles) and
+:mod:`dlopt.api.decision` (which writes them): loading needs the installed providers, writing
+does not.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from dlopt.api.decision import OptimizationDecision
+from dlopt.api.policy import structure_options
+from dlopt.api.target import ExecutionTarget
+from dlopt.bundle.store import (
+    ARTIFACTS_DIR,
+    Bundle,
+    BundleError,
+    BundleLoadError,
+    verify_bundle,
+)
+from dlopt.errors import ConfigurationError
+from dlopt.pipeline.probe import probe_provider
+from dlopt.platform.names import is_plain_name
+from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.plugins.discovery import load_providers
+from dlopt.plugins.registry import ProviderRegistry
+
+
+def load_bundle(
+    directory: str | os.PathLike[str],
+    *,
+    registry: ProviderRegistry | None = None,
+    target: ExecutionTarget | str | None = None,
+    artifact_dir: str | os.PathLike[str] | None = None,
+) -> OptimizationDecision:
+    """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
+
+    The bundle is verified first (:func:`verify_bundle`: every hash, before anything is
+    loaded). Then the selected plan's provider is looked up by the plan's name in
+    ``registry`` (default: :func:`dlopt.plugins.discovery.load_providers`), probed on
+    ``target`` (default: the target the report was raced on) with the options the plan
+    raced with (read from the report), and asked to ``load`` the plan from
+    ``<bundle>/artifacts/<plan>`` with the plan's recorded metadata. No model is needed
+    and nothing is rebuilt. ``artifact_dir``: scratch space the provider may write to
+    (engine caches; default: a new temporary directory), never the bundle itself.
+
+    Raises :class:`BundleError` when the bundle fails verification and
+    :class:`BundleLoadError` when its plan cannot be served here: the plugin is not
+    installed (the message names the distribution to install), the probe says the
+    provider is unavailable on this machine (with its reason and install hint), the
+    provider cannot load saved plans, the recorded options no longer fit it, or loading
+    failed.
+    """
+    bundle = verify_bundle(directory)
+    return _load_plan(bundle, registry, target, artifact_dir)
+
+
+def _load_plan(
+    bundle: Bundle,
+    registry: ProviderRegistry | None,
+    target: ExecutionTarget | str | None,
+    artifact_dir: str | os.PathLike[str] | None,
+) -> OptimizationDecision:
+    report = bundle.report
+    plan_name = report.selected_plan
+    if not is_plain_name(plan_name):
+        raise BundleError(f"{bundle.path}: the selected plan {plan_name!r} is not a plain name")
+    evidence = report.candidate(plan_name)
+    source = evidence.distribution or (
+        f"plugin {evidence.plugin!r}" if evidence.plugin else "an unnamed plugin"
+    )
+    where = f"{bundle.path}: plan {plan_name!r} from {source}"
+    registry = registry if registry is not None else load_providers()
+    info = next((i for i in registry.providers if i.name == plan_name), None)
+    if info is None:
+        raise BundleLoadError(f"{where} is not installed here{_install_advice(evidence, registry)}")
+    if evidence.distribution and info.distribution and info.distribution != evidence.distribution:
+        raise BundleLoadError(
+            f"{where}: here a plan of that name comes from {info.distribution}, which may not "
+            f"read what {evidence.distribution} saved; install {evidence.distribution} "
+            f"{evidence.version or ''}".rstrip()
+        )
+    provider = info.provider
+    load = getattr(provider, "load", None)
+    if not callable(load):
+        raise BundleLoadError(
+            f"{where}: its provider cannot load saved plans (it has no load()); rebuild the "
+            "plan with InferenceOptimizer.select, or upgrade to a version that can load"
+        )
+    context = ProviderContext(
+        target=_load_target(target, report.target),
+        artifact_dir=Path(artifact_dir or tempfile.mkdtemp(prefix="dlopt-load-")),
+        options=_load_options(provider, evidence.options, where),
+    )
+    status = probe_provider(info, context)
+    availability = status.availability
+    if not availability.available:
+        hint = f"; {availability.install_hint}" if availability.install_hint else ""
+        raise BundleLoadError(
+            f"{where} cannot run on {context.target.device} here: "
+            f"{availability.reason or 'its probe says unavailable'}{hint}"
+        )
+    context = attrs.evolve(context, availability=availability)
+    plan_dir = bundle.path / ARTIFACTS_DIR / plan_name
+    try:
+        plan = load(plan_dir, dict(evidence.metadata), context)
+    except Exception as exc:
+        raise BundleLoadError(
+            f"{bundle.path}: {source} could not load plan {plan_name!r} from {plan_dir}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(plan, BuiltPlan):
+        raise BundleLoadError(
+            f"{where}: load() returned {type(plan).__name__}, expected a BuiltPlan"
+        )
+    if plan.precision.value != evidence.precision:
+        plan.close()
+        raise BundleLoadError(
+            f"{where}: the loaded plan computes in {plan.precision.value}, but the bundle's "
+            f"plan was raced in {evidence.precision}; it is not the plan the report vouches for"
+        )
+    return OptimizationDecision(plan, report)
+
+
+def _install_advice(evidence: Any, registry: ProviderRegistry) -> str:
+    """Why the plan's provider is missing, and what to install."""
+    failed = next(
+        (f for f in registry.failures if evidence.plugin and f.plugin == evidence.plugin), None
+    )
+    if failed is not None:
+        return (
+            f": its plugin {failed.plugin!r} failed at {failed.stage}: {failed.error}; fix or "
+            "reinstall it"
+        )
+    if evidence.distribution:
+        version = f"=={evidence.version}" if evidence.version else ""
+        return (
+            f"; install it (pip install {evidence.distribution}, the bundle was written with "
+            f"{evidence.distribution}{version}) and make sure its plugin is not disabled "
+            "(DLOPT_PLUGINS / DLOPT_DISABLE_PLUGINS)"
+        )
+    return (
+        "; it was raced as a provider passed in code, so pass a registry that holds it: "
+        "load_bundle(path, registry=load_providers(extra_plugins=[...]))"
+    )
+
+
+def _load_target(target: ExecutionTarget | str | None, raced: ExecutionTarget) -> ExecutionTarget:
+    if target is None:
+        return raced
+    return target if isinstance(target, ExecutionTarget) else ExecutionTarget(target)
+
+
+def _load_options(provider: Any, recorded: Any, where: str) -> Any:
+    """The options the plan raced with, structured for its provider as installed here."""
+    options_type = getattr(provider, "options_type", None)
+    if options_type is None:
+        if recorded:
+            raise BundleLoadError(
+                f"{where} raced with options {recorded!r}, but the installed provider takes "
+                "none; install the version that wrote the bundle"
+            )
+        return None
+    if recorded is not None and not isinstance(recorded, dict):
+        raise BundleLoadError(f"{where}: the recorded options {recorded!r} are not an object")
+    try:
+        return structure_options(options_type, recorded or {}, plan=provider.name)
+    except ConfigurationError as exc:
+        raise BundleLoadError(
+            f"{where}: the options it raced with do not fit the installed provider ({exc}); "
+            "install the version that wrote the bundle"
+        ) from None

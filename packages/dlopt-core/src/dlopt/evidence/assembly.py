@@ -1,0 +1,254 @@
+"""Evidence assembly: turn the pipeline's working state into the strict-JSON report."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from dlopt._version import __version__
+from dlopt.api.policy import OptimizationPolicy
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadProfile
+from dlopt.evidence.provenance import inspect_runtime, record_providers
+from dlopt.evidence.report import (
+    SCHEMA_VERSION,
+    CandidateEvidence,
+    CaseEvidence,
+    CaseSignature,
+    MeasurementSummary,
+    OptimizationReport,
+    WorkloadSummary,
+)
+from dlopt.measurement import RaceResult, RatioInterval
+from dlopt.pipeline.constraints import weighted_latency
+from dlopt.pipeline.state import CandidateState
+from dlopt.platform.serialization import finite_or_none, strict_jsonable, to_jsonable
+from dlopt.platform.tree import describe_inputs
+from dlopt.plugins.records import PluginFailure
+from dlopt.selection.rules import SelectionOutcome
+from dlopt.validation import CaseValidation
+from dlopt.vocabulary import Objective, Status
+
+
+def build_report(
+    target: ExecutionTarget,
+    policy: OptimizationPolicy,
+    workload: WorkloadProfile,
+    plugin_failures: Sequence[PluginFailure],
+    candidates: Sequence[CandidateState],
+    race: RaceResult,
+    outcome: SelectionOutcome,
+    expected_calls: int | None,
+) -> OptimizationReport:
+    runtime = record_providers(
+        inspect_runtime(target, with_providers=False),
+        [c.status for c in candidates if c.status is not None],
+        plugin_failures,
+    )
+    comparisons = {(c.candidate, c.against): c for c in outcome.comparisons}
+    evidence = tuple(candidate_evidence(policy, c, race, outcome, comparisons) for c in candidates)
+    return OptimizationReport(
+        schema_version=SCHEMA_VERSION,
+        dlopt_version=__version__,
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        objective=policy.objective,
+        target=target,
+        constraints=attrs.evolve(policy.constraints, expected_calls=expected_calls),
+        quality=_quality_summary(policy),
+        workload=WorkloadSummary(
+            workload.name,
+            workload.expected_calls,
+            tuple(
+                CaseSignature(
+                    case.name, float(case.weight), describe_inputs(case.args, case.kwargs)
+                )
+                for case in workload.cases
+            ),
+            workload.inputs,
+        ),
+        runtime=runtime,
+        baseline=outcome.baseline,
+        selected_plan=outcome.selected,
+        selection_reason=outcome.reason,
+        candidates=evidence,
+        measurement=MeasurementSummary(
+            seed=race.seed,
+            rounds=race.rounds,
+            stop_reason=race.stop_reason,
+            total_time_s=race.total_time_s,
+            timed_calls=race.timed_calls,
+            untimed_calls=race.untimed_calls,
+            confidence=race.confidence,
+            policy=race.policy,
+            longest_call_s=race.longest_call[1] if race.longest_call[0] else None,
+            longest_call_plan=race.longest_call[0],
+            budget_s=race.budget_s,
+            warmup_time_s=race.warmup_time_s,
+            family_size=race.family_size,
+            leader=race.leader,
+            regret_bound=race.regret_bound,
+            open_comparisons=race.open_comparisons,
+            allocator=race.allocator,
+        ),
+        plugin_failures=tuple(plugin_failures),
+    )
+
+
+def candidate_evidence(
+    policy: OptimizationPolicy,
+    cand: CandidateState,
+    race: RaceResult,
+    outcome: SelectionOutcome,
+    comparisons: dict,
+) -> CandidateEvidence:
+    availability = cand.status.availability if cand.status else None
+    precision = (
+        cand.plan.precision.value
+        if cand.plan
+        else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
+    )
+    plan = cand.plan
+    base: dict[str, Any] = dict(
+        name=cand.name,
+        precision=precision,
+        role=cand.role.value,
+        options=_recordable(lambda: to_jsonable(cand.options))
+        if cand.options is not None
+        else None,
+        plugin=cand.info.plugin,
+        distribution=cand.info.distribution,
+        version=cand.info.version,
+        availability_reason=availability.reason if availability else None,
+        install_hint=availability.install_hint if availability else None,
+        error=cand.error,
+        metadata=_recordable(lambda: strict_jsonable(plan.metadata)) if plan else {},
+        artifacts=(
+            _recordable(lambda: {str(k): os.fspath(v) for k, v in plan.artifacts.items()})
+            if plan
+            else {}
+        ),
+    )
+    if availability is not None and not availability.available:
+        return CandidateEvidence(status=Status.UNAVAILABLE, **base)
+    measured = None
+    with contextlib.suppress(KeyError):  # not raced: rejected before the race
+        measured = race.candidate(cand.name)
+    validation_by_case: dict[str, CaseValidation] = {
+        v.case: v for v in (cand.validation.cases if cand.validation else ())
+    }
+    latency_by_case = {s.case: s for s in (measured.cases if measured else ())}
+    cases = tuple(
+        CaseEvidence(
+            name=name,
+            weight=weight,
+            first_call_time_s=cand.first_calls_s[i] if i < len(cand.first_calls_s) else None,
+            latency=latency_by_case.get(name),
+            validation=validation_by_case.get(name),
+        )
+        for i, (name, weight) in enumerate(zip(race.case_names, race.weights))
+    )
+    if cand.name == outcome.selected:
+        status = Status.SELECTED
+    elif cand.error is not None:
+        status = Status.REJECTED
+    elif cand.name == outcome.baseline:
+        status = Status.BASELINE
+    else:
+        status = Status.LOST
+    versus_eager = comparisons.get((cand.name, outcome.reference))
+    versus_base = comparisons.get((cand.name, outcome.baseline))
+    judged = versus_base or versus_eager
+    steady_eager = measured.speedup_vs_baseline if measured and not cand.is_reference else None
+    steady_native = outcome.steady_vs_baseline.get(cand.name) if cand.alive else None
+    mean = measured.weighted_mean_ms if measured else None
+    total = finite_or_none(outcome.projected_total_ms.get(cand.name))
+    lifecycle = policy.objective is Objective.LIFECYCLE_LATENCY
+    selection_interval = judged.speedup if (lifecycle and judged) else None
+    return CandidateEvidence(
+        status=status,
+        latency_ms=weighted_latency(measured, race.weights, lambda s: s.median_ms),
+        latency_mean_ms=mean,
+        latency_p90_ms=weighted_latency(measured, race.weights, lambda s: s.p90_ms),
+        latency_p95_ms=weighted_latency(measured, race.weights, lambda s: s.p95_ms),
+        latency_p99_ms=weighted_latency(measured, race.weights, lambda s: s.p99_ms),
+        latency_ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
+        latency_ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
+        selection_cost_ms=total if lifecycle else mean,
+        selection_cost_low_ms=(
+            _scale(total, selection_interval, "high")
+            if lifecycle
+            else (measured.weighted_mean_low_ms if measured else None)
+        ),
+        selection_cost_high_ms=(
+            _scale(total, selection_interval, "low")
+            if lifecycle
+            else (measured.weighted_mean_high_ms if measured else None)
+        ),
+        confidence_gate_passed=judged.gate_passed if judged else None,
+        gate_against=judged.against if judged else None,
+        peak_memory_mb=cand.memory.mb if cand.memory else None,
+        peak_memory_method=cand.memory.method if cand.memory else None,
+        peak_memory_note=cand.memory.note if cand.memory else None,
+        device_memory_mb=cand.device_memory_mb,
+        device_wide_memory_mb=cand.memory.device_wide_mb if cand.memory else None,
+        setup_time_s=cand.setup_s,
+        first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
+        projected_total_ms=finite_or_none(total),
+        break_even_calls_vs_baseline=(versus_base.break_even_calls if versus_base else None),
+        break_even_note=(versus_base.break_even_note if versus_base else None),
+        speedup_vs_eager=steady_eager,
+        speedup_vs_native=steady_native,
+        speedup_vs_baseline_lifecycle=selection_interval,
+        measurement_verdict=measured.verdict if measured else None,
+        noisy=measured.noisy if measured else None,
+        parity=cand.validation,
+        revalidation=cand.revalidation,
+        longest_call_s=measured.longest_call_s if measured else None,
+        final_check=cand.final_check,
+        cases=cases,
+        **base,
+    )
+
+
+def _recordable(values: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A plan's metadata or artifacts as JSON, or nothing when the plugin's values cannot
+    be recorded (the plan was then rejected at build, and its error says why)."""
+    try:
+        return values()
+    except (ValueError, TypeError):
+        return {}
+
+
+def _scale(total: float | None, interval: RatioInterval | None, end: str) -> float | None:
+    """Bound a projected total from the baseline total and a lifecycle speedup bound."""
+    if total is None or interval is None or interval.point is None:
+        return None
+    bound = getattr(interval, end)
+    if bound is None or bound <= 0:
+        return None
+    return finite_or_none(total * interval.point / bound)
+
+
+def _quality_summary(policy: OptimizationPolicy) -> dict[str, Any]:
+    """The quality policy as JSON; user metric functions are named, not serialized."""
+    quality = policy.quality
+    summary: dict[str, Any] = {
+        "limits": to_jsonable(quality.limits),
+        "per_precision": {
+            getattr(k, "value", str(k)): to_jsonable(v) for k, v in quality.per_precision.items()
+        },
+        "per_output": {k: to_jsonable(v) for k, v in quality.per_output.items()},
+        "user_metrics": [
+            {"name": m.name, "limit": m.limit, "direction": m.direction, "path": m.path}
+            for m in quality.user_metrics
+        ],
+        "training_mode": quality.training_mode,
+        "allow_nonfinite_reference": quality.allow_nonfinite_reference,
+        "reference_rel_tolerance": quality.reference_rel_tolerance,
+    }
+    return strict_jsonable(summary)

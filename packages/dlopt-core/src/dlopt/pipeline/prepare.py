@@ -1,0 +1,266 @@
+"""Stage 3, prepare: build each probed plan (timed), call it once per case (timed) and validate it.
+
+A candidate ends alive, unavailable (its probe said so) or rejected (a :class:`StageError`).
+The user's model is checked after every plan's build and first calls; a change is undone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt.api.policy import OptimizationPolicy
+from dlopt.errors import ProviderBuildError
+from dlopt.events import Event, EventKind
+from dlopt.measurement import (
+    MemoryProbe,
+    time_call,
+)
+from dlopt.pipeline.constraints import build_violation
+from dlopt.pipeline.probe import probe_provider
+from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.platform.serialization import finite_or_none
+from dlopt.plugins.boundary import check_built_plan
+from dlopt.plugins.contract import (
+    BuiltPlan,
+    PreparedCase,
+    ProviderContext,
+)
+from dlopt.validation import (
+    InputFingerprint,
+    ModelGuard,
+    ModelMutatedError,
+    ReferenceOutputs,
+    ValidationResult,
+    copy_inputs,
+    validate_outputs,
+)
+from dlopt.vocabulary import Stage
+
+log = logging.getLogger(__name__)
+
+
+def prepare(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: Run,
+) -> None:
+    """Probe, build (timed), first-call every case (timed), validate, check build limits.
+
+    The candidate ends alive, unavailable (``status``) or rejected (``error``).
+    """
+    context = attrs.evolve(context, options=cand.options)
+    run.stage(cand, Stage.PROBE)
+    cand.status = probe_provider(cand.info, context)
+    availability = cand.status.availability
+    if not availability.available:
+        run.emit(
+            Event(
+                EventKind.PROVIDER_UNAVAILABLE,
+                availability.reason or "unavailable",
+                candidate=cand.name,
+            )
+        )
+        return
+    # Build gets what core knows: the inputs as plans are called with them, the
+    # reference outputs and the probe's answer (no second probe, no second eager run).
+    context = attrs.evolve(context, cases=prepared_cases(reference), availability=availability)
+    memory_probe = MemoryProbe(run.target.device).start()
+    try:
+        run.stage(cand, Stage.BUILD)
+        error = build(cand, model, context, guard, run)
+        outputs: list[Any] = []
+        if error is None:
+            run.stage(cand, Stage.FIRST_CALL)
+            error = first_calls(cand, model, reference, guard, run, outputs)
+    finally:
+        cand.memory = memory_probe.stop()
+        cand.device_memory_mb = _device_memory(cand.plan)
+    if error is None:
+        run.stage(cand, Stage.VALIDATION)
+        cand.validation = validate_calls(cand, outputs, reference, run.policy)
+        if not cand.validation.passed:
+            error = StageError(Stage.VALIDATION, cand.validation.reason or "failed validation")
+    if error is None:
+        error = build_violation(
+            run.policy.constraints,
+            setup_s=cand.setup_s,
+            first_calls_s=cand.first_calls_s,
+            memory=cand.memory,
+            device_memory_mb=cand.device_memory_mb,
+        )
+    if error is not None:
+        run.reject(cand, error)
+        return
+    run.emit(
+        Event(
+            EventKind.CANDIDATE_VALIDATED,
+            "passed validation on every case",
+            candidate=cand.name,
+            data={"setup_time_s": cand.setup_s, "first_call_time_s": sum(cand.first_calls_s)},
+        )
+    )
+
+
+def build(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    context: ProviderContext,
+    guard: ModelGuard,
+    run: Run,
+) -> StageError | None:
+    """Build the plan (timed as its setup cost) and check it at the plugin boundary."""
+    try:
+        cand.setup_s, built = time_call(
+            lambda: cand.info.provider.build(model, context), run.clock, run.synchronize(None)
+        )
+    except ModelMutatedError:
+        raise
+    except Exception as exc:
+        return _stage_failure(Stage.BUILD, exc, cand, model, guard)
+    # Only a real BuiltPlan is kept (everything later closes and reads it), and only once
+    # its names, paths and values are checked at the plugin boundary.
+    if isinstance(built, BuiltPlan):
+        cand.plan = built
+    problem = _model_problem(cand, model, guard, Stage.BUILD)
+    if problem is not None:
+        return problem
+    try:
+        check_built_plan(built, context, plan_name=cand.name, plugin=cand.info.plugin)
+    except ProviderBuildError as exc:
+        return StageError(Stage.BUILD, str(exc))
+    run.emit(
+        Event(
+            EventKind.CANDIDATE_BUILT,
+            f"built in {cand.setup_s:.3f}s",
+            candidate=cand.name,
+            data={"setup_time_s": cand.setup_s},
+        )
+    )
+    return None
+
+
+def first_calls(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: Run,
+    outputs: list[Any],
+) -> StageError | None:
+    """Call the plan once per case (timed: lazy compilation lands here) on its own copy of
+    the inputs, fingerprinted around the call; ``outputs`` receives one output per case."""
+    plan = cand.plan
+    assert plan is not None
+    sync = run.synchronize(plan)
+    try:
+        with torch.inference_mode():
+            for case in reference.cases:
+                # Its own copy: a plan that writes into its inputs must not change what
+                # the plans judged after it see.
+                args, kwargs = copy_inputs(case.args, case.kwargs)
+                before = InputFingerprint.of(args, kwargs)
+                seconds, out = time_call(lambda: plan(*args, **kwargs), run.clock, sync)  # noqa: B023
+                cand.first_calls_s.append(seconds)
+                outputs.append(out)
+                changed = before.changed_paths(args, kwargs)
+                if changed:
+                    return StageError(
+                        Stage.FIRST_CALL,
+                        f"the plan wrote into its inputs on case {case.name!r} (input "
+                        f"{', '.join(changed)} changed): plans must treat their inputs as "
+                        "read-only; copy an input before writing to it",
+                    )
+    except ModelMutatedError:
+        raise
+    except Exception as exc:
+        return _stage_failure(Stage.FIRST_CALL, exc, cand, model, guard)
+    return _model_problem(cand, model, guard, Stage.FIRST_CALL)
+
+
+def _model_problem(
+    cand: CandidateState, model: torch.nn.Module, guard: ModelGuard, stage: Stage
+) -> StageError | None:
+    """The plan changed the user's model: put the weights back (or stop), and say so."""
+    problem = guard.check(model, stage=stage.value, plan=cand.name)
+    if problem is None:
+        return None
+    _restore(guard, model, problem)
+    return StageError(stage, problem + " (the weights were restored)")
+
+
+def _stage_failure(
+    stage: Stage,
+    exc: Exception,
+    cand: CandidateState,
+    model: torch.nn.Module,
+    guard: ModelGuard,
+) -> StageError:
+    message = str(exc) if isinstance(exc, ProviderBuildError) else f"{type(exc).__name__}: {exc}"
+    # A plan can change the model and then fail: put the weights back too.
+    problem = guard.check(model, stage=stage.value, plan=cand.name)
+    if problem is not None:
+        _restore(guard, model, problem)
+        message += f" (and {problem}; the weights were restored)"
+    return StageError(stage, message)
+
+
+def _restore(guard: ModelGuard, model: torch.nn.Module, problem: str) -> None:
+    """Undo a plan's change to the user's model, or stop the selection naming the plan."""
+    try:
+        guard.restore(model)
+    except ModelMutatedError as exc:
+        raise ModelMutatedError(f"{problem}; {exc}") from exc
+
+
+def validate_calls(
+    cand: CandidateState,
+    outputs: Sequence[Any],
+    reference: ReferenceOutputs,
+    policy: OptimizationPolicy,
+) -> ValidationResult:
+    """Validate one output per workload case against the reference (errors as results)."""
+    assert cand.plan is not None
+    try:
+        return ValidationResult.from_cases(
+            validate_outputs(
+                out,
+                case.outputs,
+                precision=cand.plan.precision,
+                output_dtype=cand.plan.output_dtype,
+                policy=policy.quality,
+                case_name=case.name,
+            )
+            for out, case in zip(outputs, reference.cases)
+        )
+    except Exception as exc:
+        # Outputs validation cannot even read (e.g. tensors without data) fail the check.
+        return ValidationResult.rejected(f"checking the outputs raised {type(exc).__name__}: {exc}")
+
+
+def prepared_cases(reference: ReferenceOutputs) -> tuple[PreparedCase, ...]:
+    """Each case as plans see it, on a private copy so a build cannot change the inputs
+    the race and the validation use."""
+    prepared = []
+    for case in reference.cases:
+        args, kwargs = copy_inputs(case.args, case.kwargs)
+        prepared.append(PreparedCase(case.name, args, kwargs, case.outputs, case.weight))
+    return tuple(prepared)
+
+
+def _device_memory(plan: BuiltPlan | None) -> float | None:
+    """The plan runtime's own device-memory figure (MiB), when it reports one."""
+    if plan is None or plan.device_memory_mb is None:
+        return None
+    try:
+        return finite_or_none(plan.device_memory_mb())
+    except Exception:
+        log.warning("reading the device memory of a plan failed", exc_info=True)
+        return None

@@ -1,0 +1,124 @@
+"""Stage 4, race: measure every surviving plan against the reference in interleaved rounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt.api.workload import WorkloadProfile
+from dlopt.errors import DloptError, ReferenceCheckError
+from dlopt.events import Event, EventKind
+from dlopt.measurement import (
+    RaceResult,
+    run_race,
+)
+from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.plugins.contract import (
+    BuiltPlan,
+    Role,
+)
+from dlopt.validation import (
+    ReferenceOutputs,
+)
+from dlopt.vocabulary import Stage, Verdict
+
+
+class LastOutput:
+    """One plan's call on one case, keeping the output of the latest call for revalidation."""
+
+    __slots__ = ("args", "calls", "kwargs", "output", "plan")
+
+    def __init__(self, plan: BuiltPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.plan = plan
+        self.args = args
+        self.kwargs = kwargs
+        self.output: Any = None
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.output = self.plan(*self.args, **self.kwargs)
+        self.calls += 1
+        return self.output
+
+
+@attrs.frozen
+class RaceOutcome:
+    """The race and, per plan, the recorder of its last output on every case."""
+
+    result: RaceResult
+    last_outputs: dict[str, list[LastOutput]]
+
+
+def race(
+    candidates: list[CandidateState],
+    reference: ReferenceOutputs,
+    workload: WorkloadProfile,
+    run: Run,
+) -> RaceOutcome:
+    """Measure every surviving plan against the reference (first and alive)."""
+    alive = [c for c in candidates if c.alive]
+    recorders = {
+        cand.name: [LastOutput(cand.plan, case.args, case.kwargs) for case in reference.cases]  # type: ignore[arg-type]
+        for cand in alive
+    }
+
+    def on_round(round_number: int, snapshot: RaceResult) -> None:
+        run.emit(
+            Event(
+                EventKind.ROUND_FINISHED,
+                f"round {round_number}",
+                data={
+                    "round": round_number,
+                    "elapsed_s": snapshot.total_time_s,
+                    "budget_s": snapshot.budget_s,
+                    "leader": snapshot.leader,
+                    "resolved": [
+                        m.name
+                        for m in snapshot.candidates
+                        if m.verdict in (Verdict.FASTER, Verdict.NOT_FASTER, Verdict.DROPPED)
+                    ],
+                },
+            )
+        )
+
+    try:
+        with torch.inference_mode():
+            result = run_race(
+                recorders,
+                weights=workload.weights,
+                baseline=alive[0].name,
+                min_speedup=run.policy.constraints.min_speedup,
+                policy=run.policy.measurement,
+                clock=run.clock,
+                synchronize={c.name: run.synchronize(c.plan) for c in alive},
+                on_round=on_round,
+                should_continue=run.should_continue,
+                case_names=[case.name for case in reference.cases],
+                natives=[c.name for c in alive if c.role is Role.NATIVE],
+            )
+    except DloptError:
+        raise
+    except Exception as exc:
+        # run_race records a failing challenger and goes on; only the baseline's own
+        # error propagates: the reference cannot serve, so no decision can be made.
+        raise ReferenceCheckError(
+            f"the reference plan {alive[0].name!r} raised while being measured: "
+            f"{type(exc).__name__}: {exc}; the model must serve the workload inputs on "
+            "every call: fix the model or the inputs"
+        ) from exc
+    run.emit(
+        Event(
+            EventKind.RACE_FINISHED,
+            f"{result.rounds} rounds, stop: {result.stop_reason}",
+            data={"rounds": result.rounds, "stop_reason": result.stop_reason.value},
+        )
+    )
+    for cand in alive:
+        measured = result.candidate(cand.name)
+        if measured.verdict == Verdict.FAILED:
+            run.reject(
+                cand, StageError(Stage.MEASURE, measured.error or "failed during measurement")
+            )
+    return RaceOutcome(result, recorders)

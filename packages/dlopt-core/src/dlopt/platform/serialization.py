@@ -1,0 +1,230 @@
+"""JSON in and out through one cattrs converter; strict JSON only.
+
+Reports never contain NaN or Infinity: a number that is not finite becomes ``null``
+and the type that holds it carries a reason. ``dumps`` refuses anything else.
+
+Loading is strict about types too: an ``int`` field takes an integer (not ``2.5``, not
+``true``), a ``float`` field a number, a ``bool`` field ``true``/``false``; a value a
+config class refuses comes back as that class's own error (``ConfigurationError``),
+with where in the file it was. Loading never imports or calls anything the file names.
+
+:func:`strict_jsonable` is the one normaliser for free-form values handed in from
+outside (plugin metadata, probe details): whatever it returns can be dumped strictly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import AttributeValidationNote, IterableValidationNote
+from cattrs.preconf.json import make_converter
+
+from dlopt.errors import ConfigurationError, DloptError
+from dlopt.precision import Precision
+
+T = TypeVar("T")
+
+converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+converter.register_unstructure_hook(Path, str)
+converter.register_structure_hook(Path, lambda value, _: Path(value))
+converter.register_unstructure_hook(Precision, lambda p: p.value)
+converter.register_structure_hook(Precision, lambda value, _: Precision.parse(value))
+
+
+class JsonTypeError(ConfigurationError):
+    """A JSON value of the wrong type for the field that reads it."""
+
+
+def _structure_float(value: Any, _: object) -> float:
+    # A float field written from an int (``max_setup_time_s=30``, a call count) is read
+    # back as that int, so dumping what was loaded gives the same text (exact round trip).
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JsonTypeError(f"expected a number, got {value!r}")
+    return value if type(value) is int else float(value)
+
+
+def _structure_int(value: Any, _: object) -> int:
+    if type(value) is int:
+        return value
+    # 3.0 is an integer written by a float computation; 2.5 and true are not.
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise JsonTypeError(f"expected an integer, got {value!r}")
+
+
+def _structure_bool(value: Any, _: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise JsonTypeError(f"expected true or false, got {value!r}")
+
+
+converter.register_structure_hook(float, _structure_float)
+converter.register_structure_hook(int, _structure_int)
+converter.register_structure_hook(bool, _structure_bool)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` if it is a finite number, else ``None`` (for strict JSON fields)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class NotJsonableError(ValueError):
+    """A value that cannot be turned into JSON at all (its ``__str__`` raises, a cycle...)."""
+
+
+_MAX_DEPTH = 100
+
+
+def strict_jsonable(value: Any) -> Any:
+    """``value`` as plain strict-JSON types, for free-form values dlopt did not make.
+
+    Non-finite numbers become ``None``; dicts and lists/tuples are walked (keys become
+    strings); sets become lists sorted by their JSON text; attrs values are unstructured
+    first; numbers stay numbers (numpy's too); a torch dtype becomes its name
+    (``"float16"``); anything else becomes its ``str()``. Raises :class:`NotJsonableError` (naming where)
+    when a value cannot be converted: its ``__str__`` raises, it contains itself, or it
+    nests deeper than 100 levels.
+    """
+    return _plain(value, "value", set())
+
+
+def _plain(value: Any, where: str, open_ids: set[int]) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)  # a str enum gives its value, not "Class.MEMBER"
+    try:
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real):
+            return finite_or_none(float(value))
+        if isinstance(value, Path):
+            return str(value)
+        if _is_torch_dtype(value):
+            return str(value).removeprefix("torch.")
+        if attrs.has(type(value)):
+            value = converter.unstructure(value)
+        if isinstance(value, (Mapping, list, tuple, set, frozenset)):
+            return _plain_container(value, where, open_ids)
+        return str(value)
+    except NotJsonableError:
+        raise
+    except Exception as exc:
+        raise NotJsonableError(
+            f"{where} ({type(value).__name__}) cannot be turned into JSON: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _is_torch_dtype(value: object) -> bool:
+    # Checked by type name: serialization must not import torch.
+    kind = type(value)
+    return kind.__name__ == "dtype" and kind.__module__ == "torch"
+
+
+def _plain_container(value: Any, where: str, open_ids: set[int]) -> Any:
+    if id(value) in open_ids:
+        raise NotJsonableError(f"{where} refers to itself (a cycle); JSON cannot hold it")
+    if len(open_ids) >= _MAX_DEPTH:
+        raise NotJsonableError(f"{where} nests deeper than {_MAX_DEPTH} levels")
+    open_ids.add(id(value))
+    try:
+        if isinstance(value, Mapping):
+            result: dict[str, Any] = {}
+            for key, item in value.items():
+                name = (
+                    str.__str__(key) if isinstance(key, str) else str(_plain(key, where, open_ids))
+                )
+                result[name] = _plain(item, f"{where}[{name!r}]", open_ids)
+            return result
+        if isinstance(value, (set, frozenset)):
+            # Sorted by JSON text: the written order never depends on hashing.
+            items = [_plain(item, f"{where}[{i}]", open_ids) for i, item in enumerate(value)]
+            return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+        return [_plain(item, f"{where}[{i}]", open_ids) for i, item in enumerate(value)]
+    finally:
+        open_ids.discard(id(value))
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Unstructure an attrs value into plain JSON types."""
+    return converter.unstructure(obj)
+
+
+def from_jsonable(data: Any, cls: type[T]) -> T:
+    """Structure plain JSON data into ``cls``.
+
+    A value the target class refuses raises that class's own error (a
+    :class:`~dlopt.errors.ConfigurationError` for policies) naming where it was, e.g.
+    ``constraints.expected_calls: expected an integer, got 2.5``.
+    """
+    try:
+        return converter.structure(data, cls)
+    except cattrs.BaseValidationError as exc:
+        leaves = list(_leaf_errors(exc, ""))
+        ours = [leaf for _, leaf in leaves if isinstance(leaf, DloptError)]
+        if not ours:
+            raise
+        parts = [
+            f"{path or cls.__name__}: {leaf}"
+            if isinstance(leaf, DloptError)
+            else f"{path or cls.__name__}: {type(leaf).__name__}: {leaf}"
+            for path, leaf in leaves
+        ]
+        error_type = type(ours[0])
+        try:
+            error = error_type("; ".join(parts))
+        except Exception:  # an error class with another signature
+            error = ours[0]
+        raise error from exc
+
+
+def _leaf_errors(exc: BaseException, path: str) -> Any:
+    """``(path, error)`` for each error cattrs collected, with the JSON path it came from."""
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            path = f"{path}.{note.name}" if path else note.name
+        elif isinstance(note, IterableValidationNote):
+            path = f"{path}[{note.index!r}]"
+    subs = getattr(exc, "exceptions", None)
+    if isinstance(exc, cattrs.BaseValidationError) and subs:
+        for sub in subs:
+            yield from _leaf_errors(sub, path)
+    else:
+        yield path, exc
+
+
+def dumps(obj: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text for an attrs value (raises ValueError on NaN/Infinity)."""
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False, sort_keys=False)
+
+
+def parse_strict_json(text: str) -> Any:
+    """``json.loads`` that refuses NaN and Infinity (Python's parser accepts them)."""
+
+    def reject_constant(name: str) -> Any:
+        raise ValueError(f"not strict JSON: found {name}")
+
+    return json.loads(text, parse_constant=reject_constant)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) so readers see the old file or the whole new one, never a part.
+
+    Temp file in the same directory, fsync, rename, fsync the directory; the file gets the
+    user's umask permissions. See :func:`dlopt.platform.fileio.atomic_write_bytes`.
+    """
+    from dlopt.platform.fileio import atomic_write_bytes
+
+    return atomic_write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,336 @@
+"""The provider contract: what a plugin implements and what it hands back.
+
+One :class:`ExecutionProvider` instance is one candidate plan. A plugin registers one
+instance per plan variant it offers (TorchAO registers one per quantization scheme).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from attrs import define, field, frozen
+
+from dlopt.api.target import ExecutionTarget
+from dlopt.precision import Precision
+
+if TYPE_CHECKING:
+    import torch
+
+    from dlopt.api.policy import OptimizationPolicy
+    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+
+log = logging.getLogger(__name__)
+
+#: The plugin API this core implements, as "MAJOR.MINOR". A plugin declares the version
+#: it was written for; it is compatible when the majors match and its minor is not newer.
+#: dlopt-core 0.1.x implements 1.0; 0.2.x implements 2.0 (see the dlopt-core README).
+PLUGIN_API_VERSION = "2.0"
+
+
+class Role(str, enum.Enum):
+    """What a plan is to the selection; a plan's name carries no meaning.
+
+    ``reference``: eager fp32, the ground truth and the first baseline (one per race).
+    ``native``: PyTorch's own optimized path; may replace the reference as the baseline
+    only by clearing the confidence gate against it. ``challenger``: everything else.
+    """
+
+    REFERENCE = "reference"
+    NATIVE = "native"
+    CHALLENGER = "challenger"
+
+    @classmethod
+    def of(cls, provider: object) -> Role:
+        """The role ``provider`` declares (``challenger`` when it declares none)."""
+        declared = getattr(provider, "role", cls.CHALLENGER)
+        try:
+            return cls(getattr(declared, "value", declared))
+        except ValueError:
+            raise TypeError(
+                f"provider {getattr(provider, 'name', provider)!r} declares role "
+                f"{declared!r}; use one of {', '.join(r.value for r in cls)}"
+            ) from None
+
+
+def api_version_problem(declared: object) -> str | None:
+    """Why a plugin's declared API version cannot be used with this core, or ``None``."""
+    if declared is None:
+        return (
+            "declares no DLOPT_PLUGIN_API_VERSION; set it to the dlopt plugin API "
+            f"version the plugin was written for (this core implements {PLUGIN_API_VERSION})"
+        )
+    try:
+        major, minor = (int(part) for part in str(declared).split("."))
+        core_major, core_minor = (int(part) for part in PLUGIN_API_VERSION.split("."))
+    except ValueError:
+        return f"declares a malformed plugin API version {declared!r}; expected 'MAJOR.MINOR'"
+    if major != core_major or minor > core_minor:
+        return (
+            f"written for plugin API {declared}, but this dlopt-core implements "
+            f"{PLUGIN_API_VERSION}; install a dlopt-core / plugin pair with the same major "
+            "version (upgrade whichever is older)"
+        )
+    return None
+
+
+def _precision(value: str | Precision) -> Precision:
+    return Precision.parse(value)
+
+
+@frozen
+class ProviderAvailability:
+    """Whether a provider can build on the target, and if not, why and how to fix it.
+
+    ``sdk_versions`` maps distribution names to the versions seen (``None`` when absent);
+    ``details`` carries capabilities a probe found (execution providers, compiler...) as
+    JSON values (text, preferably). The loader normalises whatever a probe returns
+    (``dlopt.plugins.boundary.normalize_availability``) before anyone reads it.
+    """
+
+    available: bool
+    reason: str | None = None
+    install_hint: str | None = None
+    sdk_versions: dict[str, str | None] = field(factory=dict)
+    details: dict[str, Any] = field(factory=dict)
+
+    @classmethod
+    def ok(cls, reason: str | None = None, **kwargs: Any) -> ProviderAvailability:
+        return cls(True, reason, **kwargs)
+
+    @classmethod
+    def unavailable(
+        cls, reason: str, install_hint: str | None = None, **kwargs: Any
+    ) -> ProviderAvailability:
+        return cls(False, reason, install_hint, **kwargs)
+
+
+@define(eq=False)
+class PreparedCase:
+    """One workload case as plans see it: inputs on the device where plans are called,
+    and the eager fp32 reference outputs (detached CPU copies) they must reproduce."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    reference: Any
+    weight: float = 1.0
+
+
+def _case_tuple(cases: Iterable[PreparedCase]) -> tuple[PreparedCase, ...]:
+    return tuple(cases)
+
+
+@define
+class ProviderContext:
+    """What a provider gets to probe and build.
+
+    Always set: ``target`` (where plans compute and where they are called), ``policy``,
+    ``artifact_dir``, and ``options``: this plan's options (an instance of the provider's
+    ``options_type``, defaults filled in; ``None`` for a provider without options).
+
+    Set during a race: ``workload`` (the user's cases as given), and at build time
+    ``cases`` (every case's inputs already prepared on ``target.input_device`` plus the
+    reference outputs: compile for, trace with and calibrate on these) and
+    ``availability`` (this provider's probe result from the same race: no need to probe
+    again). A plain probe (``dlopt providers``) has no workload and no cases.
+    """
+
+    target: ExecutionTarget = field(factory=ExecutionTarget)
+    policy: OptimizationPolicy | None = None
+    workload: WorkloadProfile | None = None
+    artifact_dir: Path = field(factory=lambda: Path("dlopt-artifacts"), converter=Path)
+    options: Any = None
+    cases: tuple[PreparedCase, ...] = field(default=(), converter=_case_tuple)
+    availability: ProviderAvailability | None = None
+
+    def build_cases(self) -> tuple[PreparedCase, ...] | tuple[WorkloadCase, ...]:
+        """The cases a build traces, compiles and calibrates for: the race's prepared
+        ``cases`` (on the device plans are called with); a direct ``build`` call outside a
+        race, without them, falls back to the workload's cases as given."""
+        if self.cases:
+            return self.cases
+        return self.workload.cases if self.workload is not None else ()
+
+    def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The first prepared case's ``(args, kwargs)`` (for tracing and export)."""
+        if not self.cases:
+            raise ValueError("no prepared cases: example inputs exist only at build time")
+        return self.cases[0].args, self.cases[0].kwargs
+
+    def plan_dir(self, plan_name: str) -> Path:
+        """A directory owned by one plan inside the artifact directory (created).
+
+        ``plan_name`` must be a plain name (never a path), and the directory must resolve
+        inside ``artifact_dir`` (a link pointing elsewhere is refused): ConfigurationError.
+        """
+        from dlopt.errors import ConfigurationError
+        from dlopt.platform.names import check_plan_name, is_inside
+
+        path = self.artifact_dir / check_plan_name(plan_name)
+        if not is_inside(path, self.artifact_dir):
+            raise ConfigurationError(
+                f"the directory of plan {plan_name!r}, {str(path)!r}, resolves outside the "
+                f"artifact directory {str(self.artifact_dir)!r} (a link?); remove it or "
+                "choose another artifact directory"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+@define(eq=False)
+class BuiltPlan:
+    """An executable plan: a runner callable plus what it computes in and what it made.
+
+    ``runner`` takes the same ``*args, **kwargs`` as the model and returns the same
+    structure. ``output_dtype`` declares that floating outputs come back in a lower
+    precision dtype (validation upcasts them); ``None`` means they match the reference.
+    ``artifacts`` names files the plan owns (engine, .onnx), all inside
+    ``context.plan_dir(name)``; ``metadata`` is JSON-able evidence for the report.
+    ``close()`` releases sessions, engines and threads.
+
+    ``synchronize``: waits until work the runner queued has finished; called before every
+    timer stop (an asynchronous NPU runner would otherwise be timed at enqueue). Without
+    it dlopt synchronizes the target's torch device (CUDA). ``device_memory_mb``: the
+    peak device memory the plan's runtime used, in MiB, as its SDK reports it (an NPU's
+    memory, an arena torch cannot see); reported beside the CPU/CUDA figures and held to
+    ``max_peak_memory_mb`` too.
+    """
+
+    runner: Callable[..., Any]
+    precision: Precision = field(default=Precision.FP32, converter=_precision)
+    artifacts: dict[str, Path] = field(factory=dict)
+    metadata: dict[str, Any] = field(factory=dict)
+    output_dtype: torch.dtype | None = None
+    on_close: Callable[[], None] | None = None
+    synchronize: Callable[[], None] | None = None
+    device_memory_mb: Callable[[], float | None] | None = None
+    closed: bool = field(default=False, init=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.runner(*args, **kwargs)
+
+    def close(self) -> None:
+        """Release resources once; errors while closing are logged, never raised."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.on_close is not None:
+            try:
+                self.on_close()
+            except Exception:  # closing must never take down a race
+                log.warning("closing plan failed", exc_info=True)
+        self.runner = _closed_runner
+
+    def __enter__(self) -> BuiltPlan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _closed_runner(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("this plan was closed; build it again to run it")
+
+
+@runtime_checkable
+class ExecutionProvider(Protocol):
+    """One candidate plan offered by a plugin.
+
+    Implementations keep ``__init__`` and ``probe`` cheap and import their SDK inside
+    ``probe``/``build`` only. ``build`` must not modify ``model`` (copy what you change);
+    dlopt hashes the weights before and after to check.
+
+    Optional attributes: ``role`` (a :class:`Role`; default ``challenger``),
+    ``options_type`` (an attrs class of the plan's options, each field with a default
+    and ``metadata={"help": ...}``; users pass values per plan in
+    ``OptimizationPolicy(plan_options=...)``), and ``load(directory, metadata, context)
+    -> BuiltPlan`` for a provider that can serve a saved plan again without rebuilding it
+    from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
+    file names, ``metadata`` is the plan's recorded metadata).
+    """
+
+    @property
+    def name(self) -> str:
+        """Unique plan name, e.g. ``"onnxruntime_cpu"``; used in reports and include/exclude."""
+        ...
+
+    @property
+    def precision(self) -> Precision:
+        """The precision the plan will declare when built (shown before building)."""
+        ...
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        """Say whether this plan can be built on ``context.target``; never raise."""
+        ...
+
+    def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
+        """Build the executable plan for ``model``; raise with a clear message on failure."""
+        ...
+
+
+@frozen
+class ProviderInfo:
+    """A registered provider and where it came from (plugin, distribution, version)."""
+
+    provider: ExecutionProvider
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+
+class Register(Protocol):
+    """The ``register`` callback a ``dlopt_register_providers`` hook receives.
+
+    Call it once per plan: ``register(provider)``. It takes no other argument in plugin
+    API 2.0; an unknown keyword is an error naming the plugin.
+    """
+
+    def __call__(self, provider: ExecutionProvider, /) -> None: ...
+
+
+class Provider:
+    """A base class with the common plumbing; implementing the protocol directly is fine.
+
+    Subclasses set ``name``, ``precision`` (and ``role``, ``options_type`` when needed)
+    and implement :meth:`check` (the availability probe; it may raise) and ``build``.
+    :meth:`probe` guards ``check`` (an exception becomes "unavailable" with its message)
+    and caches the answer per target and options, so repeated probes cost nothing.
+    """
+
+    name: str
+    precision: Precision = Precision.FP32
+    role: Role = Role.CHALLENGER
+    options_type: type | None = None
+    #: The install hint used when ``check`` raises.
+    install_hint: str | None = None
+
+    def check(self, context: ProviderContext) -> ProviderAvailability:
+        """Whether this plan can be built on ``context.target``; may raise."""
+        raise NotImplementedError
+
+    def probe(self, context: ProviderContext) -> ProviderAvailability:
+        # The workload is part of the key: a probe may judge it (expected calls, shapes).
+        key = (context.target, repr(context.options), id(context.workload))
+        cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
+        if key not in cache:
+            try:
+                cache[key] = self.check(context)
+            except Exception as exc:
+                cache[key] = ProviderAvailability.unavailable(
+                    f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
+                )
+        return cache[key]
+
+    def plan_dir(self, context: ProviderContext) -> Path:
+        """This plan's own directory for artifacts (created)."""
+        return context.plan_dir(self.name)

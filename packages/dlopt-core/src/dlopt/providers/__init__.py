@@ -1,1 +1,0 @@
-"""Provider contract, plugin loading and core's built-in plans."""
