@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from dlopt.plugin import (
+    PlanNotApplicable,
     PreparedCase,
     ProviderBuildError,
     ProviderContext,
@@ -132,7 +133,7 @@ def test_bf16_plan_that_changes_nothing_is_rejected_at_build() -> None:
 def test_channels_last_on_2d_inputs_is_not_applicable() -> None:
     model = nn.Linear(8, 4).eval()
     context = _prepared(model, torch.randn(2, 8))
-    with pytest.raises(ProviderBuildError, match="not applicable to this workload: channels-last"):
+    with pytest.raises(PlanNotApplicable, match="channels-last needs 4-D or 5-D"):
         _plan("inductor_channels_last_freezing").build(model, context)
 
 

@@ -27,6 +27,12 @@ class ProviderBuildError(DloptError):
     """A provider could not build its plan; the candidate is rejected with this message."""
 
 
+class PlanNotApplicable(ProviderBuildError):
+    """The plan does not apply to this model or workload (channels-last with no image
+    inputs, a convolution plan on a model without convolutions): raised from ``build``, the
+    candidate is listed as not applicable with this message, not as a failure."""
+
+
 class SelectionCancelled(DloptError):
     """The caller's ``should_continue`` said stop before the race could begin; every plan
     built so far was released."""

@@ -30,7 +30,13 @@ from __future__ import annotations
 
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.errors import ConfigurationError, DloptError, ProviderBuildError, WorkloadError
+from dlopt.errors import (
+    ConfigurationError,
+    DloptError,
+    PlanNotApplicable,
+    ProviderBuildError,
+    WorkloadError,
+)
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
 from dlopt.platform.probing import (
@@ -70,6 +76,7 @@ __all__ = [
     "DloptError",
     "ExecutionProvider",
     "ExecutionTarget",
+    "PlanNotApplicable",
     "Precision",
     "PreparedCase",
     "Provider",

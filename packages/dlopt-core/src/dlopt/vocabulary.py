@@ -46,6 +46,8 @@ class Status(Word):
     LOST = "lost"
     REJECTED = "rejected"
     UNAVAILABLE = "unavailable"
+    #: The plan does not apply to this model or workload (its build said so).
+    NOT_APPLICABLE = "not_applicable"
 
 
 class Verdict(Word):

@@ -27,7 +27,7 @@ def test_candidates_table_says_what_happened_to_every_plan(race_report):
     rows = {row[0]: dict(zip(table.headers, row)) for row in table.rows}
     assert set(rows) == {c.name for c in race_report.candidates}
     winner = rows[race_report.selected_plan]
-    assert winner["status"] == "selected" and winner["gate"] == "passed"
+    assert winner["status"] == "selected" and winner["gate"] == "passed vs eager_fp32"
     assert winner["vs eager [CI]"].count("[") == 1 and winner["parity"] == "ok"
     assert rows["broken"]["notes"].startswith("build: RuntimeError: fake build failed")
     assert rows["wrong"]["notes"].startswith("validation:")
@@ -163,4 +163,63 @@ def test_race_notes_name_open_comparisons_and_advice_where_recorded(race_report)
         "open: fast vs mid (within reach of) after 9 rounds; no budget would decide it "
         "(the estimate sits on the bar)",
         "allocator: set MALLOC_MMAP_THRESHOLD_=1048576",
+    ]
+
+
+def test_eliminated_hopeless_and_not_applicable_plans_say_what_decided():
+    from dlopt.testing.fake_race import FakeRace
+    from dlopt.testing.models import StructuredMLP
+
+    from .conftest import _workload
+
+    race = FakeRace(seed=5)
+    optimizer = race.optimizer(
+        race.fake("eager_fp32", 2e-3),
+        race.fake("fast", 1e-3),
+        race.fake("good", 1.25e-3),
+        race.fake("crawl", 0.2),
+        race.fake("layout", 1e-3, fail="not_applicable"),
+    )
+    with optimizer.select(StructuredMLP().eval(), _workload()) as decision:
+        report = decision.report
+    table = candidates_table(report)
+    rows = {row[0]: dict(zip(table.headers, row)) for row in table.rows}
+    # Eliminated against the leader: the interval that decided, not its few-round one.
+    good = report.candidate("good")
+    assert good.measurement_verdict in ("dropped", "faster") and good.eliminated_by == "fast"
+    assert good.elimination_speedup is not None and good.elimination_speedup.high < 1 / 1.02
+    assert "eliminated: 0." in rows["good"]["notes"]
+    assert rows["good"]["notes"].endswith("of fast's speed")
+    assert rows["good"]["vs eager [CI]"].endswith("(eliminated)")
+    assert "eliminated at round" in good.measurement_note
+    # 100x slower: left at warm-up, with the rule and the numbers.
+    crawl = report.candidate("crawl")
+    assert crawl.eliminated_by == "eager_fp32" and crawl.elimination_speedup is None
+    assert rows["crawl"]["notes"].startswith("left at warm-up")
+    assert all(c.latency is None or c.latency.rounds == 0 for c in crawl.cases)
+    # Does not apply: listed as such, not as a failure.
+    layout = report.candidate("layout")
+    assert layout.status == "not_applicable"
+    assert rows["layout"]["notes"] == (
+        "not applicable: the fake layout needs image inputs; this workload has none"
+    )
+    assert dict(zip((r[0] for r in table.rows), table.row_styles))["layout"] == "unavailable"
+
+
+def test_the_leader_line_reads_as_identified_within_the_zone():
+    from types import SimpleNamespace
+
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.reporting.tables import race_notes
+
+    measurement = SimpleNamespace(
+        leader="fast",
+        regret_bound=1.0,
+        policy=MeasurementPolicy(),
+        open_comparisons=(),
+        allocator=None,
+    )
+    assert race_notes(SimpleNamespace(measurement=measurement)) == [
+        "leader: fast, identified: no surviving plan can be faster than it by more than the "
+        "1.02x indifference zone"
     ]

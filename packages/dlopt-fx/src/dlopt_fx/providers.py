@@ -19,6 +19,7 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
+    PlanNotApplicable,
     Precision,
     Provider,
     ProviderAvailability,
@@ -285,10 +286,10 @@ class InductorProvider(Provider):
         if self.channels_last:
             rank = channels_last_rank(cases)
             if rank is None and cases:
-                raise ProviderBuildError(
-                    f"{self.name}: not applicable to this workload: channels-last needs 4-D "
-                    "or 5-D floating inputs (images, volumes) and this workload has none, so "
-                    "the plan would equal the same plan without channels-last"
+                raise PlanNotApplicable(
+                    f"{self.name}: channels-last needs 4-D or 5-D floating inputs (images, "
+                    "volumes) and this workload has none, so the plan would equal the same "
+                    "plan without channels-last"
                 )
             # to(memory_format=...) converts in place: ``module`` is already a private copy.
             module = module.to(memory_format=CHANNELS_LAST_BY_RANK[rank or 4])  # type: ignore[call-overload]

@@ -154,6 +154,8 @@ def candidate_evidence(
     )
     if cand.name == outcome.selected:
         status = Status.SELECTED
+    elif cand.not_applicable:
+        status = Status.NOT_APPLICABLE
     elif cand.error is not None:
         status = Status.REJECTED
     elif cand.name == outcome.baseline:
@@ -206,6 +208,9 @@ def candidate_evidence(
         speedup_vs_baseline_lifecycle=selection_interval,
         measurement_verdict=measured.verdict if measured else None,
         noisy=measured.noisy if measured else None,
+        measurement_note=(measured.note or None) if measured else None,
+        eliminated_by=measured.eliminated_by if measured else None,
+        elimination_speedup=measured.elimination_interval if measured else None,
         parity=cand.validation,
         revalidation=cand.revalidation,
         longest_call_s=measured.longest_call_s if measured else None,

@@ -108,6 +108,14 @@ class CandidateEvidence:
     cases: tuple[CaseEvidence, ...] = ()
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
+    #: What the race said of the plan beyond its verdict (eliminated, left at warm-up,
+    #: stopped for futility, unsettled bursts).
+    measurement_note: str | None = None
+    #: An eliminated plan: the plan it was eliminated against (the leader, or the baseline
+    #: when it left at warm-up) and its speedup over that plan when the race decided (the
+    #: interval that decided, often pooled; its ``speedup_vs_eager`` is only descriptive).
+    eliminated_by: str | None = None
+    elimination_speedup: RatioInterval | None = None
 
 
 @frozen

@@ -14,7 +14,7 @@ import attrs
 import torch
 
 from dlopt.api.policy import OptimizationPolicy
-from dlopt.errors import ProviderBuildError
+from dlopt.errors import PlanNotApplicable, ProviderBuildError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     MemoryProbe,
@@ -124,6 +124,7 @@ def build(
     except ModelMutatedError:
         raise
     except Exception as exc:
+        cand.not_applicable = isinstance(exc, PlanNotApplicable)
         return _stage_failure(Stage.BUILD, exc, cand, model, guard)
     # Only a real BuiltPlan is kept (everything later closes and reads it), and only once
     # its names, paths and values are checked at the plugin boundary.

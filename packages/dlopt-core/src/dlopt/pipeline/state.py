@@ -62,6 +62,8 @@ class CandidateState:
     #: The chosen plan only: one fresh call per case after the race, validated.
     final_check: ValidationResult | None = None
     error: StageError | None = None
+    #: The build said the plan does not apply to this model or workload (``error`` holds why).
+    not_applicable: bool = False
 
     @property
     def name(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
+from dlopt.errors import PlanNotApplicable
 from dlopt.platform.machine import cpu_info
 from dlopt.platform.probing import cuda_bf16_native
 from dlopt.platform.tree import iter_tensors, map_tensors
@@ -115,7 +116,7 @@ class NativeProvider:
                 if t.dim() in _FORMAT_BY_RANK and t.is_floating_point()
             ]
             if context.cases and not eligible:
-                raise ValueError(
+                raise PlanNotApplicable(
                     "channels-last needs 4-D or 5-D floating inputs (images, volumes); "
                     "this workload has none, so the plan would equal eager"
                 )

@@ -92,9 +92,10 @@ def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
     speedup = getattr(cand, "speedup_vs_eager", None)
     if speedup is None or speedup.point is None:
         return "-"
-    return (
-        f"{speedup.point:.2f} [{number(speedup.low, '{:.2f}')}, {number(speedup.high, '{:.2f}')}]"
-    )
+    if getattr(cand, "elimination_speedup", None) is not None:
+        # Its interval against eager decided nothing: the notes show the one that did.
+        return f"{speedup.point:.2f} (eliminated)"
+    return interval_text(speedup, unit="")
 
 
 def gate_text(cand: CandidateEvidence) -> str:
@@ -102,7 +103,9 @@ def gate_text(cand: CandidateEvidence) -> str:
     passed = getattr(cand, "confidence_gate_passed", None)
     if passed is None:
         return "-"
-    return "passed" if passed else "failed"
+    word = "passed" if passed else "failed"
+    against = getattr(cand, "gate_against", None)
+    return f"{word} vs {against}" if against else word
 
 
 def _worst(values: Iterable[float | None], *, high: bool = True) -> float | None:
@@ -132,12 +135,18 @@ def notes_text(cand: CandidateEvidence) -> str:
     note = ""
     error = getattr(cand, "error", None)
     verdict = getattr(cand, "measurement_verdict", None)
-    if error is not None:
+    if cand.status == "not_applicable" and error is not None:
+        note = f"not applicable: {error.message}"
+    elif error is not None:
         note = f"{error.stage}: {error.message}"
     elif cand.status == "unavailable":
         note = getattr(cand, "availability_reason", None) or ""
     elif verdict:
         note = str(verdict) + (" (noisy)" if getattr(cand, "noisy", None) else "")
+        if getattr(cand, "eliminated_by", None):
+            # A plan that passed its gate and was then eliminated keeps "faster".
+            eliminated = dropped_text(cand)
+            note = eliminated if verdict == "dropped" else f"{note}; {eliminated}"
         faults = max(
             (
                 cs.latency.page_faults_per_call or 0
@@ -158,11 +167,30 @@ def notes_text(cand: CandidateEvidence) -> str:
     return note
 
 
+def interval_text(speedup: Any, unit: str = "x") -> str:
+    """``"0.81x [0.74, 0.89]"``, or ``-`` without a point."""
+    if speedup is None or speedup.point is None:
+        return "-"
+    low, high = number(speedup.low, "{:.2f}"), number(speedup.high, "{:.2f}")
+    return f"{speedup.point:.2f}{unit} [{low}, {high}]"
+
+
+def dropped_text(cand: CandidateEvidence) -> str:
+    """An eliminated plan, with the comparison that eliminated it (not its few-round
+    interval against eager, which decided nothing)."""
+    by = getattr(cand, "eliminated_by", None)
+    speedup = getattr(cand, "elimination_speedup", None)
+    if by and speedup is not None and speedup.point is not None:
+        return f"eliminated: {interval_text(speedup)} of {by}'s speed"
+    note = getattr(cand, "measurement_note", None)
+    return note or "dropped"
+
+
 def row_style(cand: CandidateEvidence, report: OptimizationReport) -> str | None:
     """The row's emphasis in a rendered table."""
     if cand.name == report.selected_plan:
         return "selected"
-    if cand.status == "unavailable":
+    if cand.status in ("unavailable", "not_applicable"):
         return "unavailable"
     if cand.status == "rejected" or getattr(cand, "error", None) is not None:
         return "failed"
@@ -261,8 +289,15 @@ def race_notes(report: OptimizationReport) -> list[str]:
         return []
     notes = []
     leader, regret = getattr(m, "leader", None), getattr(m, "regret_bound", None)
+    zone = getattr(getattr(m, "policy", None), "indifference_zone", None)
     if leader and isinstance(regret, (int, float)):
-        notes.append(f"leader: {leader}; another plan may still be up to {regret:.3g}x faster")
+        if isinstance(zone, (int, float)) and regret <= zone:
+            notes.append(
+                f"leader: {leader}, identified: no surviving plan can be faster than it by "
+                f"more than the {zone:g}x indifference zone"
+            )
+        else:
+            notes.append(f"leader: {leader}; another plan may still be up to {regret:.3g}x faster")
     for open_ in getattr(m, "open_comparisons", ()) or ():
         what = "the gate" if open_.kind == "gate" else "within reach of"
         needs = (

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from attrs import define, field
 
+from dlopt.errors import PlanNotApplicable
 from dlopt.platform.tree import map_tensors
 from dlopt.plugins.contract import (
     BuiltPlan,
@@ -33,6 +34,7 @@ class FailingStage(str, enum.Enum):
     PROBE = "probe"  # probe reports unavailable
     PROBE_RAISES = "probe_raises"
     BUILD = "build"
+    NOT_APPLICABLE = "not_applicable"  # build says the plan does not apply to the workload
     FIRST_CALL = "first_call"
     VALIDATION = "validation"  # outputs are wrong by ``error_scale``
     MEASURE = "measure"  # raises after ``fail_after_calls`` calls
@@ -83,6 +85,8 @@ class FakeProvider:
         self._spend(self.setup_time_s)
         if self.fail is FailingStage.BUILD:
             raise RuntimeError("fake build failed: unsupported operator aten::fake")
+        if self.fail is FailingStage.NOT_APPLICABLE:
+            raise PlanNotApplicable("the fake layout needs image inputs; this workload has none")
         if self.fail is FailingStage.MUTATE_MODEL:
             with torch.no_grad():
                 next(model.parameters()).add_(1.0)
