@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from dlopt.cli import main
-from dlopt.evidence.report import load_report
+from dlopt.evidence.report import evolve_candidate, load_report
 from dlopt.vocabulary import Status
 
 #: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.
@@ -93,7 +93,7 @@ def _edge(report_path: Path, tmp_path: Path) -> Path:
     candidates = tuple(
         c
         if c.name == report.baseline
-        else attrs.evolve(c, status=Status.REJECTED, cases=(), parity=None, latency_ms=None)
+        else evolve_candidate(c, status=Status.REJECTED, cases=(), parity=None, latency_ms=None)
         for c in report.candidates
     )
     edge = attrs.evolve(report, candidates=candidates, measurement=None)

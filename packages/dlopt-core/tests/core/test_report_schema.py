@@ -81,3 +81,33 @@ def test_a_report_written_now_has_the_same_fields(tmp_path):
     assert [(c["name"], c["status"]) for c in now["candidates"]] == [
         (c["name"], c["status"]) for c in before["candidates"]
     ]
+
+
+def test_every_evidence_figure_has_exactly_one_report_field():
+    import attrs
+
+    from dlopt.evidence.report import CANDIDATE_JSON_LAYOUT, CandidateEvidence
+
+    places = [(group, attr) for _, group, attr in CANDIDATE_JSON_LAYOUT]
+    keys = [key for key, _, _ in CANDIDATE_JSON_LAYOUT]
+    assert len(set(keys)) == len(keys) and len(set(places)) == len(places)
+    expected = set()
+    for top in attrs.fields(attrs.resolve_types(CandidateEvidence)):
+        if isinstance(top.type, type) and attrs.has(top.type):
+            expected |= {(top.name, f.name) for f in attrs.fields(top.type)}
+        else:
+            expected.add((None, top.name))
+    assert set(places) == expected
+
+
+def test_grouped_figures_read_and_change_under_their_report_names():
+    from dlopt.evidence.report import evolve_candidate
+
+    report = load_report(FIXTURE)
+    cand = report.candidate("fast")
+    assert cand.latency_ms == cand.latency.median_ms is not None
+    assert cand.parity is cand.validation.parity
+    changed = evolve_candidate(cand, latency_ms=1.5, status=Status.LOST, parity=None)
+    assert changed.latency.median_ms == 1.5 and changed.latency.p99_ms == cand.latency.p99_ms
+    assert changed.status is Status.LOST and changed.validation.parity is None
+    assert changed.validation.final_check == cand.validation.final_check

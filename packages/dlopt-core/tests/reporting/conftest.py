@@ -12,7 +12,7 @@ import torch
 
 from dlopt.api.policy import DeploymentConstraints
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.evidence.report import OptimizationReport
+from dlopt.evidence.report import OptimizationReport, evolve_candidate
 from dlopt.measurement import LatencyStats
 from dlopt.pipeline.state import StageError
 from dlopt.testing.fake_race import FakeRace
@@ -89,7 +89,7 @@ def with_raw_samples(report: OptimizationReport, seed: int = 0) -> OptimizationR
                 else:
                     lat = _SampledLatency(**attrs.asdict(lat, recurse=False), samples_ms=samples)
             cases.append(attrs.evolve(case, latency=lat))
-        candidates.append(attrs.evolve(cand, cases=tuple(cases)))
+        candidates.append(evolve_candidate(cand, cases=tuple(cases)))
     return attrs.evolve(report, candidates=tuple(candidates))
 
 
@@ -98,10 +98,10 @@ def all_failed(report: OptimizationReport) -> OptimizationReport:
     candidates = []
     for cand in report.candidates:
         if cand.name == report.baseline:
-            candidates.append(attrs.evolve(cand, status=Status.SELECTED))
+            candidates.append(evolve_candidate(cand, status=Status.SELECTED))
             continue
         candidates.append(
-            attrs.evolve(
+            evolve_candidate(
                 cand,
                 status=Status.REJECTED,
                 error=StageError(Stage.BUILD, f"{cand.name}: unsupported operator aten::x"),
@@ -124,7 +124,7 @@ def all_failed(report: OptimizationReport) -> OptimizationReport:
 def unresolved(report: OptimizationReport) -> OptimizationReport:
     """The race stopped before any comparison was resolved."""
     candidates = tuple(
-        attrs.evolve(cand, measurement_verdict=Verdict.UNRESOLVED, confidence_gate_passed=False)
+        evolve_candidate(cand, measurement_verdict=Verdict.UNRESOLVED, confidence_gate_passed=False)
         if cand.name != report.baseline and cand.measurement_verdict is not None
         else cand
         for cand in report.candidates
@@ -137,7 +137,7 @@ def only_unavailable(report: OptimizationReport) -> OptimizationReport:
     candidates = tuple(
         cand
         if cand.name == report.baseline
-        else attrs.evolve(
+        else evolve_candidate(
             cand,
             status=Status.UNAVAILABLE,
             availability_reason=f"{cand.name} needs a CUDA GPU",
@@ -158,11 +158,17 @@ def only_unavailable(report: OptimizationReport) -> OptimizationReport:
 def bare(report: OptimizationReport) -> OptimizationReport:
     """Every optional field missing: no measurement, no latency, no validation."""
     optional = {
-        a.name: (() if a.name == "cases" else a.default)
+        a.name: (
+            ()
+            if a.name == "cases"
+            else a.default.factory()
+            if isinstance(a.default, attrs.Factory)
+            else a.default
+        )
         for a in attrs.fields(type(report.candidates[0]))
-        if a.default is not attrs.NOTHING and not isinstance(a.default, attrs.Factory)
+        if a.default is not attrs.NOTHING and a.name not in ("metadata", "artifacts")
     }
-    candidates = tuple(attrs.evolve(cand, **optional) for cand in report.candidates)
+    candidates = tuple(evolve_candidate(cand, **optional) for cand in report.candidates)
     return attrs.evolve(report, candidates=candidates, measurement=None, plugin_failures=())
 
 

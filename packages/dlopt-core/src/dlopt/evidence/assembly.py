@@ -20,8 +20,14 @@ from dlopt.evidence.report import (
     CandidateEvidence,
     CaseEvidence,
     CaseSignature,
+    LatencyEvidence,
+    LifecycleEvidence,
     MeasurementSummary,
+    MemoryEvidence,
+    ObjectiveEvidence,
     OptimizationReport,
+    RaceEvidence,
+    ValidationEvidence,
     WorkloadSummary,
 )
 from dlopt.measurement import RaceResult, RatioInterval
@@ -173,48 +179,60 @@ def candidate_evidence(
     selection_interval = judged.speedup if (lifecycle and judged) else None
     return CandidateEvidence(
         status=status,
-        latency_ms=weighted_latency(measured, race.weights, lambda s: s.median_ms),
-        latency_mean_ms=mean,
-        latency_p90_ms=weighted_latency(measured, race.weights, lambda s: s.p90_ms),
-        latency_p95_ms=weighted_latency(measured, race.weights, lambda s: s.p95_ms),
-        latency_p99_ms=weighted_latency(measured, race.weights, lambda s: s.p99_ms),
-        latency_ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
-        latency_ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
-        selection_cost_ms=total if lifecycle else mean,
-        selection_cost_low_ms=(
-            _scale(total, selection_interval, "high")
-            if lifecycle
-            else (measured.weighted_mean_low_ms if measured else None)
+        latency=LatencyEvidence(
+            median_ms=weighted_latency(measured, race.weights, lambda s: s.median_ms),
+            mean_ms=mean,
+            p90_ms=weighted_latency(measured, race.weights, lambda s: s.p90_ms),
+            p95_ms=weighted_latency(measured, race.weights, lambda s: s.p95_ms),
+            p99_ms=weighted_latency(measured, race.weights, lambda s: s.p99_ms),
+            ci95_low_ms=measured.weighted_mean_low_ms if measured else None,
+            ci95_high_ms=measured.weighted_mean_high_ms if measured else None,
+            longest_call_s=measured.longest_call_s if measured else None,
         ),
-        selection_cost_high_ms=(
-            _scale(total, selection_interval, "low")
-            if lifecycle
-            else (measured.weighted_mean_high_ms if measured else None)
+        race=RaceEvidence(
+            verdict=measured.verdict if measured else None,
+            noisy=measured.noisy if measured else None,
+            gate_passed=judged.gate_passed if judged else None,
+            gate_against=judged.against if judged else None,
+            speedup_vs_eager=steady_eager,
+            speedup_vs_native=steady_native,
+            note=(measured.note or None) if measured else None,
+            eliminated_by=measured.eliminated_by if measured else None,
+            elimination_speedup=measured.elimination_interval if measured else None,
         ),
-        confidence_gate_passed=judged.gate_passed if judged else None,
-        gate_against=judged.against if judged else None,
-        peak_memory_mb=cand.memory.mb if cand.memory else None,
-        peak_memory_method=cand.memory.method if cand.memory else None,
-        peak_memory_note=cand.memory.note if cand.memory else None,
-        device_memory_mb=cand.device_memory_mb,
-        device_wide_memory_mb=cand.memory.device_wide_mb if cand.memory else None,
-        setup_time_s=cand.setup_s,
-        first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
-        projected_total_ms=finite_or_none(total),
-        break_even_calls_vs_baseline=(versus_base.break_even_calls if versus_base else None),
-        break_even_note=(versus_base.break_even_note if versus_base else None),
-        speedup_vs_eager=steady_eager,
-        speedup_vs_native=steady_native,
-        speedup_vs_baseline_lifecycle=selection_interval,
-        measurement_verdict=measured.verdict if measured else None,
-        noisy=measured.noisy if measured else None,
-        measurement_note=(measured.note or None) if measured else None,
-        eliminated_by=measured.eliminated_by if measured else None,
-        elimination_speedup=measured.elimination_interval if measured else None,
-        parity=cand.validation,
-        revalidation=cand.revalidation,
-        longest_call_s=measured.longest_call_s if measured else None,
-        final_check=cand.final_check,
+        memory=MemoryEvidence(
+            peak_mb=cand.memory.mb if cand.memory else None,
+            method=cand.memory.method if cand.memory else None,
+            note=cand.memory.note if cand.memory else None,
+            device_mb=cand.device_memory_mb,
+            device_wide_mb=cand.memory.device_wide_mb if cand.memory else None,
+        ),
+        lifecycle=LifecycleEvidence(
+            setup_time_s=cand.setup_s,
+            first_call_time_s=sum(cand.first_calls_s) if cand.first_calls_s else None,
+            projected_total_ms=finite_or_none(total),
+            break_even_calls_vs_baseline=(versus_base.break_even_calls if versus_base else None),
+            break_even_note=(versus_base.break_even_note if versus_base else None),
+            speedup_vs_baseline_lifecycle=selection_interval,
+        ),
+        objective=ObjectiveEvidence(
+            cost_ms=total if lifecycle else mean,
+            cost_low_ms=(
+                _scale(total, selection_interval, "high")
+                if lifecycle
+                else (measured.weighted_mean_low_ms if measured else None)
+            ),
+            cost_high_ms=(
+                _scale(total, selection_interval, "low")
+                if lifecycle
+                else (measured.weighted_mean_high_ms if measured else None)
+            ),
+        ),
+        validation=ValidationEvidence(
+            parity=cand.validation,
+            revalidation=cand.revalidation,
+            final_check=cand.final_check,
+        ),
         cases=cases,
         **base,
     )

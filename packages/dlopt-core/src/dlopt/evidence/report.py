@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
 import cattrs
 from attrs import field, frozen
 
@@ -22,7 +23,13 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.state import StageError
 from dlopt.platform.fileio import read_bytes_capped
-from dlopt.platform.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import (
+    atomic_write_text,
+    converter,
+    dumps,
+    from_jsonable,
+    parse_strict_json,
+)
 from dlopt.plugins.records import PluginFailure
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, StopReason, Verdict
@@ -45,14 +52,104 @@ class CaseEvidence:
 
 
 @frozen
-class CandidateEvidence:
-    """Everything known about one candidate, in the names deployment engineers expect.
-
-    Top-level ``latency_*`` figures are traffic-weighted over the cases (the mean is the
+class LatencyEvidence:
+    """Steady-state latency per request, traffic-weighted over the cases (the mean is the
     exact mixture mean; percentiles are weighted averages of per-case percentiles, exact
-    for a single case). ``latency_ci95_*`` bound the weighted mean at the measurement
-    policy's confidence (named for the default 95%). ``selection_cost_ms`` is the objective
-    value: the weighted mean latency (steady state) or the projected total (lifecycle).
+    for a single case). ``ci95_*`` bound the weighted mean at the measurement policy's
+    confidence (named for the default 95%)."""
+
+    median_ms: float | None = None
+    mean_ms: float | None = None
+    p90_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    ci95_low_ms: float | None = None
+    ci95_high_ms: float | None = None
+    #: The longest single call it made while measured (warm-up, settling or timed).
+    longest_call_s: float | None = None
+
+
+@frozen
+class RaceEvidence:
+    """What the race concluded: the verdict, the gate (against ``gate_against``), the
+    speedups with their intervals, and, for an eliminated plan, the comparison that
+    eliminated it."""
+
+    verdict: Verdict | None = None
+    noisy: bool | None = None
+    gate_passed: bool | None = None
+    gate_against: str | None = None
+    speedup_vs_eager: RatioInterval | None = None
+    speedup_vs_native: RatioInterval | None = None
+    #: What the race said of the plan beyond its verdict (eliminated, left at warm-up,
+    #: stopped for futility, unsettled bursts).
+    note: str | None = None
+    #: The plan it was eliminated against (the leader, or the baseline when it left at
+    #: warm-up) and its speedup over that plan when the race decided: the interval that
+    #: decided, often pooled (``speedup_vs_eager`` is then only descriptive).
+    eliminated_by: str | None = None
+    elimination_speedup: RatioInterval | None = None
+
+
+@frozen
+class MemoryEvidence:
+    """Peak memory over build and first calls."""
+
+    peak_mb: float | None = None
+    method: str | None = None
+    note: str | None = None
+    #: Peak device memory as the plan's own runtime reports it (``BuiltPlan.device_memory_mb``).
+    device_mb: float | None = None
+    #: CUDA: growth of the memory in use on the whole device over build and first calls.
+    device_wide_mb: float | None = None
+
+
+@frozen
+class LifecycleEvidence:
+    """One-off costs and what they mean over the deployment's calls."""
+
+    setup_time_s: float | None = None
+    first_call_time_s: float | None = None
+    projected_total_ms: float | None = None
+    break_even_calls_vs_baseline: float | None = None
+    break_even_note: str | None = None
+    speedup_vs_baseline_lifecycle: RatioInterval | None = None
+
+
+@frozen
+class ObjectiveEvidence:
+    """The objective's value: the weighted mean latency (steady state) or the projected
+    total (lifecycle), with its bounds."""
+
+    cost_ms: float | None = None
+    cost_low_ms: float | None = None
+    cost_high_ms: float | None = None
+
+
+@frozen
+class ValidationEvidence:
+    """The quality gate, each time it ran."""
+
+    #: The first calls, every case, every metric (the report field keeps its name).
+    parity: ValidationResult | None = None
+    #: After the race: the outputs of its last measured call per case, validated again.
+    revalidation: ValidationResult | None = None
+    #: The selected plan (and any chosen plan that failed it): a fresh call per case after
+    #: the race, validated before the decision was returned.
+    final_check: ValidationResult | None = None
+
+
+@frozen
+class CandidateEvidence:
+    """Everything known about one candidate: who it is, where it stands, and its evidence
+    grouped by kind (``latency``, ``race``, ``memory``, ``lifecycle``, ``objective``,
+    ``validation``).
+
+    In JSON the groups are flat, in the names deployment engineers expect
+    (``latency_ms``, ``speedup_vs_eager``, ``parity``...): :data:`CANDIDATE_JSON_LAYOUT`
+    maps each key to its place, so adding a figure is one field and one line there. Each
+    grouped figure also reads under its report name (``cand.latency_ms`` is
+    ``cand.latency.median_ms``).
     """
 
     name: str
@@ -67,55 +164,135 @@ class CandidateEvidence:
     version: str | None = None
     availability_reason: str | None = None
     install_hint: str | None = None
-    latency_ms: float | None = None
-    latency_mean_ms: float | None = None
-    latency_p90_ms: float | None = None
-    latency_p95_ms: float | None = None
-    latency_p99_ms: float | None = None
-    latency_ci95_low_ms: float | None = None
-    latency_ci95_high_ms: float | None = None
-    selection_cost_ms: float | None = None
-    selection_cost_low_ms: float | None = None
-    selection_cost_high_ms: float | None = None
-    confidence_gate_passed: bool | None = None
-    gate_against: str | None = None
-    peak_memory_mb: float | None = None
-    peak_memory_method: str | None = None
-    peak_memory_note: str | None = None
-    #: Peak device memory as the plan's own runtime reports it (``BuiltPlan.device_memory_mb``).
-    device_memory_mb: float | None = None
-    #: CUDA: growth of the memory in use on the whole device over build and first calls.
-    device_wide_memory_mb: float | None = None
-    setup_time_s: float | None = None
-    first_call_time_s: float | None = None
-    projected_total_ms: float | None = None
-    break_even_calls_vs_baseline: float | None = None
-    break_even_note: str | None = None
-    speedup_vs_eager: RatioInterval | None = None
-    speedup_vs_native: RatioInterval | None = None
-    speedup_vs_baseline_lifecycle: RatioInterval | None = None
-    measurement_verdict: Verdict | None = None
-    noisy: bool | None = None
-    parity: ValidationResult | None = None
-    #: After the race: the outputs of its last measured call per case, validated again.
-    revalidation: ValidationResult | None = None
-    #: The selected plan (and any chosen plan that failed it): a fresh call per case after
-    #: the race, validated before the decision was returned.
-    final_check: ValidationResult | None = None
-    #: The longest single call it made while measured (warm-up, settling or timed).
-    longest_call_s: float | None = None
+    latency: LatencyEvidence = field(factory=LatencyEvidence)
+    race: RaceEvidence = field(factory=RaceEvidence)
+    memory: MemoryEvidence = field(factory=MemoryEvidence)
+    lifecycle: LifecycleEvidence = field(factory=LifecycleEvidence)
+    objective: ObjectiveEvidence = field(factory=ObjectiveEvidence)
+    validation: ValidationEvidence = field(factory=ValidationEvidence)
     error: StageError | None = None
     cases: tuple[CaseEvidence, ...] = ()
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
-    #: What the race said of the plan beyond its verdict (eliminated, left at warm-up,
-    #: stopped for futility, unsettled bursts).
-    measurement_note: str | None = None
-    #: An eliminated plan: the plan it was eliminated against (the leader, or the baseline
-    #: when it left at warm-up) and its speedup over that plan when the race decided (the
-    #: interval that decided, often pooled; its ``speedup_vs_eager`` is only descriptive).
-    eliminated_by: str | None = None
-    elimination_speedup: RatioInterval | None = None
+
+
+#: The JSON keys of a candidate, in their order, each with its group (``None``: a field
+#: of the candidate itself) and the attribute that holds it.
+CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
+    ("name", None, "name"),
+    ("status", None, "status"),
+    ("precision", None, "precision"),
+    ("role", None, "role"),
+    ("options", None, "options"),
+    ("plugin", None, "plugin"),
+    ("distribution", None, "distribution"),
+    ("version", None, "version"),
+    ("availability_reason", None, "availability_reason"),
+    ("install_hint", None, "install_hint"),
+    ("latency_ms", "latency", "median_ms"),
+    ("latency_mean_ms", "latency", "mean_ms"),
+    ("latency_p90_ms", "latency", "p90_ms"),
+    ("latency_p95_ms", "latency", "p95_ms"),
+    ("latency_p99_ms", "latency", "p99_ms"),
+    ("latency_ci95_low_ms", "latency", "ci95_low_ms"),
+    ("latency_ci95_high_ms", "latency", "ci95_high_ms"),
+    ("selection_cost_ms", "objective", "cost_ms"),
+    ("selection_cost_low_ms", "objective", "cost_low_ms"),
+    ("selection_cost_high_ms", "objective", "cost_high_ms"),
+    ("confidence_gate_passed", "race", "gate_passed"),
+    ("gate_against", "race", "gate_against"),
+    ("peak_memory_mb", "memory", "peak_mb"),
+    ("peak_memory_method", "memory", "method"),
+    ("peak_memory_note", "memory", "note"),
+    ("device_memory_mb", "memory", "device_mb"),
+    ("device_wide_memory_mb", "memory", "device_wide_mb"),
+    ("setup_time_s", "lifecycle", "setup_time_s"),
+    ("first_call_time_s", "lifecycle", "first_call_time_s"),
+    ("projected_total_ms", "lifecycle", "projected_total_ms"),
+    ("break_even_calls_vs_baseline", "lifecycle", "break_even_calls_vs_baseline"),
+    ("break_even_note", "lifecycle", "break_even_note"),
+    ("speedup_vs_eager", "race", "speedup_vs_eager"),
+    ("speedup_vs_native", "race", "speedup_vs_native"),
+    ("speedup_vs_baseline_lifecycle", "lifecycle", "speedup_vs_baseline_lifecycle"),
+    ("measurement_verdict", "race", "verdict"),
+    ("noisy", "race", "noisy"),
+    ("parity", "validation", "parity"),
+    ("revalidation", "validation", "revalidation"),
+    ("final_check", "validation", "final_check"),
+    ("longest_call_s", "latency", "longest_call_s"),
+    ("error", None, "error"),
+    ("cases", None, "cases"),
+    ("metadata", None, "metadata"),
+    ("artifacts", None, "artifacts"),
+    ("measurement_note", "race", "note"),
+    ("eliminated_by", "race", "eliminated_by"),
+    ("elimination_speedup", "race", "elimination_speedup"),
+)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return {f.name: f.type for f in attrs.fields(attrs.resolve_types(cls))}
+
+
+def _unstructure_candidate(cand: CandidateEvidence) -> dict[str, Any]:
+    types = {group: _field_types(type(getattr(cand, group))) for group in _GROUPS}
+    types[None] = _field_types(CandidateEvidence)  # type: ignore[index]
+    out: dict[str, Any] = {}
+    for key, group, attr in CANDIDATE_JSON_LAYOUT:
+        holder = cand if group is None else getattr(cand, group)
+        out[key] = converter.unstructure(getattr(holder, attr), types[group][attr])  # type: ignore[index]
+    return out
+
+
+def _structure_candidate(data: Any, _: object) -> CandidateEvidence:
+    if not isinstance(data, dict):
+        raise TypeError(f"a candidate must be a JSON object, got {type(data).__name__}")
+    top: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {group: {} for group in _GROUPS}
+    for key, group, attr in CANDIDATE_JSON_LAYOUT:
+        if key in data:
+            (top if group is None else groups[group])[attr] = data[key]
+    for group, values in groups.items():
+        top[group] = values
+    return converter.structure_attrs_fromdict(top, CandidateEvidence)
+
+
+#: The evidence groups of a candidate, by attribute name.
+_GROUPS = ("latency", "race", "memory", "lifecycle", "objective", "validation")
+
+
+def evolve_candidate(cand: CandidateEvidence, **changes: Any) -> CandidateEvidence:
+    """A copy of ``cand`` with ``changes``, each named as a field of the candidate
+    (``status=``, ``latency=``) or as its report field (``latency_ms=``, ``parity=``)."""
+    places = {key: (group, attr) for key, group, attr in CANDIDATE_JSON_LAYOUT if group}
+    top: dict[str, Any] = {}
+    grouped: dict[str, dict[str, Any]] = {}
+    for name, value in changes.items():
+        if name in places:
+            group, attr = places[name]
+            grouped.setdefault(group, {})[attr] = value
+        else:
+            top[name] = value
+    for group, values in grouped.items():
+        top[group] = attrs.evolve(top.get(group, getattr(cand, group)), **values)
+    return attrs.evolve(cand, **top)
+
+
+def _report_field(group: str, attr: str) -> property:
+    return property(
+        lambda cand: getattr(getattr(cand, group), attr),
+        doc=f"``{group}.{attr}``, read under its report field's name.",
+    )
+
+
+# Every grouped figure also reads under its report field's name (``cand.latency_ms``), as
+# code written against the flat record does.
+for _key, _group, _attr in CANDIDATE_JSON_LAYOUT:
+    if _group is not None:
+        setattr(CandidateEvidence, _key, _report_field(_group, _attr))
+
+converter.register_unstructure_hook(CandidateEvidence, _unstructure_candidate)
+converter.register_structure_hook(CandidateEvidence, _structure_candidate)
 
 
 @frozen

@@ -101,10 +101,10 @@ def candidate_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
     records = []
     for run in runs:
         for c in run.report.candidates:
-            eager = _interval(getattr(c, "speedup_vs_eager", None))
-            native = _interval(getattr(c, "speedup_vs_native", None))
+            eager = _interval(c.race.speedup_vs_eager)
+            native = _interval(c.race.speedup_vs_native)
             error = getattr(c, "error", None)
-            parity = getattr(c, "parity", None)
+            parity = c.validation.parity
             records.append(
                 {
                     "run": run.label,
@@ -114,30 +114,28 @@ def candidate_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
                     "precision": c.precision,
                     "distribution": c.distribution,
                     "version": c.version,
-                    "median_ms": c.latency_ms,
-                    "mean_ms": c.latency_mean_ms,
-                    "p90_ms": c.latency_p90_ms,
-                    "p95_ms": c.latency_p95_ms,
-                    "p99_ms": c.latency_p99_ms,
-                    "mean_ci_low_ms": c.latency_ci95_low_ms,
-                    "mean_ci_high_ms": c.latency_ci95_high_ms,
+                    "median_ms": c.latency.median_ms,
+                    "mean_ms": c.latency.mean_ms,
+                    "p90_ms": c.latency.p90_ms,
+                    "p95_ms": c.latency.p95_ms,
+                    "p99_ms": c.latency.p99_ms,
+                    "mean_ci_low_ms": c.latency.ci95_low_ms,
+                    "mean_ci_high_ms": c.latency.ci95_high_ms,
                     "speedup_vs_eager": eager[0],
                     "speedup_vs_eager_low": eager[1],
                     "speedup_vs_eager_high": eager[2],
                     "speedup_vs_native": native[0],
                     "speedup_vs_native_low": native[1],
                     "speedup_vs_native_high": native[2],
-                    "confidence_gate_passed": getattr(c, "confidence_gate_passed", None),
-                    "gate_against": getattr(c, "gate_against", None),
-                    "verdict": getattr(c, "measurement_verdict", None),
+                    "confidence_gate_passed": c.race.gate_passed,
+                    "gate_against": c.race.gate_against,
+                    "verdict": c.race.verdict,
                     "parity_passed": None if parity is None else parity.passed,
-                    "setup_time_s": c.setup_time_s,
-                    "first_call_time_s": c.first_call_time_s,
-                    "peak_memory_mb": c.peak_memory_mb,
-                    "projected_total_ms": getattr(c, "projected_total_ms", None),
-                    "break_even_calls_vs_baseline": getattr(
-                        c, "break_even_calls_vs_baseline", None
-                    ),
+                    "setup_time_s": c.lifecycle.setup_time_s,
+                    "first_call_time_s": c.lifecycle.first_call_time_s,
+                    "peak_memory_mb": c.memory.peak_mb,
+                    "projected_total_ms": c.lifecycle.projected_total_ms,
+                    "break_even_calls_vs_baseline": c.lifecycle.break_even_calls_vs_baseline,
                     "error_stage": None if error is None else str(error.stage),
                     "error_message": None if error is None else error.message,
                     "availability_reason": c.availability_reason,
@@ -311,8 +309,8 @@ def latex_table(runs: Sequence[Run]) -> str:
             r"\midrule",
         ]
         for c in report.candidates:
-            median = "--" if c.latency_ms is None else f"{c.latency_ms:.3f}"
-            p99 = "--" if c.latency_p99_ms is None else f"{c.latency_p99_ms:.3f}"
+            median = "--" if c.latency.median_ms is None else f"{c.latency.median_ms:.3f}"
+            p99 = "--" if c.latency.p99_ms is None else f"{c.latency.p99_ms:.3f}"
             status = str(c.status) + (r" $\star$" if c.name == report.selected_plan else "")
             lines.append(
                 " & ".join(

@@ -134,9 +134,9 @@ def latency_figure(report: OptimizationReport, label: str = "") -> Figure | None
 
 
 def _speedup_vs_baseline(report: OptimizationReport, c: CandidateEvidence) -> Any:
-    if report.baseline == "eager_fp32" or getattr(c, "speedup_vs_native", None) is None:
-        return getattr(c, "speedup_vs_eager", None)
-    return c.speedup_vs_native
+    if report.baseline == "eager_fp32" or c.race.speedup_vs_native is None:
+        return c.race.speedup_vs_eager
+    return c.race.speedup_vs_native
 
 
 def speedup_figure(report: OptimizationReport, label: str = "") -> Figure | None:
@@ -200,18 +200,20 @@ def lifecycle_figure(report: OptimizationReport, label: str = "") -> Figure | No
     plt = _pyplot()
     lines = []
     for c in _measured(report):
-        per_call = c.latency_mean_ms if c.latency_mean_ms is not None else c.latency_ms
+        per_call = c.latency.mean_ms if c.latency.mean_ms is not None else c.latency.median_ms
         if per_call is None:
             continue
-        one_off = 1000.0 * ((c.setup_time_s or 0.0) + (c.first_call_time_s or 0.0))
+        one_off = 1000.0 * (
+            (c.lifecycle.setup_time_s or 0.0) + (c.lifecycle.first_call_time_s or 0.0)
+        )
         lines.append((c, one_off, per_call))
     if not lines:
         return None
     horizon = report.constraints.expected_calls or report.workload.expected_calls or 1000
     breaks = [
-        c.break_even_calls_vs_baseline
+        c.lifecycle.break_even_calls_vs_baseline
         for c, _, _ in lines
-        if getattr(c, "break_even_calls_vs_baseline", None)
+        if c.lifecycle.break_even_calls_vs_baseline
     ]
     x_max = max([float(horizon), *(2.0 * b for b in breaks if b)])
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
@@ -224,7 +226,7 @@ def lifecycle_figure(report: OptimizationReport, label: str = "") -> Figure | No
             color=color,
             linewidth=2.5 if c.name == report.selected_plan else 1.2,
         )
-        point = getattr(c, "break_even_calls_vs_baseline", None)
+        point = c.lifecycle.break_even_calls_vs_baseline
         if point and c.name != report.baseline:
             ax.plot([point], [(one_off + per_call * point) / 1000.0], "o", color=color or "black")
             ax.annotate(

@@ -89,10 +89,10 @@ def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
     """``"1.99 [1.93, 2.06]"`` (point and interval against eager), or what stands instead."""
     if getattr(cand, "role", None) == "reference" or cand.name == "eager_fp32":
         return "1 (reference)"
-    speedup = getattr(cand, "speedup_vs_eager", None)
+    speedup = cand.race.speedup_vs_eager
     if speedup is None or speedup.point is None:
         return "-"
-    if getattr(cand, "elimination_speedup", None) is not None:
+    if cand.race.elimination_speedup is not None:
         # Its interval against eager decided nothing: the notes show the one that did.
         return f"{speedup.point:.2f} (eliminated)"
     return interval_text(speedup, unit="")
@@ -100,11 +100,11 @@ def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
 
 def gate_text(cand: CandidateEvidence) -> str:
     """The confidence gate: passed / not passed (against which plan), or ``-``."""
-    passed = getattr(cand, "confidence_gate_passed", None)
+    passed = cand.race.gate_passed
     if passed is None:
         return "-"
     word = "passed" if passed else "failed"
-    against = getattr(cand, "gate_against", None)
+    against = cand.race.gate_against
     return f"{word} vs {against}" if against else word
 
 
@@ -122,7 +122,7 @@ def _leaves(result: Any) -> list[Any]:
 def parity_text(cand: CandidateEvidence, *, detail: bool = False) -> str:
     """The quality gate: ``ok``, ``failed`` or ``-``; with ``detail`` the worst relative
     L2 error over cases and outputs (``ok (rel L2 3.1e-04)``)."""
-    parity = getattr(cand, "parity", None)
+    parity = cand.validation.parity
     if parity is None:
         return "-"
     word = "ok" if parity.passed else "failed"
@@ -134,7 +134,7 @@ def notes_text(cand: CandidateEvidence) -> str:
     """Why a candidate stands where it does: its error, why it is unavailable, its verdict."""
     note = ""
     error = getattr(cand, "error", None)
-    verdict = getattr(cand, "measurement_verdict", None)
+    verdict = cand.race.verdict
     if cand.status == "not_applicable" and error is not None:
         note = f"not applicable: {error.message}"
     elif error is not None:
@@ -142,8 +142,8 @@ def notes_text(cand: CandidateEvidence) -> str:
     elif cand.status == "unavailable":
         note = getattr(cand, "availability_reason", None) or ""
     elif verdict:
-        note = str(verdict) + (" (noisy)" if getattr(cand, "noisy", None) else "")
-        if getattr(cand, "eliminated_by", None):
+        note = str(verdict) + (" (noisy)" if cand.race.noisy else "")
+        if cand.race.eliminated_by:
             # A plan that passed its gate and was then eliminated keeps "faster".
             eliminated = dropped_text(cand)
             note = eliminated if verdict == "dropped" else f"{note}; {eliminated}"
@@ -178,11 +178,11 @@ def interval_text(speedup: Any, unit: str = "x") -> str:
 def dropped_text(cand: CandidateEvidence) -> str:
     """An eliminated plan, with the comparison that eliminated it (not its few-round
     interval against eager, which decided nothing)."""
-    by = getattr(cand, "eliminated_by", None)
-    speedup = getattr(cand, "elimination_speedup", None)
+    by = cand.race.eliminated_by
+    speedup = cand.race.elimination_speedup
     if by and speedup is not None and speedup.point is not None:
         return f"eliminated: {interval_text(speedup)} of {by}'s speed"
-    note = getattr(cand, "measurement_note", None)
+    note = cand.race.note
     return note or "dropped"
 
 
@@ -222,14 +222,14 @@ def candidates_table(report: OptimizationReport, *, include_unavailable: bool = 
             c.name,
             c.status,
             c.precision,
-            number(c.latency_ms),
-            number(c.latency_p99_ms),
+            number(c.latency.median_ms),
+            number(c.latency.p99_ms),
             speedup_text(c),
             gate_text(c),
             parity_text(c),
-            number(c.setup_time_s, "{:.2f}"),
-            number(c.first_call_time_s, "{:.2f}"),
-            number(c.peak_memory_mb, "{:.0f}"),
+            number(c.lifecycle.setup_time_s, "{:.2f}"),
+            number(c.lifecycle.first_call_time_s, "{:.2f}"),
+            number(c.memory.peak_mb, "{:.0f}"),
             notes_text(c),
         )
         for c in cands
@@ -457,7 +457,7 @@ def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | 
     ``which`` is the evidence field: ``parity`` (before the race), ``revalidation`` (its
     last measured outputs) or ``final_check``.
     """
-    result = getattr(cand, which, None)
+    result = getattr(cand.validation, which, None)
     if result is None:
         return None
     rows: list[tuple[object, ...]] = []
@@ -515,14 +515,14 @@ def candidate_summary(cand: CandidateEvidence) -> list[tuple[str, str]]:
         ("provider", " ".join(text(v) for v in (cand.distribution, cand.version) if v) or "-"),
         ("options", text(cand.options) if cand.options else "-"),
         ("speedup vs eager [CI]", speedup_text(cand)),
-        (
-            "confidence gate",
-            gate_text(cand) + (f" vs {cand.gate_against}" if cand.gate_against else ""),
-        ),
+        ("confidence gate", gate_text(cand)),
         ("parity", parity_text(cand, detail=True)),
-        ("verdict", text(getattr(cand, "measurement_verdict", None))),
-        ("setup s / 1st call s", f"{number(cand.setup_time_s)} / {number(cand.first_call_time_s)}"),
-        ("peak memory MB", number(cand.peak_memory_mb, "{:.1f}")),
+        ("verdict", text(cand.race.verdict)),
+        (
+            "setup s / 1st call s",
+            f"{number(cand.lifecycle.setup_time_s)} / {number(cand.lifecycle.first_call_time_s)}",
+        ),
+        ("peak memory MB", number(cand.memory.peak_mb, "{:.1f}")),
     ]
     error = getattr(cand, "error", None)
     if error is not None:
