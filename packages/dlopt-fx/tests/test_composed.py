@@ -16,44 +16,16 @@ from torch import nn
 
 from dlopt.plugin import (
     PlanNotApplicable,
-    PreparedCase,
     ProviderBuildError,
-    ProviderContext,
-    WorkloadCase,
-    WorkloadProfile,
 )
 from dlopt.testing import ProviderContractSuite
+from dlopt.testing.contexts import build_context
+from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt.validation import validate_outputs
 from dlopt_fx import probes
 from dlopt_fx.providers import InductorProvider, default_providers
 
 pytestmark = pytest.mark.slow
-
-
-class ConvNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
-
-
-class Elementwise(nn.Module):
-    """No op autocast lowers to bf16: a bf16 plan of it computes in fp32."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * 2 + 1
-
-
-def _prepared(model: nn.Module, *inputs: torch.Tensor) -> ProviderContext:
-    """The context a race gives build: prepared cases with the fp32 reference outputs."""
-    with torch.inference_mode():
-        cases = [PreparedCase(f"b{x.shape[0]}", (x,), {}, model(x)) for x in inputs]
-    workload = WorkloadProfile(cases=tuple(WorkloadCase(c.name, args=c.args) for c in cases))
-    return ProviderContext(workload=workload, cases=cases)
 
 
 def _plan(name: str) -> InductorProvider:
@@ -71,9 +43,9 @@ def bf16_plan() -> Any:
     import torch._inductor.config as inductor_config
 
     torch.manual_seed(0)
-    model = ConvNet().eval()
+    model = SmallConvNet().eval()
     gen = torch.Generator().manual_seed(1)
-    context = _prepared(
+    context = build_context(
         model, torch.randn(1, 3, 16, 16, generator=gen), torch.randn(4, 3, 16, 16, generator=gen)
     )
     plan = _plan("inductor_bf16_channels_last_freezing").build(model, context)
@@ -123,7 +95,7 @@ def test_freezing_is_scoped_to_the_plan(bf16_plan: Any) -> None:
 
 def test_bf16_plan_that_changes_nothing_is_rejected_at_build() -> None:
     model = Elementwise()
-    context = _prepared(model, torch.randn(4, 8))
+    context = build_context(model, torch.randn(4, 8))
     with pytest.raises(
         ProviderBuildError, match="bf16 was not applied: outputs equal fp32 eager bit for bit"
     ):
@@ -132,16 +104,16 @@ def test_bf16_plan_that_changes_nothing_is_rejected_at_build() -> None:
 
 def test_channels_last_on_2d_inputs_is_not_applicable() -> None:
     model = nn.Linear(8, 4).eval()
-    context = _prepared(model, torch.randn(2, 8))
+    context = build_context(model, torch.randn(2, 8))
     with pytest.raises(PlanNotApplicable, match="channels-last needs 4-D or 5-D"):
         _plan("inductor_channels_last_freezing").build(model, context)
 
 
 def test_fp32_channels_last_freezing_matches_eager() -> None:
     torch.manual_seed(0)
-    model = ConvNet().eval()
+    model = SmallConvNet().eval()
     x = torch.randn(2, 3, 16, 16)
-    context = _prepared(model, x)
+    context = build_context(model, x)
     with _plan("inductor_channels_last_freezing").build(model, context) as plan:
         assert plan.output_dtype is None
         assert "reduced_precision_check" not in plan.metadata

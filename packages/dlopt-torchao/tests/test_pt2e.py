@@ -24,32 +24,16 @@ from dlopt.plugin import (
     ProviderContext,
 )
 from dlopt.testing import ProviderContractSuite
+from dlopt.testing.contexts import build_context
+from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt.validation import validate_outputs
 from dlopt_torchao import pt2e
 from dlopt_torchao.provider import probe_inductor
 from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider, read_calibration_file
 
 
-class ConvNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.head = nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
-
-
-class Elementwise(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x) * 2 + 1
-
-
 def _context(model: nn.Module, *inputs: torch.Tensor, **options: Any) -> ProviderContext:
-    with torch.inference_mode():
-        cases = [PreparedCase(f"b{x.shape[0]}", (x,), {}, model(x)) for x in inputs]
-    return ProviderContext(cases=cases, options=PT2EOptions(**options))
+    return build_context(model, *inputs, options=PT2EOptions(**options))
 
 
 def _skip_without_inductor() -> None:
@@ -152,7 +136,7 @@ def built(tmp_path_factory: Any) -> Any:
     _skip_without_inductor()
     before = (inductor_config.freezing, inductor_config.pre_grad_custom_pass)
     torch.manual_seed(0)
-    model = ConvNet().eval()
+    model = SmallConvNet().eval()
     gen = torch.Generator().manual_seed(1)
     calibration = tmp_path_factory.mktemp("cal") / "extra.npz"
     np.savez(calibration, wide=np.random.default_rng(2).normal(size=(3, 3, 16, 16)).astype("f4"))

@@ -33,3 +33,25 @@ class StructuredMLP(torch.nn.Module):
         if self.output == "namedtuple":
             return LogitsAndFeatures(y, y.relu())
         return y
+
+
+class SmallConvNet(torch.nn.Module):
+    """Conv (3 -> 8) + BatchNorm + ReLU, pooled, then a linear head (8 -> 5): the smallest
+    model that image plans (channels-last, int8 convolutions, Conv-BN folding) change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+
+
+class Elementwise(torch.nn.Module):
+    """No weights and no op that autocast or a quantizer lowers: a reduced-precision plan
+    of it computes exactly what fp32 does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) * 2 + 1
