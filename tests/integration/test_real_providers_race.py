@@ -12,13 +12,13 @@ import torch
 
 from dlopt import InferenceOptimizer, OptimizationPolicy, WorkloadCase, WorkloadProfile
 from dlopt.measurement import MeasurementPolicy
-from dlopt.testing.provider_suite import _ContractModel
+from dlopt.testing.models import SmallConvNet
 
 
 def test_real_plans_race_validate_and_report(tmp_path):
     pytest.importorskip("dlopt_onnxruntime")
     pytest.importorskip("dlopt_fx")
-    model = _ContractModel().eval()
+    model = SmallConvNet().eval()
     gen = torch.Generator().manual_seed(0)
     workload = WorkloadProfile(
         cases=(

@@ -29,7 +29,7 @@ from dlopt.plugin import (
     try_import,
 )
 from dlopt.testing import REQUIRE_AVAILABLE_ENV, ProviderContractSuite, check_entry_point_claims
-from dlopt.testing.provider_suite import _ContractModel
+from dlopt.testing.models import SmallConvNet
 
 FAILED = pytest.fail.Exception
 SKIPPED = pytest.skip.Exception
@@ -114,7 +114,7 @@ class GoodProvider(Provider):
         )
 
     def load(self, directory: Path, metadata: dict, context: ProviderContext) -> BuiltPlan:
-        model = _weights_from_json(_ContractModel(), (directory / "weights.json").read_text())
+        model = _weights_from_json(SmallConvNet(), (directory / "weights.json").read_text())
         return self.make_plan(model, metadata=metadata)
 
 
@@ -445,7 +445,7 @@ def test_a_plan_that_does_not_reload_from_its_saved_artifacts_fails(tmp_path):
 def test_a_reloaded_plan_with_wrong_outputs_fails(tmp_path):
     class ReloadsFreshWeights(GoodProvider):
         def load(self, directory, metadata, context):
-            return self.make_plan(_ContractModel().eval(), metadata=metadata)
+            return self.make_plan(SmallConvNet().eval(), metadata=metadata)
 
     with pytest.raises(FAILED, match="validation gate"):
         suite(ReloadsFreshWeights).test_saved_plan_reloads(tmp_path)

@@ -81,7 +81,7 @@ from dlopt.plugins.contract import (
 )
 from dlopt.plugins.discovery import ENTRY_POINT_GROUP
 from dlopt.precision import Precision
-from dlopt.testing.models import StructuredMLP
+from dlopt.testing.models import SmallConvNet, StructuredMLP
 from dlopt.validation import (
     InputFingerprint,
     ModelGuard,
@@ -194,18 +194,6 @@ def _same_device(tensor: torch.Tensor, device: torch.device) -> bool:
     return device.index is None or tensor.device.index in (None, device.index)
 
 
-class _ContractModel(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.head = torch.nn.Linear(8, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(self.bn(self.conv(x)))
-        return self.head(y.mean(dim=(2, 3)))
-
-
 @attrs.define(eq=False)
 class BuildSetup:
     """Everything one contract build uses, made the way the race makes it.
@@ -275,7 +263,7 @@ class ProviderContractSuite:
     def make_model(self) -> torch.nn.Module:
         """A small conv net (Conv-BN-ReLU, pooling, Linear) on the input device."""
         torch.manual_seed(0)
-        return _ContractModel().eval().to(self.input_device())
+        return SmallConvNet().eval().to(self.input_device())
 
     def make_workload(self) -> WorkloadProfile:
         """Batch 1 and batch 4 images on the input device."""
