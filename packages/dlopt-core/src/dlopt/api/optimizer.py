@@ -8,7 +8,6 @@ final check of the chosen plan) -> report -> OptimizationDecision
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.measurement import Clock, MonotonicClock
 from dlopt.pipeline import checks, choose, constraints, plans, prepare, race, state
+from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
@@ -41,7 +41,9 @@ class InferenceOptimizer:
     built-ins plus every ``dlopt.providers`` entry point). ``clock``: the measurement
     clock (tests inject a fake one). ``observers``: callables receiving progress events,
     in addition to ``dlopt_on_event`` hook implementations. ``artifact_dir``: where plans
-    write engines and exported models (default: a fresh temporary directory).
+    write engines and exported models (default: a temporary directory owned by the
+    decision, removed when the decision is closed or garbage-collected; a directory you
+    name is kept).
     """
 
     def __init__(
@@ -160,11 +162,12 @@ class InferenceOptimizer:
         run = state.Run(
             self.policy, self.target, self.clock, self._emitter(registry), should_continue
         )
+        scratch = None if self.artifact_dir is not None else TemporaryArtifacts()
         context = ProviderContext(
             target=self.target,
             policy=self.policy,
             workload=workload,
-            artifact_dir=self.artifact_dir or Path(tempfile.mkdtemp(prefix="dlopt-")),
+            artifact_dir=self.artifact_dir if scratch is None else scratch.path,
         )
         candidates = plans.choose_plans(registry, self.explicit_providers, self.policy)
         run.emit(
@@ -206,12 +209,14 @@ class InferenceOptimizer:
             )
         except BaseException:
             state.close_all(candidates)  # no decision will own any plan
+            if scratch is not None:
+                scratch.release()
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
         assert selected.plan is not None
-        return OptimizationDecision(selected.plan, report)
+        return OptimizationDecision(selected.plan, report, scratch=scratch)
 
     def _emitter(self, registry: ProviderRegistry) -> Callable[[Event], None]:
         """Events go to every ``dlopt_on_event`` hook and to this optimizer's observers."""
