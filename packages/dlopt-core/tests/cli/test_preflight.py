@@ -289,3 +289,26 @@ def test_a_report_whose_directory_vanished_goes_to_a_stated_fallback(tmp_path, c
     assert fallback.parent == tmp_path and fallback.name.endswith("r.json")
     assert '"selected_plan": "eager_fp32"' in fallback.read_text()
     assert gone.read_text() == "mine"
+
+
+# -- the same checks from Python -----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "empty"])
+def test_the_optimizer_refuses_an_artifact_dir_it_cannot_use(tmp_path, kind):
+    from dlopt import InferenceOptimizer
+
+    (tmp_path / "f").write_text("mine")
+    artifact_dir = {"file": tmp_path / "f", "under-a-file": tmp_path / "f" / "sub", "empty": ""}[
+        kind
+    ]
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigurationError, match="artifact_dir"):
+        InferenceOptimizer("cpu", artifact_dir=artifact_dir)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("device", "host"), [("meta", None), ("npu:0", "meta")])
+def test_the_optimizer_refuses_a_meta_target(device, host):
+    from dlopt import ExecutionTarget, InferenceOptimizer
+
+    with pytest.raises(ConfigurationError, match="meta tensors hold no data"):
+        InferenceOptimizer(ExecutionTarget(device, host=host))

@@ -23,7 +23,7 @@ from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.measurement import Clock, MonotonicClock
 from dlopt.pipeline import checks, choose, constraints, plans, prepare, race, state
-from dlopt.platform.fileio import TemporaryArtifacts
+from dlopt.platform.fileio import TemporaryArtifacts, check_can_create_in
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
@@ -31,6 +31,28 @@ from dlopt.validation import ModelGuard, capture_reference
 from dlopt.vocabulary import Objective
 
 Observer = Callable[[Event], None]
+
+
+def _checked_artifact_dir(artifact_dir: str | Path | None) -> Path | None:
+    """A named artifact directory must be a directory that exists or can be created and
+    written: found out now, not as every plan's build failing with FileNotFoundError."""
+    if artifact_dir is None:
+        return None
+    if isinstance(artifact_dir, str) and not artifact_dir:
+        raise ConfigurationError(
+            "artifact_dir is empty: give a directory, or None for a temporary one"
+        )
+    path = Path(artifact_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(
+            f"artifact_dir {path} exists and is not a directory: give a directory for plan "
+            "artifacts, or None for a temporary one"
+        )
+    try:
+        check_can_create_in(path, purpose="plan artifacts")
+    except ValueError as exc:
+        raise ConfigurationError(f"artifact_dir {path}: {exc}") from None
+    return path
 
 
 class InferenceOptimizer:
@@ -83,7 +105,7 @@ class InferenceOptimizer:
         self._registry = registry
         self.clock = clock if clock is not None else MonotonicClock()
         self.observers = tuple(observers)
-        self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
+        self.artifact_dir = _checked_artifact_dir(artifact_dir)
 
     # -- public API ------------------------------------------------------------------
     @property
