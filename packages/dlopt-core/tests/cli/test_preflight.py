@@ -304,11 +304,3 @@ def test_the_optimizer_refuses_an_artifact_dir_it_cannot_use(tmp_path, kind):
     with pytest.raises(ConfigurationError, match="artifact_dir"):
         InferenceOptimizer("cpu", artifact_dir=artifact_dir)
     assert snapshot(tmp_path) == before
-
-
-@pytest.mark.parametrize(("device", "host"), [("meta", None), ("npu:0", "meta")])
-def test_the_optimizer_refuses_a_meta_target(device, host):
-    from dlopt import ExecutionTarget, InferenceOptimizer
-
-    with pytest.raises(ConfigurationError, match="meta tensors hold no data"):
-        InferenceOptimizer(ExecutionTarget(device, host=host))

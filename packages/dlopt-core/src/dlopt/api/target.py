@@ -77,17 +77,11 @@ class ExecutionTarget:
     host: str | None = field(default=None, converter=_normalize_host)
 
     def check_known(self) -> None:
-        """Refuse ``meta`` (no data to run on), and a ``device`` torch does not know unless
-        plans are called on a ``host``.
+        """Refuse a ``device`` torch does not know unless plans are called on a ``host``.
 
         Not checked at construction, so that a report naming a vendor's device loads on a
         machine without that vendor's extension; the optimizer checks before a race.
         """
-        if "meta" in (self.device_type, self.input_device.partition(":")[0]):
-            raise ConfigurationError(
-                f"ExecutionTarget({self.device!r}, host={self.host!r}): meta tensors hold no "
-                "data, so no plan can run or be timed on them; use 'cpu' or a GPU such as 'cuda:0'"
-            )
         if self.host is None and not torch_knows(self.device):
             kind = self.device_type
             raise ConfigurationError(
