@@ -25,6 +25,7 @@ MAX_ELEMENTS = 2**63 - 1
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
 #: Boolean ``DLOPT_*`` switches and the words they take.
 BOOLEAN_SWITCHES = ("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "DLOPT_STRICT_PLUGINS")
+_KIND_NAMES = {"cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
 _SWITCH_WORDS = ("", "0", "1", "false", "true", "no", "yes", "off", "on")
 
 
@@ -94,7 +95,8 @@ def _check_device_exists(option: str, text: str, device: object) -> None:
     count_devices = getattr(backend, "device_count", None)
     if callable(is_available) and not is_available():
         raise ConfigurationError(
-            f"{option} {text!r}: torch {torch.__version__} sees no {kind} device here; use "
+            f"{option} {text!r}: torch {torch.__version__} sees no {_KIND_NAMES.get(kind, kind)} "
+            "device here; use "
             f"--device cpu or install a torch build with {kind} support"
         )
     if index is not None and callable(count_devices):
