@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlopt.api.workload import WorkloadCase
 from dlopt.cli import main
@@ -70,6 +71,18 @@ def test_a_failed_selection_leaves_nothing(race, x, private_tmp):
             [WorkloadCase("c", args=(x,))],
             should_continue=lambda: False,
         )
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_a_reference_that_cannot_serve_leaves_nothing(race, x, private_tmp):
+    from dlopt.errors import ReferenceCheckError
+
+    class Fails(torch.nn.Module):
+        def forward(self, t):
+            raise RuntimeError("broken model")
+
+    with pytest.raises(ReferenceCheckError, match="broken model"):
+        race.optimizer(race.fake("eager_fp32", 2e-3)).select_signature(Fails().eval(), x)
     assert list(private_tmp.iterdir()) == []
 
 

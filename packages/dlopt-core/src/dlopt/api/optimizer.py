@@ -184,12 +184,15 @@ class InferenceOptimizer:
         run = state.Run(
             self.policy, self.target, self.clock, self._emitter(registry), should_continue
         )
-        scratch = None if self.artifact_dir is not None else TemporaryArtifacts()
+        # A directory the caller named is theirs; otherwise the decision owns a temporary one.
+        scratch: TemporaryArtifacts | None = None
+        if self.artifact_dir is not None:
+            artifact_dir = self.artifact_dir
+        else:
+            scratch = TemporaryArtifacts()
+            artifact_dir = scratch.path
         context = ProviderContext(
-            target=self.target,
-            policy=self.policy,
-            workload=workload,
-            artifact_dir=self.artifact_dir if scratch is None else scratch.path,
+            target=self.target, policy=self.policy, workload=workload, artifact_dir=artifact_dir
         )
         candidates = plans.choose_plans(registry, self.explicit_providers, self.policy)
         run.emit(
@@ -199,12 +202,12 @@ class InferenceOptimizer:
                 data={"providers": [c.name for c in candidates]},
             )
         )
-        # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
-        guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
-        reference = capture_reference(
-            model, workload, self.policy.quality, target=self.target, guard=guard
-        )
         try:
+            # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
+            guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
+            reference = capture_reference(
+                model, workload, self.policy.quality, target=self.target, guard=guard
+            )
             for cand in candidates:  # the reference first: if it cannot serve, build no more
                 if should_continue is not None and not should_continue():
                     raise SelectionCancelled(

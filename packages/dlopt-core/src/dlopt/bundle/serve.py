@@ -68,11 +68,14 @@ def _load_plan(
     artifact_dir: str | os.PathLike[str] | None,
 ) -> OptimizationDecision:
     # Scratch space the caller did not name is owned by the decision and removed with it.
-    scratch = None if artifact_dir else TemporaryArtifacts(prefix="dlopt-load-")
+    scratch: TemporaryArtifacts | None = None
+    if artifact_dir:
+        scratch_dir = Path(artifact_dir)
+    else:
+        scratch = TemporaryArtifacts(prefix="dlopt-load-")
+        scratch_dir = scratch.path
     try:
-        plan = _load_selected_plan(
-            bundle, registry, target, Path(artifact_dir) if scratch is None else scratch.path
-        )
+        plan = _load_selected_plan(bundle, registry, target, scratch_dir)
     except BaseException:
         if scratch is not None:
             scratch.release()
