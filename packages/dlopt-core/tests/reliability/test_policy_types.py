@@ -169,3 +169,104 @@ def test_json_values_of_the_wrong_type_are_refused_too(text, field):
 def test_json_bools_are_bools():
     with pytest.raises(ConfigurationError, match="family_wise"):
         from_jsonable(parse_strict_json('{"family_wise": "false"}'), MeasurementPolicy)
+
+
+POLICY_TYPES = [
+    OptimizationPolicy,
+    DeploymentConstraints,
+    MeasurementPolicy,
+    QualityPolicy,
+    LimitOverride,
+]
+
+
+@pytest.mark.parametrize("cls", POLICY_TYPES, ids=lambda c: c.__name__)
+def test_from_jsonable_round_trips_every_policy_type(cls):
+    # `from_jsonable({}, OptimizationPolicy)` raised NameError: its annotations name
+    # classes imported only for type checking.
+    default = from_jsonable({}, cls)
+    assert default == cls()
+    assert from_jsonable(parse_strict_json(dumps(default)), cls) == default
+
+
+def test_quality_limits_round_trip():
+    from dlopt.validation.limits import default_limits
+
+    limits = default_limits("bf16")
+    assert from_jsonable(parse_strict_json(dumps(limits)), QualityLimits) == limits
+
+
+def test_a_full_policy_document_round_trips():
+    policy = OptimizationPolicy(
+        objective="lifecycle_latency",
+        include=("eager_fp32",),
+        constraints=DeploymentConstraints(min_speedup=1.1, expected_calls=1000),
+        measurement=MeasurementPolicy(seed=7, max_time_s=5),
+        quality=QualityPolicy(limits=LimitOverride(atol=1e-3), reference_rel_tolerance=1e-6),
+        plan_options={"onnxruntime_cpu": {"intra_op_threads": 2}},
+    )
+    assert from_jsonable(parse_strict_json(dumps(policy)), OptimizationPolicy) == policy
+
+
+@pytest.mark.parametrize(
+    ("cls", "document", "where", "hint"),
+    [
+        (OptimizationPolicy, {"objectve": "steady_state_latency"}, "objectve", "'objective'"),
+        (
+            OptimizationPolicy,
+            {"constraints": {"min_sped": 1.1}},
+            "constraints.min_sped",
+            "'min_speedup'",
+        ),
+        (
+            OptimizationPolicy,
+            {"quality": {"limits": {"atoll": 1}}},
+            "quality.limits.atoll",
+            "'atol'",
+        ),
+        (OptimizationPolicy, {"measurement": {"sead": 1}}, "measurement.sead", "'seed'"),
+        (DeploymentConstraints, {"bogus": 1}, "bogus", None),
+    ],
+)
+def test_unknown_keys_in_a_policy_document_are_refused_by_name(cls, document, where, hint):
+    with pytest.raises(ConfigurationError, match="unknown key") as caught:
+        from_jsonable(document, cls)
+    message = str(caught.value)
+    assert f"{where}: unknown key" in message
+    assert (hint is None) or f"did you mean {hint}" in message
+
+
+def test_reports_still_keep_fields_a_newer_dlopt_added(finished_report):
+    from dlopt.evidence.report import OptimizationReport
+
+    data = parse_strict_json(dumps(finished_report))
+    data["added_by_a_newer_dlopt"] = {"x": 1}
+    assert from_jsonable(data, OptimizationReport).selected_plan == finished_report.selected_plan
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda t: WorkloadCase("c", args=(t.zeros(0, 16),)), "batch of size 0"),
+        (lambda t: WorkloadCase("c", args=([t.ones(2), t.zeros(3, 0)],)), r"args\[0\]\[1\]"),
+        (lambda t: WorkloadCase("c", kwargs={"mask": t.zeros(0)}), "kwargs\\['mask'\\]"),
+        (
+            lambda t: WorkloadProfile(
+                [WorkloadCase("a", weight=1e308), WorkloadCase("b", weight=1e308)]
+            ),
+            "overflow when summed",
+        ),
+        (lambda t: WorkloadCase("c", weight=math.inf), "finite"),
+    ],
+)
+def test_zero_size_batches_and_overflowing_weights_are_refused_at_construction(make, message):
+    import torch
+
+    with pytest.raises(WorkloadError, match=message):
+        make(torch)
+
+
+def test_probe_timeout_beyond_a_day_is_refused():
+    with pytest.raises(ConfigurationError, match="probe_timeout_s"):
+        OptimizationPolicy(probe_timeout_s=1e10)
+    assert OptimizationPolicy(probe_timeout_s=86400).probe_timeout_s == 86400

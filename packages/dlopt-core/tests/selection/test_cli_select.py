@@ -135,6 +135,7 @@ def test_select_moves_the_model_it_built_to_the_target_device(monkeypatch):
         raise KeyboardInterrupt  # stop before anything runs on the (absent) device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # the index is checked first
     monkeypatch.setattr(StructuredMLP, "to", fake_to)
     monkeypatch.setattr(InferenceOptimizer, "select", fake_select)
     code = main(

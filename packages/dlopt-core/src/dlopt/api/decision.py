@@ -8,19 +8,31 @@ from typing import Any
 
 from dlopt.bundle.store import write_bundle
 from dlopt.evidence.report import OptimizationReport
+from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.plugins.contract import BuiltPlan
 
 
 class OptimizationDecision:
     """Call it like the model: it runs the selected plan. ``report`` says why.
 
-    ``close()`` releases the plan's runtime resources (sessions, engines); the decision
-    is also a context manager.
+    ``close()`` releases the plan's runtime resources (sessions, engines) and removes the
+    temporary artifact directory the selection made (``scratch``), which the plan may
+    read while the decision is alive (ONNX Runtime session files); a bundle saved before
+    keeps its own copy. The directory also goes when the decision is garbage-collected
+    or the interpreter exits. The decision is a context manager:
+    ``with optimizer.select(model, workload) as decision:`` releases both on exit.
     """
 
-    def __init__(self, plan: BuiltPlan, report: OptimizationReport) -> None:
+    def __init__(
+        self,
+        plan: BuiltPlan,
+        report: OptimizationReport,
+        *,
+        scratch: TemporaryArtifacts | None = None,
+    ) -> None:
         self.plan = plan
         self.report = report
+        self._scratch = scratch
 
     @property
     def selected_plan(self) -> str:
@@ -55,8 +67,20 @@ class OptimizationDecision:
         """
         return write_bundle(directory, self.report, self.plan.artifacts)
 
+    @property
+    def artifact_dir(self) -> Path | None:
+        """The temporary artifact directory this decision owns (``None`` when the caller
+        named one, or once closed)."""
+        scratch = self._scratch
+        return None if scratch is None or scratch.released else scratch.path
+
     def close(self) -> None:
-        self.plan.close()
+        """Release the plan, then remove the temporary artifacts it may have read."""
+        try:
+            self.plan.close()
+        finally:
+            if self._scratch is not None:
+                self._scratch.release()
 
     def __enter__(self) -> OptimizationDecision:
         return self

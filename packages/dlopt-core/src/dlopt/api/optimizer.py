@@ -8,7 +8,6 @@ final check of the chosen plan) -> report -> OptimizationDecision
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.measurement import Clock, MonotonicClock
 from dlopt.pipeline import checks, choose, constraints, plans, prepare, race, state
+from dlopt.platform.fileio import TemporaryArtifacts, check_can_create_in
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
@@ -31,6 +31,28 @@ from dlopt.validation import ModelGuard, capture_reference
 from dlopt.vocabulary import Objective
 
 Observer = Callable[[Event], None]
+
+
+def _checked_artifact_dir(artifact_dir: str | Path | None) -> Path | None:
+    """A named artifact directory must be a directory that exists or can be created and
+    written: found out now, not as every plan's build failing with FileNotFoundError."""
+    if artifact_dir is None:
+        return None
+    if isinstance(artifact_dir, str) and not artifact_dir:
+        raise ConfigurationError(
+            "artifact_dir is empty: give a directory, or None for a temporary one"
+        )
+    path = Path(artifact_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(
+            f"artifact_dir {path} exists and is not a directory: give a directory for plan "
+            "artifacts, or None for a temporary one"
+        )
+    try:
+        check_can_create_in(path, purpose="plan artifacts")
+    except ValueError as exc:
+        raise ConfigurationError(f"artifact_dir {path}: {exc}") from None
+    return path
 
 
 class InferenceOptimizer:
@@ -41,7 +63,9 @@ class InferenceOptimizer:
     built-ins plus every ``dlopt.providers`` entry point). ``clock``: the measurement
     clock (tests inject a fake one). ``observers``: callables receiving progress events,
     in addition to ``dlopt_on_event`` hook implementations. ``artifact_dir``: where plans
-    write engines and exported models (default: a fresh temporary directory).
+    write engines and exported models (default: a temporary directory owned by the
+    decision, removed when the decision is closed or garbage-collected; a directory you
+    name is kept).
     """
 
     def __init__(
@@ -81,7 +105,7 @@ class InferenceOptimizer:
         self._registry = registry
         self.clock = clock if clock is not None else MonotonicClock()
         self.observers = tuple(observers)
-        self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
+        self.artifact_dir = _checked_artifact_dir(artifact_dir)
 
     # -- public API ------------------------------------------------------------------
     @property
@@ -160,11 +184,15 @@ class InferenceOptimizer:
         run = state.Run(
             self.policy, self.target, self.clock, self._emitter(registry), should_continue
         )
+        # A directory the caller named is theirs; otherwise the decision owns a temporary one.
+        scratch: TemporaryArtifacts | None = None
+        if self.artifact_dir is not None:
+            artifact_dir = self.artifact_dir
+        else:
+            scratch = TemporaryArtifacts()
+            artifact_dir = scratch.path
         context = ProviderContext(
-            target=self.target,
-            policy=self.policy,
-            workload=workload,
-            artifact_dir=self.artifact_dir or Path(tempfile.mkdtemp(prefix="dlopt-")),
+            target=self.target, policy=self.policy, workload=workload, artifact_dir=artifact_dir
         )
         candidates = plans.choose_plans(registry, self.explicit_providers, self.policy)
         run.emit(
@@ -174,12 +202,12 @@ class InferenceOptimizer:
                 data={"providers": [c.name for c in candidates]},
             )
         )
-        # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
-        guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
-        reference = capture_reference(
-            model, workload, self.policy.quality, target=self.target, guard=guard
-        )
         try:
+            # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
+            guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
+            reference = capture_reference(
+                model, workload, self.policy.quality, target=self.target, guard=guard
+            )
             for cand in candidates:  # the reference first: if it cannot serve, build no more
                 if should_continue is not None and not should_continue():
                     raise SelectionCancelled(
@@ -206,12 +234,14 @@ class InferenceOptimizer:
             )
         except BaseException:
             state.close_all(candidates)  # no decision will own any plan
+            if scratch is not None:
+                scratch.release()
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
         assert selected.plan is not None
-        return OptimizationDecision(selected.plan, report)
+        return OptimizationDecision(selected.plan, report, scratch=scratch)
 
     def _emitter(self, registry: ProviderRegistry) -> Callable[[Event], None]:
         """Events go to every ``dlopt_on_event`` hook and to this optimizer's observers."""

@@ -12,6 +12,7 @@ from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import instance_of, integer, number, one_of
+from dlopt.platform.serialization import user_document
 from dlopt.vocabulary import Objective
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ def _objective(value: object) -> object:
 #: here. 20 s leaves every real probe comfortably available.
 DEFAULT_PROBE_TIMEOUT_S = 20.0
 PROBE_TIMEOUT_ENV = "DLOPT_PROBE_TIMEOUT_S"
+#: The longest probe limit accepted (a day): beyond it a thread wait overflows the
+#: platform's timeout and every probe would fail.
+MAX_PROBE_TIMEOUT_S = 86400.0
 
 
 def default_probe_timeout_s(environ: Mapping[str, str] | None = None) -> float:
@@ -48,9 +52,11 @@ def default_probe_timeout_s(environ: Mapping[str, str] | None = None) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= MAX_PROBE_TIMEOUT_S):
         raise ConfigurationError(
-            f"{PROBE_TIMEOUT_ENV} must be a number of seconds > 0 (e.g. 20), got {raw!r}"
+            f"{PROBE_TIMEOUT_ENV} must be a number of seconds > 0 and <= "
+            f"{MAX_PROBE_TIMEOUT_S:g} (e.g. 20), got {raw!r}; unset it for the default "
+            f"{DEFAULT_PROBE_TIMEOUT_S:g} s"
         )
     return value
 
@@ -58,6 +64,7 @@ def default_probe_timeout_s(environ: Mapping[str, str] | None = None) -> float:
 _positive_or_none = number(minimum=0, low_open=True, optional=True)
 
 
+@user_document
 @frozen
 class DeploymentConstraints:
     """Limits a plan must respect to be deployable, and the bar a challenger must clear.
@@ -129,6 +136,14 @@ def _check_names(instance: object, attribute: Any, value: Any) -> None:
         )
 
 
+def _lazy_policy_names() -> dict[str, Any]:
+    """The policy classes this module names only for type checking (they import torch)."""
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.validation import QualityPolicy
+
+    return {"MeasurementPolicy": MeasurementPolicy, "QualityPolicy": QualityPolicy}
+
+
 @frozen
 class OptimizationPolicy:
     """The whole selection policy.
@@ -161,7 +176,7 @@ class OptimizationPolicy:
     )
     probe_timeout_s: float = field(
         factory=default_probe_timeout_s,
-        validator=number(minimum=0, low_open=True, hint=" (seconds)"),
+        validator=number(minimum=0, maximum=MAX_PROBE_TIMEOUT_S, low_open=True, hint=" (seconds)"),
     )
     plan_options: dict[str, dict[str, Any]] = field(
         factory=dict, converter=lambda v: v, validator=lambda _i, _a, v: _check_plan_options(v)
@@ -171,6 +186,9 @@ class OptimizationPolicy:
         if provider_name in self.exclude:
             return False
         return self.include is None or provider_name in self.include
+
+
+user_document(OptimizationPolicy, _lazy_policy_names)
 
 
 def check_plan_names(policy: OptimizationPolicy, registered: Iterable[str]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from attrs import field, frozen
@@ -70,6 +71,35 @@ class WorkloadCase:
     def __attrs_post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
             raise WorkloadError("every WorkloadCase needs a non-empty string name")
+        for path, shape in _tensor_shapes(self.args, "args"):
+            if 0 in shape:
+                raise WorkloadError(
+                    f"case {self.name!r}: {path} has shape {shape}, with no elements (a batch "
+                    "of size 0); a plan cannot be timed on it: give at least one element per "
+                    "dimension"
+                )
+        for key, value in self.kwargs.items():
+            for path, shape in _tensor_shapes(value, f"kwargs[{key!r}]"):
+                if 0 in shape:
+                    raise WorkloadError(
+                        f"case {self.name!r}: {path} has shape {shape}, with no elements (a "
+                        "batch of size 0); give at least one element per dimension"
+                    )
+
+
+def _tensor_shapes(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``(path, shape)`` of every tensor-like leaf (it has a ``shape``) in nested
+    tuples, lists and dicts; torch is not imported here."""
+    if depth > 50:
+        return
+    if isinstance(value, (tuple, list)):
+        for index, item in enumerate(value):
+            yield from _tensor_shapes(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _tensor_shapes(item, f"{path}[{key!r}]", depth + 1)
+    elif hasattr(type(value), "shape") and hasattr(value, "numel"):
+        yield path, tuple(int(d) for d in value.shape)
 
 
 @frozen(eq=False)
@@ -97,6 +127,12 @@ class WorkloadProfile:
         if duplicates:
             raise WorkloadError(
                 f"workload {self.name!r}: case names must be unique, repeated: {duplicates}"
+            )
+        if not math.isfinite(sum(float(case.weight) for case in self.cases)):
+            raise WorkloadError(
+                f"workload {self.name!r}: the case weights overflow when summed (largest "
+                f"{max(case.weight for case in self.cases):g}); weights are relative shares "
+                "of traffic: scale them down, e.g. to percentages"
             )
 
     @classmethod

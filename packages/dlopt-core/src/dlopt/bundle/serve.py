@@ -8,7 +8,6 @@ does not.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from dlopt.bundle.store import (
 )
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
+from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.names import is_plain_name
 from dlopt.plugins.contract import BuiltPlan, ProviderContext
 from dlopt.plugins.discovery import load_providers
@@ -67,6 +67,28 @@ def _load_plan(
     target: ExecutionTarget | str | None,
     artifact_dir: str | os.PathLike[str] | None,
 ) -> OptimizationDecision:
+    # Scratch space the caller did not name is owned by the decision and removed with it.
+    scratch: TemporaryArtifacts | None = None
+    if artifact_dir:
+        scratch_dir = Path(artifact_dir)
+    else:
+        scratch = TemporaryArtifacts(prefix="dlopt-load-")
+        scratch_dir = scratch.path
+    try:
+        plan = _load_selected_plan(bundle, registry, target, scratch_dir)
+    except BaseException:
+        if scratch is not None:
+            scratch.release()
+        raise
+    return OptimizationDecision(plan, bundle.report, scratch=scratch)
+
+
+def _load_selected_plan(
+    bundle: Bundle,
+    registry: ProviderRegistry | None,
+    target: ExecutionTarget | str | None,
+    artifact_dir: Path,
+) -> BuiltPlan:
     report = bundle.report
     plan_name = report.selected_plan
     if not is_plain_name(plan_name):
@@ -95,7 +117,7 @@ def _load_plan(
         )
     context = ProviderContext(
         target=_load_target(target, report.target),
-        artifact_dir=Path(artifact_dir or tempfile.mkdtemp(prefix="dlopt-load-")),
+        artifact_dir=artifact_dir,
         options=_load_options(provider, evidence.options, where),
     )
     status = probe_provider(info, context)
@@ -125,7 +147,7 @@ def _load_plan(
             f"{where}: the loaded plan computes in {plan.precision.value}, but the bundle's "
             f"plan was raced in {evidence.precision}; it is not the plan the report vouches for"
         )
-    return OptimizationDecision(plan, report)
+    return plan
 
 
 def _install_advice(evidence: Any, registry: ProviderRegistry) -> str:

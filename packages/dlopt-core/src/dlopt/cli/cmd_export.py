@@ -9,7 +9,6 @@ from typing import Any
 from dlopt.cli.cmd_report import read_report
 from dlopt.cli.common import EXIT_OK, add_plain_argument
 from dlopt.cli.console import Output
-from dlopt.errors import ConfigurationError
 
 
 def add_export_command(sub: Any) -> None:
@@ -28,17 +27,18 @@ def add_export_command(sub: Any) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from dlopt.platform.fileio import check_can_create_in
-    from dlopt.reporting.export import export, label_runs
+    from dlopt.cli.preflight import check_output_dir
+    from dlopt.reporting.export import EXPORTED_FILES, export, label_runs
 
+    check_output_dir(
+        "--output-dir",
+        args.output_dir,
+        what="the export",
+        inputs=[("REPORT", path) for path in args.reports],
+        written_names=EXPORTED_FILES,
+    )
     reports = [read_report(path) for path in args.reports]
     root = Path(args.output_dir)
-    if root.exists() and not root.is_dir():
-        raise ConfigurationError(f"--output-dir {root} is a file; name a directory")
-    try:
-        check_can_create_in(root, purpose="the export")
-    except ValueError as exc:
-        raise ConfigurationError(f"--output-dir {root}: {exc}") from None
     result = export(label_runs(reports, args.reports), root)
     out = Output(plain=args.plain or None)
     for path in result.files:

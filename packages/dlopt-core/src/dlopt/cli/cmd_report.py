@@ -129,21 +129,23 @@ def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from dlopt.cli.preflight import check_output_file
+
+    check_output_file("--html", args.html, what="the HTML page", inputs=[("the report", args.path)])
     report = read_report(args.path)
     if args.json:
+        from dlopt.evidence.report import MAX_REPORT_BYTES
+        from dlopt.platform.fileio import read_bytes_capped
+
         # The file as written (fields this dlopt does not know are kept), once it is known
         # to be a report.
-        print(Path(args.path).read_text(encoding="utf-8").rstrip("\n"))
+        text = read_bytes_capped(args.path, MAX_REPORT_BYTES).decode("utf-8")
+        print(text.rstrip("\n"))
         return EXIT_OK
     out = Output(plain=args.plain or None)
     if args.html:
-        from dlopt.platform.fileio import check_writable_file
         from dlopt.reporting.html import write_html
 
-        try:
-            check_writable_file(args.html, purpose="the HTML page")
-        except ValueError as exc:
-            raise ConfigurationError(f"--html {args.html}: {exc}") from None
         result = write_html(report, args.html)
         out.line(f"html: {result.path}")
         if result.missing_figures:

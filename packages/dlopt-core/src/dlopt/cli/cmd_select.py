@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import re
 import sys
@@ -16,6 +15,7 @@ import attrs
 from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
+    EXIT_FAILED,
     EXIT_OK,
     add_plain_argument,
     add_target_arguments,
@@ -24,6 +24,17 @@ from dlopt.cli.common import (
     show_chatter,
 )
 from dlopt.cli.console import Output, wants_plain
+from dlopt.cli.preflight import (
+    check_count,
+    check_input_path,
+    check_input_sizes,
+    check_output_dir,
+    check_output_file,
+    check_positive,
+    check_shape,
+    check_weight,
+    check_weights,
+)
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
 
@@ -57,7 +68,9 @@ def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
         raise WorkloadError(
             f"unknown dtype {dtype_text!r} in {spec!r}; use one of {', '.join(sorted(set(_DTYPES)))}"
         )
-    return tuple(int(d) for d in shape_text.split("x")), dtype
+    shape = tuple(int(d) for d in shape_text.split("x"))
+    check_shape(shape, spec)
+    return shape, dtype
 
 
 def parse_plan_options(specs: list[str]) -> dict[str, dict[str, Any]]:
@@ -99,6 +112,7 @@ def parse_case_spec(spec: str) -> tuple[str, tuple[int, ...], str, float]:
         raise WorkloadError(
             f"bad weight {weight_text!r} in --case {spec!r}: use a number"
         ) from None
+    check_weight(weight, spec)
     shape, dtype = parse_input_spec(shape_spec)
     return name, shape, dtype, weight
 
@@ -132,8 +146,7 @@ def load_factory(spec: str) -> tuple[Any, Any]:
         raise ConfigurationError(
             f"bad model {spec!r}: write MODULE:FACTORY, e.g. mypkg.models:build_resnet"
         )
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))  # like `python -m`, let users name local modules
+    _working_directory_last_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -171,76 +184,36 @@ def load_factory(spec: str) -> tuple[Any, Any]:
     return result.eval(), workload
 
 
+def _working_directory_last_on_path() -> None:
+    """Let users name modules in the working directory, after the installed packages:
+    a stray ``onnxruntime.py`` there must never shadow an SDK (for the factory's import
+    or any SDK imported later in this process)."""
+    cwd = os.getcwd()
+    here = {"", ".", cwd}
+    sys.path[:] = [entry for entry in sys.path if entry not in here] + [cwd]
+
+
 def _describe(exc: BaseException) -> str:
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
-
-
-def available_memory_bytes() -> int | None:
-    """Memory this machine can still hand out (``MemAvailable``), or ``None`` if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _size_text(nbytes: int) -> str:
-    size = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{nbytes} B"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-def check_input_sizes(
-    specs: list[tuple[str, tuple[int, ...], str, float]], available: int | None = None
+def check_outputs(
+    report: str | None,
+    bundle: str | None,
+    *,
+    inputs: str | None = None,
+    artifacts: str | None = None,
 ) -> None:
-    """Refuse inputs that cannot fit in memory before any is allocated.
-
-    Python integers do not overflow, so the byte count is exact however large the shape;
-    the cap is the memory available now (:func:`available_memory_bytes`).
-    """
-    if available is None:
-        available = available_memory_bytes()
-    if available is None:
-        return
-    sizes = [
-        (math.prod(shape) * _ITEMSIZE[dtype], name, shape, dtype) for name, shape, dtype, _ in specs
-    ]
-    total = sum(size for size, *_ in sizes)
-    if total <= available:
-        return
-    size, name, shape, dtype = max(sizes)
-    shape_text = "x".join(str(d) for d in shape)
-    raise WorkloadError(
-        f"the inputs need {_size_text(total)} but this machine has {_size_text(available)} "
-        f"available (case {name!r}, {shape_text} {dtype}, alone needs {_size_text(size)}); "
-        "give smaller shapes"
-    )
-
-
-def check_outputs(report: str | None, bundle: str | None) -> None:
-    """Refuse ``--report``/``--bundle`` paths that cannot be written, before the race."""
+    """Refuse ``--report``/``--bundle``/``--artifacts`` paths that cannot be written, or
+    that would overwrite ``--inputs``, before the race."""
     from dlopt.bundle.store import check_bundle_destination
-    from dlopt.platform.fileio import check_writable_file
 
-    if report:
-        try:
-            check_writable_file(report, purpose="the report")
-        except ValueError as exc:
-            raise ConfigurationError(f"--report {report}: {exc}") from None
-    if bundle:
+    read = [("--inputs", inputs)] if inputs else []
+    check_output_file("--report", report, what="the report", inputs=read)
+    check_output_dir("--artifacts", artifacts, what="plan artifacts", inputs=read)
+    if bundle is not None:
+        check_output_dir("--bundle", bundle, what="the bundle", inputs=read, replaced_whole=True)
         try:
             root = check_bundle_destination(bundle)
         except ValueError as exc:
@@ -250,6 +223,33 @@ def check_outputs(report: str | None, bundle: str | None) -> None:
                 f"--report {report} lies inside --bundle {bundle}, which is written whole and "
                 "holds its own report.json; give a report path outside the bundle"
             )
+    if (
+        artifacts
+        and report
+        and Path(os.path.abspath(report)).is_relative_to(os.path.abspath(artifacts))
+    ):
+        raise ConfigurationError(
+            f"--report {report} lies inside --artifacts {artifacts}, where plans write their "
+            "files; give a report path outside it"
+        )
+
+
+def preflight_select(args: argparse.Namespace) -> None:
+    """Everything ``dlopt select`` was told, checked before any model is imported or plan
+    built: paths, numbers and the workload's shapes and weights (docs/checks.md)."""
+    if args.inputs is not None:
+        check_input_path("--inputs", args.inputs, what="a .npz or .safetensors inputs file")
+    check_outputs(args.report, args.bundle, inputs=args.inputs, artifacts=args.artifacts)
+    check_positive("--min-speedup", args.min_speedup, example="1.05")
+    check_positive("--max-measure-time", args.max_measure_time, example="60")
+    check_count("--expected-calls", args.expected_calls)
+    check_count("--seed", args.seed, maximum=2**32 - 1)
+    specs = [parse_case_spec(c) for c in args.case]
+    if args.input:
+        specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
+    check_weights(weight for *_, weight in specs)
+    if specs:
+        check_input_sizes(specs)
 
 
 def _on_target(model: Any, target: Any) -> Any:
@@ -272,9 +272,9 @@ def _cmd_select(args: argparse.Namespace) -> int:
 
     if args.demo == bool(args.model):
         raise ConfigurationError("give either MODULE:FACTORY or --demo")
-    target = cli_target(args)
+    target = cli_target(args, must_exist=True)
     # Everything the user typed is checked before anything is built or allocated.
-    check_outputs(args.report, args.bundle)
+    preflight_select(args)
     if args.demo:
         if args.inputs or args.input or args.case:
             raise ConfigurationError(
@@ -315,18 +315,50 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 decision = optimizer.select(model, workload)
         finally:
             progress.close()
+    status = EXIT_OK
     try:
         out.line()
         print_report(decision.report, out)
         if args.report:
-            path = decision.save_report(args.report)
-            out.line(f"report: {path}")
+            status = save_report_or_fallback(decision, args.report, out)
         if args.bundle:
             out.line(f"bundle: {decision.save_bundle(args.bundle)}")
     finally:
         decision.close()
         show_chatter(chatter)
+    return status
+
+
+def save_report_or_fallback(decision: Any, destination: str, out: Output) -> int:
+    """Write the report (atomically: a temporary file beside it, then a rename). When the
+    destination cannot be written now (its directory vanished during the race), the
+    finished race is not lost: the report goes to a fallback file, and the message says
+    where; the exit code is then 1."""
+    try:
+        path = decision.save_report(destination)
+    except OSError as exc:
+        fallback = decision.save_report(report_fallback_path(destination))
+        print(
+            f"dlopt: error: cannot write the report to {destination} "
+            f"({exc.strerror or exc}); it was saved to {fallback} instead",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    out.line(f"report: {path}")
     return EXIT_OK
+
+
+def report_fallback_path(destination: str) -> Path:
+    """Where a report goes when ``destination`` cannot be written: a new file in the
+    working directory, else in the system temp directory, named after the destination."""
+    import tempfile
+    import time
+
+    name = f"dlopt-report-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{Path(destination).name}"
+    for directory in (Path.cwd(), Path(tempfile.gettempdir())):
+        if os.access(directory, os.W_OK):
+            return directory / name
+    return Path(tempfile.gettempdir()) / name
 
 
 def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:

@@ -20,11 +20,14 @@ from dlopt.api.target import ExecutionTarget
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def cli_target(args: argparse.Namespace) -> ExecutionTarget:
-    """The ``--device``/``--host`` target of a command, checked against torch."""
-    target = ExecutionTarget(args.device, host=getattr(args, "host", None))
-    target.check_known()
-    return target
+def cli_target(args: argparse.Namespace, *, must_exist: bool = False) -> ExecutionTarget:
+    """The ``--device``/``--host`` target of a command, checked against torch, after the
+    ``DLOPT_*`` settings every such command reads (:mod:`dlopt.cli.preflight`).
+    ``must_exist``: the device must be present on this machine (a race needs it)."""
+    from dlopt.cli.preflight import check_device, check_environment
+
+    check_environment()
+    return check_device(args.device, getattr(args, "host", None), must_exist=must_exist)
 
 
 def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:

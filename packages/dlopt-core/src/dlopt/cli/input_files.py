@@ -9,6 +9,7 @@ tensors only. A model that takes several arguments gets its cases from its facto
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,70 @@ def load_inputs(path_text: str) -> list[tuple[str, Any]]:
             f"--inputs {path}: use a .npz file (numpy.savez) or a .safetensors file, one "
             "workload case per entry"
         )
-    if not path.is_file():
-        raise ConfigurationError(f"--inputs {path}: no such file")
+    check_input_file(path)
     entries = _read_npz(path) if kind == "npz" else _read_safetensors(path)
     if not entries:
         raise ConfigurationError(f"--inputs {path} holds no tensors: save one entry per case")
     return entries
+
+
+def check_input_file(path: Path) -> None:
+    """Refuse a missing path, a directory, a FIFO, a device or a socket as ``--inputs``."""
+    from dlopt.platform.fileio import check_regular_file
+
+    try:
+        check_regular_file(path)
+    except FileNotFoundError:
+        raise ConfigurationError(f"--inputs {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--inputs {path}: {exc.strerror or exc}; give a .npz or .safetensors file"
+        ) from None
+
+
+def _npz_member_sizes(path: Path) -> list[tuple[str, int]]:
+    """``(entry, bytes)`` for each ``.npy`` member, read from its header alone.
+
+    A header is checked against the bytes its member really holds before any array is
+    allocated: a header that claims 10**15 elements, or a truncated member, is refused
+    here with what it claims and what is there (numpy would try to allocate, or blame
+    pickle).
+    """
+    import numpy as np
+
+    sizes = []
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            key = info.filename.removesuffix(".npy")
+            with archive.open(info) as member:
+                try:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read_header(member)
+                except (ValueError, EOFError) as exc:
+                    raise ConfigurationError(
+                        f"--inputs {path}: entry {key!r} is not a readable .npy array ({exc}); "
+                        "save it again with numpy.savez"
+                    ) from None
+                if dtype.hasobject:
+                    raise ConfigurationError(
+                        f"--inputs {path}: entry {key!r} holds Python objects, which cannot be "
+                        "read without pickle; save numeric arrays only"
+                    )
+                claimed = math.prod(shape) * dtype.itemsize
+                held = info.file_size - member.tell()
+            if claimed != held:
+                raise ConfigurationError(
+                    f"--inputs {path}: entry {key!r} claims shape {tuple(shape)} {dtype} "
+                    f"({claimed} bytes) but holds {held} bytes: the file is truncated or "
+                    "corrupt; save it again with numpy.savez"
+                )
+            sizes.append((key, claimed))
+    return sizes
 
 
 def _read_npz(path: Path) -> list[tuple[str, Any]]:
@@ -42,6 +101,8 @@ def _read_npz(path: Path) -> list[tuple[str, Any]]:
     import torch
 
     try:
+        if zipfile.is_zipfile(path):
+            _check_fits_in_memory(path, _npz_member_sizes(path))
         with np.load(path, allow_pickle=False) as archive:
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ConfigurationError(
@@ -68,6 +129,20 @@ def _read_npz(path: Path) -> list[tuple[str, Any]]:
         raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ConfigurationError(f"--inputs {path} is not a readable .npz file: {exc}") from None
+
+
+def _check_fits_in_memory(path: Path, sizes: list[tuple[str, int]]) -> None:
+    from dlopt.cli.preflight import available_memory_bytes, size_text
+
+    available = available_memory_bytes()
+    total = sum(size for _, size in sizes)
+    if available is not None and total > available:
+        key, size = max(sizes, key=lambda item: item[1])
+        raise ConfigurationError(
+            f"--inputs {path}: its arrays need {size_text(total)} but this machine has "
+            f"{size_text(available)} available (entry {key!r} alone needs {size_text(size)}); "
+            "save smaller inputs"
+        )
 
 
 def _read_safetensors(path: Path) -> list[tuple[str, Any]]:

@@ -6,6 +6,7 @@ from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, integer, is_int, number, one_of
+from dlopt.platform.serialization import user_document
 
 _positive = number(minimum=0, low_open=True)
 _non_negative = number(minimum=0)
@@ -14,6 +15,7 @@ _non_negative = number(minimum=0)
 BURST_STATISTICS = ("min", "second_min", "median", "mean")
 
 
+@user_document
 @frozen
 class MeasurementPolicy:
     """How the measurement kernel times candidates and when it stops.

@@ -6,9 +6,13 @@ or the whole new one, never a part, and a crash leaves no half-written file behi
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import stat
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 _UMASK_LOCK = threading.Lock()
@@ -87,19 +91,84 @@ class FileTooLargeError(ValueError):
     """A file is larger than the cap its reader allows."""
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words: ``"a FIFO (named pipe)"``, ``"a directory"``..."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+class NotRegularFileError(OSError):
+    """A path dlopt reads is a FIFO, a device or a socket: reading it could block forever
+    or never end, so it is refused."""
+
+
+def check_regular_file(path: str | os.PathLike[str]) -> None:
+    """Raise ``OSError`` unless ``path`` is a regular file (symlinks followed):
+    ``FileNotFoundError``, ``IsADirectoryError`` or :class:`NotRegularFileError`."""
+    mode = os.stat(path).st_mode
+    _refuse_irregular(path, mode)
+
+
+def _refuse_irregular(path: str | os.PathLike[str], mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    raise NotRegularFileError(
+        errno.EINVAL,
+        f"it is {file_kind(mode)}, not a regular file; give the path of a file",
+        str(path),
+    )
+
+
 def read_bytes_capped(path: str | os.PathLike[str], cap: int) -> bytes:
     """Read at most ``cap`` bytes of ``path``; :class:`FileTooLargeError` if there is more.
 
-    Reads ``cap + 1`` bytes at most, so an endless file (``/dev/zero``) or a huge one costs
-    no more than the cap. ``OSError`` (missing file, a directory) propagates.
+    Only a regular file is read (:class:`NotRegularFileError` for a FIFO, a device or a
+    socket): it is opened non-blocking, so a FIFO with no writer cannot hang the open,
+    and checked on the open descriptor, so it cannot be swapped in between. Reads
+    ``cap + 1`` bytes at most, so a huge file costs no more than the cap. ``OSError``
+    (missing file, a directory) propagates.
     """
-    with open(path, "rb") as handle:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        _refuse_irregular(path, os.fstat(fd).st_mode)
         data = handle.read(cap + 1)
     if len(data) > cap:
         raise FileTooLargeError(
             f"{path} is larger than {cap / 2**20:g} MiB, more than any dlopt file; check the path"
         )
     return data
+
+
+class TemporaryArtifacts:
+    """A temporary directory for plan artifacts, owned by whoever holds this object.
+
+    Removed by :meth:`release`, when this object is garbage-collected, or at interpreter
+    exit, whichever comes first (``weakref.finalize``), so that a selection leaves
+    nothing behind in the system temp directory.
+    """
+
+    def __init__(self, prefix: str = "dlopt-") -> None:
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.path), True)
+
+    def release(self) -> None:
+        """Remove the directory now (idempotent)."""
+        self._finalizer()
+
+    @property
+    def released(self) -> bool:
+        return not self._finalizer.alive
 
 
 def nearest_existing_ancestor(path: Path) -> Path:

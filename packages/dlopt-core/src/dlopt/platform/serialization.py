@@ -14,11 +14,12 @@ outside (plugin metadata, probe details): whatever it returns can be dumped stri
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import numbers
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -162,13 +163,76 @@ def to_jsonable(obj: Any) -> Any:
     return converter.unstructure(obj)
 
 
+#: Documents a user writes (the policies), by class name: an unknown key in one is a typo
+#: and is refused, naming it. Reports are not among them: they keep fields a newer dlopt
+#: added. The value supplies, lazily, the names of annotations imported only for type
+#: checking (``"MeasurementPolicy"``), so that cattrs can resolve the class's fields.
+_DOCUMENT_TYPES: dict[str, tuple[type, Callable[[], dict[str, Any]] | None]] = {}
+
+
+def user_document(cls: type[T], lazy_names: Callable[[], dict[str, Any]] | None = None) -> type[T]:
+    """Register ``cls`` as a document users write: :func:`from_jsonable` refuses unknown
+    keys in it (and in the documents it nests). ``lazy_names`` returns the classes its
+    annotations name but its module imports only for type checking."""
+    _DOCUMENT_TYPES[cls.__name__] = (cls, lazy_names)
+    return cls
+
+
+def _document_type(annotation: Any) -> type | None:
+    """The registered document class an attrs field annotation names, if any
+    (``"QualityPolicy"``, ``"LimitOverride | None"``)."""
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    name = str(name).replace(" ", "").removesuffix("|None").strip("'\"")
+    entry = _DOCUMENT_TYPES.get(name)
+    return entry[0] if entry is not None else None
+
+
+def _unknown_keys(data: Any, cls: type, path: str) -> list[str]:
+    """Where ``data`` holds keys that ``cls`` (a registered document) does not know."""
+    if not isinstance(data, Mapping) or _document_type(cls.__name__) is not cls:
+        return []
+    fields = {a.name: a for a in attrs.fields(cls)}
+    problems = []
+    for key, value in data.items():
+        where = f"{path}.{key}" if path else str(key)
+        field = fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{where}: unknown key{hint}; {cls.__name__} takes {', '.join(fields)}")
+            continue
+        nested = _document_type(field.type)
+        if nested is not None:
+            problems.extend(_unknown_keys(value, nested, where))
+    return problems
+
+
+def _resolve_lazy_annotations(cls: type) -> None:
+    entry = _DOCUMENT_TYPES.get(cls.__name__)
+    if entry is None or entry[0] is not cls or entry[1] is None:
+        return
+    attrs.resolve_types(cls, localns=entry[1]())
+    for field in attrs.fields(cls):
+        nested = _document_type(field.type)
+        if nested is not None and nested is not cls:
+            _resolve_lazy_annotations(nested)
+
+
 def from_jsonable(data: Any, cls: type[T]) -> T:
     """Structure plain JSON data into ``cls``.
 
     A value the target class refuses raises that class's own error (a
     :class:`~dlopt.errors.ConfigurationError` for policies) naming where it was, e.g.
-    ``constraints.expected_calls: expected an integer, got 2.5``.
+    ``constraints.expected_calls: expected an integer, got 2.5``. In a document users
+    write (:func:`user_document`: the policies), a key the class does not know is refused
+    by name instead of dropped.
     """
+    unknown = _unknown_keys(data, cls, "")
+    if unknown:
+        raise ConfigurationError(
+            f"{cls.__name__} document: {'; '.join(unknown)}. Remove or correct the key"
+        )
+    _resolve_lazy_annotations(cls)
     try:
         return converter.structure(data, cls)
     except cattrs.BaseValidationError as exc:

@@ -407,6 +407,10 @@ class ExportResult:
     figures_missing: str | None = None
 
 
+#: The files :func:`export` writes at the top of its directory (figures go in ``figures/``).
+EXPORTED_FILES = ("candidates.csv", "cases.csv", "samples.csv", "table.tex", "provenance.json")
+
+
 def export(runs: Sequence[Run], output_dir: str | os.PathLike[str]) -> ExportResult:
     """Write ``candidates.csv``, ``cases.csv``, ``samples.csv``, ``table.tex``,
     ``provenance.json`` and, with matplotlib, ``figures/*.svg`` into ``output_dir``."""

@@ -21,6 +21,7 @@ from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, text
+from dlopt.platform.serialization import user_document
 from dlopt.precision import Precision
 
 Direction = Literal["higher", "lower"]
@@ -52,6 +53,7 @@ def _check_limit(name: str, value: float | None, *, optional: bool) -> None:
         raise ConfigurationError(f"{name} is a fraction in [0, 1], got {value!r}")
 
 
+@user_document
 @frozen
 class QualityLimits:
     """The limits one output leaf is held to.
@@ -82,6 +84,7 @@ class QualityLimits:
         return attrs.evolve(self, **changes) if changes else self
 
 
+@user_document
 @frozen
 class LimitOverride:
     """A partial :class:`QualityLimits`: only the fields set (not ``None``) override."""
@@ -286,6 +289,7 @@ def _is_under(path: str, prefix: str) -> bool:
     return path == prefix or (path.startswith(prefix) and path[len(prefix)] in "[.")
 
 
+@user_document
 @frozen
 class QualityPolicy:
     """How candidates are held to the eager fp32 reference.

@@ -14,7 +14,13 @@ from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
 from dlopt.platform.tree import map_tensors
 from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
-from dlopt.validation.inputs import CaseLike, case_parts, prepare_inputs
+from dlopt.validation.inputs import (
+    CaseLike,
+    InputFingerprint,
+    case_parts,
+    copy_inputs,
+    prepare_inputs,
+)
 from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
 from dlopt.validation.structure import iter_leaves, match_structure
@@ -214,6 +220,20 @@ def _restored(model: torch.nn.Module, guard: ModelGuard) -> str:
     return " (the model's parameters and buffers were restored to their values before the call)"
 
 
+def _check_inputs_unchanged(
+    name: str, before: InputFingerprint, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Name an in-place write to the inputs: it would otherwise surface as nondeterminism."""
+    changed = before.changed_paths(args, kwargs)
+    if changed:
+        raise ReferenceCheckError(
+            f"case {name!r}: the model writes into its inputs ({', '.join(changed)} changed "
+            "during the eager fp32 call, e.g. x.add_(1) in forward); a model that changes its "
+            "inputs cannot be compared across plans: use out-of-place ops (x = x + 1) or clone "
+            "the input first. The caller's own tensors were not touched (dlopt ran on a copy)"
+        )
+
+
 def _capture_cases(
     model: torch.nn.Module,
     cases: WorkloadProfile | Sequence[CaseLike],
@@ -224,7 +244,10 @@ def _capture_cases(
     captured: list[ReferenceCase] = []
     all_paths: set[str] = set()
     for name, case, weight in _normalize_cases(cases):
-        args, kwargs = prepare_inputs(case, device)
+        # The reference and every plan run on copies the caller does not hold: a model
+        # that writes into its inputs never changes the caller's tensors.
+        args, kwargs = copy_inputs(*prepare_inputs(case, device))
+        before = InputFingerprint.of(args, kwargs)
         runs = []
         for attempt in (1, 2):
             try:
@@ -236,6 +259,7 @@ def _capture_cases(
                     f"case {name!r}: the eager fp32 model raised {type(exc).__name__} on call "
                     f"{attempt}: {exc}; fix the model or the workload inputs"
                 ) from exc
+            _check_inputs_unchanged(name, before, args, kwargs)
         # A state change explains a run-to-run difference too: report it first.
         change = guard.fingerprint.describe_change(model)
         if change is not None:
