@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 from attrs import field, frozen
 
 from dlopt._version import __version__
@@ -22,7 +23,13 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.state import StageError
 from dlopt.platform.fileio import read_bytes_capped
-from dlopt.platform.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import (
+    atomic_write_text,
+    converter,
+    dumps,
+    from_jsonable,
+    parse_strict_json,
+)
 from dlopt.plugins.records import PluginFailure
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, StopReason, Verdict
@@ -42,6 +49,41 @@ class CaseEvidence:
     first_call_time_s: float | None = None
     latency: LatencyStats | None = None
     validation: CaseValidation | None = None
+
+
+@frozen
+class WorkerFault:
+    """How a plan took its isolated worker down (``OptimizationPolicy(isolation="process")``).
+
+    ``kind``: ``crashed`` (the worker died: ``signal`` names the signal, or ``exit_code``
+    the status it exited with) or ``hung`` (the watchdog killed it after ``elapsed_s``
+    seconds in one call, probe or build). ``stage`` is where the plan was; ``stderr`` the
+    worker's last lines of error output; ``attempt`` the worker it happened in.
+    """
+
+    kind: str
+    stage: str
+    attempt: int
+    signal: str | None = None
+    exit_code: int | None = None
+    elapsed_s: float | None = None
+    limit_s: float | None = None
+    stderr: tuple[str, ...] = ()
+
+
+@frozen
+class IsolationSummary:
+    """How an isolated selection went: the workers it took and the plans they lost."""
+
+    mode: str
+    workers: int
+    crashed: tuple[str, ...] = ()
+    hung: tuple[str, ...] = ()
+    #: Workers ended from outside (a kill no watchdog sent), each resumed.
+    external_kills: int = 0
+    #: What "resume" kept: probe, build and validation evidence of plans that were
+    #: rebuilt, and the rounds the lost workers ran (they are not mixed into the race).
+    note: str | None = None
 
 
 @frozen
@@ -105,6 +147,8 @@ class CandidateEvidence:
     #: The longest single call it made while measured (warm-up, settling or timed).
     longest_call_s: float | None = None
     error: StageError | None = None
+    #: An isolated selection only: the crash or hang that rejected this plan.
+    fault: WorkerFault | None = None
     cases: tuple[CaseEvidence, ...] = ()
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
@@ -173,6 +217,8 @@ class OptimizationReport:
     candidates: tuple[CandidateEvidence, ...]
     measurement: MeasurementSummary | None = None
     plugin_failures: tuple[PluginFailure, ...] = ()
+    #: An isolated selection only: its workers and the plans that crashed or hung.
+    isolation: IsolationSummary | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -186,6 +232,26 @@ class OptimizationReport:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the report as strict JSON, atomically."""
         return atomic_write_text(path, self.to_json() + "\n")
+
+
+# The isolated mode's fields are left out of a report that has none: a report written
+# in process reads exactly as before they were added (schema_version stays 2).
+def _omitting_default(cls: type, name: str) -> Any:
+    made: Any = None
+
+    def unstructure(value: Any) -> Any:
+        nonlocal made
+        if made is None:  # built on first use: the field types resolve only then
+            made = make_dict_unstructure_fn(cls, converter, **{name: override(omit_if_default=True)})
+        return made(value)
+
+    return unstructure
+
+
+converter.register_unstructure_hook(CandidateEvidence, _omitting_default(CandidateEvidence, "fault"))
+converter.register_unstructure_hook(
+    OptimizationReport, _omitting_default(OptimizationReport, "isolation")
+)
 
 
 def load_report(path: str | os.PathLike[str]) -> OptimizationReport:
