@@ -17,7 +17,7 @@ import pytest
 # inherits the host's import path).
 sys.path.insert(0, str(Path(__file__).parent))
 
-import faulty_plans  # noqa: E402
+import faulty_plans
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import faulty_plans
 import pytest
 from faulty_plans import bounded, isolated_policy, optimizer_with
 
-from dlopt.evidence.report import report_from_json
 from dlopt.events import EventKind
+from dlopt.evidence.report import report_from_json
 from dlopt.vocabulary import Status
 
 CRASHERS = (

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import cattrs
-from cattrs.gen import make_dict_unstructure_fn, override
 from attrs import field, frozen
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
 from dlopt.api.policy import DeploymentConstraints
@@ -242,13 +242,17 @@ def _omitting_default(cls: type, name: str) -> Any:
     def unstructure(value: Any) -> Any:
         nonlocal made
         if made is None:  # built on first use: the field types resolve only then
-            made = make_dict_unstructure_fn(cls, converter, **{name: override(omit_if_default=True)})
+            made = make_dict_unstructure_fn(
+                cls, converter, **{name: override(omit_if_default=True)}
+            )
         return made(value)
 
     return unstructure
 
 
-converter.register_unstructure_hook(CandidateEvidence, _omitting_default(CandidateEvidence, "fault"))
+converter.register_unstructure_hook(
+    CandidateEvidence, _omitting_default(CandidateEvidence, "fault")
+)
 converter.register_unstructure_hook(
     OptimizationReport, _omitting_default(OptimizationReport, "isolation")
 )

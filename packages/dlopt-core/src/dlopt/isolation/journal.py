@@ -114,9 +114,7 @@ class Heartbeat:
     def _write(self, plan: str, stage: str, started: float, deadline: float) -> None:
         self._seq += 1  # odd: writing
         self._map[0:8] = struct.pack("<Q", self._seq)
-        packed = _HEADER.pack(
-            self._seq, started, deadline, plan.encode()[:64], stage.encode()[:16]
-        )
+        packed = _HEADER.pack(self._seq, started, deadline, plan.encode()[:64], stage.encode()[:16])
         self._map[8:] = packed[8:]
         self._seq += 1  # even: whole
         self._map[0:8] = struct.pack("<Q", self._seq)

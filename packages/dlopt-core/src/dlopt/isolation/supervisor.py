@@ -39,6 +39,7 @@ from dlopt.evidence.report import (
 )
 from dlopt.isolation.journal import Heartbeat, read_journal
 from dlopt.isolation.transfer import (
+    PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
     policy_to_json,
@@ -61,6 +62,10 @@ STDERR_LINES = 20
 #: A worker ended by a kill no watchdog sent is resumed this often before the plan it
 #: was running at each of those kills is blamed.
 EXTERNAL_KILLS_BEFORE_BLAME = 2
+#: Kills from outside a selection resumes from before it gives up.
+MAX_EXTERNAL_KILLS = 5
+#: Workers one selection may start (each failed one loses at least one plan).
+MAX_WORKERS = 64
 _STAGES = {s.value for s in Stage}
 
 RESUME_NOTE = (
@@ -75,9 +80,9 @@ class IsolationError(errors.DloptError):
 
 @attrs.frozen
 class WorkerEnd:
-    """How one worker ended: a report, a dlopt error, or a fault (plan and how)."""
+    """How one worker ended: its result (strict JSON text), a dlopt error, or a fault."""
 
-    report: OptimizationReport | None = None
+    result: str | None = None
     error: tuple[str, str] | None = None
     plan: str | None = None
     fault: WorkerFault | None = None
@@ -145,37 +150,117 @@ def select_in_worker(
         tensors=str(workdir / "inputs.npz"),
         journal=str(workdir / "journal-1.jsonl"),
         heartbeat=str(workdir / "heartbeat"),
-        result=str(workdir / "report-1.json"),
+        result=str(workdir / "result-1.json"),
         artifact_dir=str(optimizer.artifact_dir or workdir / "artifacts"),
         providers=provider_refs,
         sys_path=tuple(p for p in sys.path if p),
     )
+    reference: list[str] = []
+
+    def check_fault(plan: str, fault: WorkerFault, records: list[dict[str, Any]]) -> None:
+        reference[:] = reference or [_reference_name(records) or ""]
+        if plan == reference[0]:
+            raise errors.ReferenceCheckError(
+                f"the reference plan {plan!r} {describe_fault(fault)}; nothing can be "
+                "validated without it"
+            )
+
+    text, faults, kills, workers = supervise(spec, workdir, emit, should_continue, check_fault)
+    report = with_faults(report_from_json(text), faults, kills, workers)
+    return _decision_in_host(optimizer, host_model, workload, report, emit)
+
+
+def probe_in_worker(
+    target: Any, policy: Any, emit: Callable[[Event], None] | None = None
+) -> tuple[list[Any], list[Any]]:
+    """Load the plugins and probe every plan in supervised workers (``dlopt providers
+    --isolate``): ``(statuses, plugin failures)``. A plan whose probe crashes or hangs is
+    reported unavailable with the fault; a plugin whose import does, as a load failure."""
+    from dlopt.pipeline.probe import ProviderStatus
+    from dlopt.platform.serialization import from_jsonable, parse_strict_json
+    from dlopt.plugins.contract import ProviderAvailability
+    from dlopt.plugins.records import PluginFailure
+
+    workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
+    spec = WorkerSpec(
+        task="probe",
+        target=target,
+        policy=policy_to_json(policy),
+        journal=str(workdir / "journal-1.jsonl"),
+        heartbeat=str(workdir / "heartbeat"),
+        result=str(workdir / "report-1.json"),
+        sys_path=tuple(p for p in sys.path if p),
+    )
+    text, faults, _, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
+    data = parse_strict_json(text)
+    statuses = [from_jsonable(s, ProviderStatus) for s in data["providers"]]
+    failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
+    for name, fault in faults.items():
+        if name.startswith(PLUGIN_PREFIX):
+            failures.append(
+                PluginFailure(
+                    name.removeprefix(PLUGIN_PREFIX),
+                    "load",
+                    f"{describe_fault(fault)} in the isolated worker",
+                )
+            )
+        else:
+            statuses.append(
+                ProviderStatus(
+                    name=name,
+                    plugin="unknown",
+                    distribution=None,
+                    version=None,
+                    precision="unknown",
+                    availability=ProviderAvailability.unavailable(
+                        f"probe {describe_fault(fault)} in the isolated worker",
+                        install_hint="report this to the plugin's maintainers",
+                    ),
+                    probe_time_s=fault.elapsed_s or 0.0,
+                    sdk_output=fault.stderr,
+                )
+            )
+    return statuses, failures
+
+
+def supervise(
+    spec: WorkerSpec,
+    workdir: Path,
+    emit: Callable[[Event], None],
+    should_continue: Callable[[], bool] | None = None,
+    check_fault: Callable[[str, WorkerFault, list[dict[str, Any]]], None] | None = None,
+) -> tuple[str, dict[str, WorkerFault], int, int]:
+    """Run workers for ``spec`` until one writes its result, each without the plans that
+    crashed or hung before: ``(result text, faults by plan, kills from outside, workers)``.
+    ``check_fault`` may raise to end the selection (the reference crashed)."""
     faults: dict[str, WorkerFault] = {}
     external_kills: dict[str, int] = {}
     kills = 0
-    # At most one more worker than there are plans: each failed worker loses one plan.
-    for attempt in range(1, 64):
+    for attempt in range(1, MAX_WORKERS + 1):
         spec = attrs.evolve(
             spec,
             attempt=attempt,
             journal=str(workdir / f"journal-{attempt}.jsonl"),
-            result=str(workdir / f"report-{attempt}.json"),
+            result=str(workdir / f"result-{attempt}.json"),
             excluded=tuple(faults),
         )
         end = run_worker(spec, workdir, emit, should_continue)
-        if end.report is not None:
-            report = with_faults(end.report, faults, kills, attempt)
-            return _decision_in_host(optimizer, host_model, workload, report, emit)
+        if end.result is not None:
+            return end.result, faults, kills, attempt
         if end.error is not None:
             kind = getattr(errors, end.error[0], None)
             if not (isinstance(kind, type) and issubclass(kind, errors.DloptError)):
                 kind = errors.DloptError
             raise kind(end.error[1])
-        if end.external and end.plan is not None:
+        if end.external and kills < MAX_EXTERNAL_KILLS:
+            # Killed from outside (an operator, the OOM killer): not the plan's fault
+            # until it happens again while that same plan runs.
             kills += 1
+            if end.plan is None:
+                continue
             external_kills[end.plan] = external_kills.get(end.plan, 0) + 1
             if external_kills[end.plan] < EXTERNAL_KILLS_BEFORE_BLAME:
-                continue  # not the plan's fault (yet): resume with the same plans
+                continue
         if end.plan is None or end.fault is None:
             tail = "\n".join(end.stderr[-5:]) or "(no output)"
             raise IsolationError(
@@ -183,12 +268,9 @@ def select_in_worker(
             )
         faults[end.plan] = end.fault
         _announce(emit, end.plan, end.fault)
-        if end.plan == _reference_name(read_journal(spec.journal)):
-            raise errors.ReferenceCheckError(
-                f"the reference plan {end.plan!r} {describe_fault(end.fault)}; nothing can be "
-                "validated without it"
-            )
-    raise IsolationError("the isolated selection lost a worker more often than it has plans")
+        if check_fault is not None:
+            check_fault(end.plan, end.fault, read_journal(spec.journal))
+    raise IsolationError(f"the isolated selection lost {MAX_WORKERS} workers; giving up")
 
 
 def run_worker(
@@ -219,7 +301,12 @@ def run_worker(
             beat = heartbeat.read()
             now = time.time()
             if beat is not None and beat.deadline is not None and now > beat.deadline:
-                hang = (beat.plan, beat.stage, now - beat.started_at, beat.deadline - beat.started_at)
+                hang = (
+                    beat.plan,
+                    beat.stage,
+                    now - beat.started_at,
+                    beat.deadline - beat.started_at,
+                )
                 _kill(process)
                 break
             if should_continue is not None and not should_continue():
@@ -248,7 +335,7 @@ def run_worker(
         return WorkerEnd(plan=plan, fault=fault, stderr=stderr_tail)
     code = process.returncode
     if code == 0 and Path(spec.result).is_file():
-        return WorkerEnd(report=report_from_json(Path(spec.result).read_text(encoding="utf-8")))
+        return WorkerEnd(result=Path(spec.result).read_text(encoding="utf-8"))
     error = next((r for r in reversed(records) if r.get("kind") == "error"), None)
     if error is not None:
         return WorkerEnd(error=(str(error.get("type")), str(error.get("message"))))
@@ -280,7 +367,7 @@ def _culprit(beat: Any, records: list[dict[str, Any]]) -> tuple[str | None, str]
                 continue
             if record.get("candidate") == marker.get("plan"):
                 marker = None  # that stage ended with evidence: no call was in flight
-    if marker is None or marker.get("plan") == "plugins":
+    if marker is None:
         return None, ""
     return str(marker.get("plan")), str(marker.get("stage"))
 
@@ -338,17 +425,32 @@ def describe_fault(fault: WorkerFault) -> str:
 def with_faults(
     report: OptimizationReport, faults: dict[str, WorkerFault], kills: int, workers: int
 ) -> OptimizationReport:
-    """The last worker's report with a rejected entry for every plan that crashed or hung."""
+    """The last worker's report with a rejected entry for every plan that crashed or hung
+    (and a load failure for every plugin whose import did)."""
+    from dlopt.plugins.records import PluginFailure
+
     lost = tuple(
         CandidateEvidence(
             name=plan,
             status=Status.REJECTED,
             precision="unknown",
-            error=StageError(Stage(fault.stage) if fault.stage in _STAGES else Stage.BUILD,
-                             f"{describe_fault(fault)} in the isolated worker"),
+            error=StageError(
+                Stage(fault.stage) if fault.stage in _STAGES else Stage.BUILD,
+                f"{describe_fault(fault)} in the isolated worker",
+            ),
             fault=fault,
         )
         for plan, fault in faults.items()
+        if not plan.startswith(PLUGIN_PREFIX)
+    )
+    broken_plugins = tuple(
+        PluginFailure(
+            plan.removeprefix(PLUGIN_PREFIX),
+            "load",
+            f"{describe_fault(fault)} in the isolated worker",
+        )
+        for plan, fault in faults.items()
+        if plan.startswith(PLUGIN_PREFIX)
     )
     summary = IsolationSummary(
         mode="process",
@@ -358,7 +460,12 @@ def with_faults(
         external_kills=kills,
         note=RESUME_NOTE if workers > 1 else None,
     )
-    return attrs.evolve(report, candidates=report.candidates + lost, isolation=summary)
+    return attrs.evolve(
+        report,
+        candidates=report.candidates + lost,
+        plugin_failures=report.plugin_failures + broken_plugins,
+        isolation=summary,
+    )
 
 
 def _decision_in_host(

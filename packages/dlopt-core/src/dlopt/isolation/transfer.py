@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import torch
-import attrs
 from attrs import field, frozen
 
 from dlopt.api.policy import OptimizationPolicy
@@ -22,6 +22,8 @@ from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json, to_jsonable
 
+#: How a plugin (not a plan) is named in the journal, the heartbeat and exclusions.
+PLUGIN_PREFIX = "plugin:"
 #: Dtypes numpy has no type for travel as raw bits of the same width.
 _BITS_OF = {torch.bfloat16: torch.int16}
 
@@ -54,19 +56,23 @@ class WorkloadSpec:
 class WorkerSpec:
     """Everything a worker needs, as strict JSON."""
 
-    model: str
     target: ExecutionTarget
     #: The policy as :func:`policy_to_json` writes it.
     policy: dict[str, Any]
-    workload: WorkloadSpec
-    tensors: str
     journal: str
     heartbeat: str
     result: str
-    artifact_dir: str
+    #: ``select`` (a whole selection) or ``probe`` (load the plugins, probe every plan).
+    task: str = "select"
+    #: ``select`` only: the model factory, the workload's layout and tensors, artifacts.
+    model: str = ""
+    workload: WorkloadSpec | None = None
+    tensors: str = ""
+    artifact_dir: str = ""
     #: Explicit providers as ``module:Class`` (built with no arguments in the worker).
     providers: tuple[str, ...] = ()
-    #: Plans a previous worker crashed or hung in: never built again.
+    #: Plans (and ``plugin:NAME`` plugins) a previous worker crashed or hung in: never
+    #: loaded, probed or built again.
     excluded: tuple[str, ...] = ()
     #: The host's import path, so the worker finds what the host found.
     sys_path: tuple[str, ...] = ()
@@ -128,7 +134,8 @@ def write_workload(workload: WorkloadProfile, path: str | os.PathLike[str]) -> W
     cases = []
     for i, case in enumerate(workload.cases):
         args = tuple(
-            put(a, f"c{i}_a{j}", f"case {case.name!r} argument {j}") for j, a in enumerate(case.args)
+            put(a, f"c{i}_a{j}", f"case {case.name!r} argument {j}")
+            for j, a in enumerate(case.args)
         )
         kwargs = {
             k: put(v, f"c{i}_k{j}", f"case {case.name!r} keyword {k!r}")

@@ -24,6 +24,7 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.events import Event, EventKind
 from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
+    PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
     policy_from_json,
@@ -34,6 +35,10 @@ from dlopt.isolation.transfer import (
 from dlopt.plugins.contract import BuiltPlan, ExecutionProvider
 from dlopt.vocabulary import Stage
 
+#: A probe past its own time limit is answered "unavailable" by the probe stage, but its
+#: thread cannot be stopped: this long after the limit the watchdog kills the worker
+#: (and the probe with it) and the plan is reported hung at probe.
+PROBE_WATCHDOG_GRACE_S = 1.0
 #: Exit status of a worker whose selection raised an error it journaled.
 EXIT_SELECTION_ERROR = 3
 
@@ -103,9 +108,11 @@ class WatchedProvider:
     def probe(self, context: Any) -> Any:
         watched = self._watched
         watched.running(self.name, Stage.PROBE.value)
-        # The probe's own thread limit answers first; the watchdog catches a probe that
-        # holds the interpreter (native code that never releases the GIL).
-        watched.heartbeat.begin(self.name, Stage.PROBE.value, watched.policy.probe_timeout_s + 5)
+        # The probe's own thread limit answers first; the watchdog then ends the probe
+        # for good, with the worker (a thread cannot be killed).
+        watched.heartbeat.begin(
+            self.name, Stage.PROBE.value, watched.policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S
+        )
         try:
             return self._inner.probe(context)
         finally:
@@ -143,26 +150,47 @@ def _watched_runner(plan_name: str, runner: Any, watched: Watched) -> Any:
     return call
 
 
-def run_worker(spec: WorkerSpec) -> None:
-    """Run the selection ``spec`` describes; the report goes to ``spec.result``."""
-    from dlopt.api.optimizer import InferenceOptimizer
-    from dlopt.platform.serialization import atomic_write_text
-    from dlopt.plugins.discovery import load_providers
+def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
+    """Open the journal and heartbeat, load the plugins (each announced), wrap every
+    provider: ``(policy, watched, registry)``."""
+    from dlopt.plugins.discovery import PluginSettings, load_providers
 
     journal = JournalWriter(spec.journal)
     heartbeat = Heartbeat(spec.heartbeat)
     policy = policy_from_json(spec.policy)
     watched = Watched(policy, journal, heartbeat)
     journal.append({"kind": "start", "pid": os.getpid(), "attempt": spec.attempt}, durable=True)
-    watched.running("plugins", "import")
-    heartbeat.begin("plugins", "import", policy.probe_timeout_s + 5)
-    registry = load_providers()
-    heartbeat.end()
+
+    def on_plugin(name: str | None) -> None:
+        if name is None:
+            heartbeat.end()
+            return
+        watched.running(PLUGIN_PREFIX + name, "load")
+        heartbeat.begin(
+            PLUGIN_PREFIX + name, "load", policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S
+        )
+
+    settings = PluginSettings.from_env()
+    lost_plugins = {
+        n.removeprefix(PLUGIN_PREFIX) for n in spec.excluded if n.startswith(PLUGIN_PREFIX)
+    }
+    settings = attrs.evolve(settings, deny=settings.deny | lost_plugins)
+    registry = load_providers(settings, on_plugin=on_plugin)
     registry.providers[:] = [
         attrs.evolve(info, provider=WatchedProvider(info.provider, watched))
         for info in registry.providers
     ]
+    return policy, watched, registry
+
+
+def run_selection(spec: WorkerSpec) -> None:
+    """Run the selection ``spec`` describes; the report goes to ``spec.result``."""
+    from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.platform.serialization import atomic_write_text
+
+    policy, watched, registry = start_worker(spec)
     explicit = [WatchedProvider(resolve_reference(ref)(), watched) for ref in spec.providers]
+    assert spec.workload is not None
     model, _ = build_model(spec.model, spec.target.input_device)
     workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
     policy = attrs.evolve(
@@ -180,8 +208,28 @@ def run_worker(spec: WorkerSpec) -> None:
     )
     decision = optimizer.select(model, workload)
     atomic_write_text(spec.result, decision.report.to_json() + "\n")
-    journal.append({"kind": "done", "selected": decision.report.selected_plan}, durable=True)
+    watched.journal.append(
+        {"kind": "done", "selected": decision.report.selected_plan}, durable=True
+    )
     decision.close()
+
+
+def run_probes(spec: WorkerSpec) -> None:
+    """Load the plugins and probe every plan but the excluded; statuses to ``spec.result``."""
+    from dlopt.pipeline.probe import probe_provider
+    from dlopt.platform.serialization import atomic_write_text, dumps
+    from dlopt.plugins.contract import ProviderContext
+
+    policy, watched, registry = start_worker(spec)
+    context = ProviderContext(target=spec.target, policy=policy)
+    statuses = [
+        probe_provider(info, context)
+        for info in registry.providers
+        if info.name not in spec.excluded
+    ]
+    result = {"providers": statuses, "plugin_failures": registry.failures}
+    atomic_write_text(spec.result, dumps(result) + "\n")
+    watched.journal.append({"kind": "done"}, durable=True)
 
 
 def main(argv: list[str]) -> int:
@@ -195,7 +243,10 @@ def main(argv: list[str]) -> int:
         if entry not in sys.path:
             sys.path.insert(0, entry)
     try:
-        run_worker(spec)
+        if spec.task == "probe":
+            run_probes(spec)
+        else:
+            run_selection(spec)
     except DloptError as exc:
         JournalWriter(spec.journal).append(
             {"kind": "error", "type": type(exc).__name__, "message": str(exc)}, durable=True
