@@ -71,8 +71,11 @@ def test_providers_returns_with_a_hanging_and_a_crashing_probe_installed(tmp_pat
     statuses = {s["name"]: s for s in json.loads(done.stdout)["providers"]}
     assert statuses["fast"]["availability"]["available"] is True
     assert statuses["eager_fp32"]["availability"]["available"] is True
+    # Either the probe stage's own limit answered and the worker's exit ended the probe,
+    # or the watchdog killed the worker with it: never left running, never holding.
     hung = statuses["hangs_in_probe"]["availability"]
-    assert hung["available"] is False and "hung at probe" in hung["reason"]
+    assert hung["available"] is False
+    assert "hung at probe" in hung["reason"] or "probe took 2.0 s" in hung["reason"]
     crashed = statuses["segfaults_in_probe"]["availability"]
     assert crashed["available"] is False and "crashed at probe (SIGSEGV)" in crashed["reason"]
 
@@ -101,7 +104,7 @@ def test_select_writes_a_full_report_when_one_plan_segfaults_and_another_hangs_i
         "--report",
         str(report_path),
         "--max-measure-time",
-        "1.5",
+        "5",
         "--build-timeout",
         "4",
         "--plain",
