@@ -1,6 +1,7 @@
 """What isolation costs and how fast it recovers: the demo selection in process and
 isolated (``dlopt select --demo`` vs ``--isolate``), wall time and ratio in one run; then
-the time an isolated selection takes to recover from a plan that segfaults mid-race.
+the time an isolated selection of a small MLP takes to recover from a plan that segfaults
+mid-race.
 
     python benchmarks/isolation.py            # the timing run (a quiet machine)
     python benchmarks/isolation.py --quick    # a smoke check: two plans, 1 s budgets
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 QUICK_PLANS = ("eager_fp32", "native_channels_last")
@@ -43,19 +45,20 @@ def demo_seconds(isolate: bool, quick: bool) -> float:
 def recovery(quick: bool) -> tuple[float, float, float]:
     """``(crash to racing again, isolated selection with the crash, without it)`` in s."""
     sys.path.insert(0, str(HERE))
-    from _isolation_plans import CrashesMidRace
+    from _isolation_plans import CrashesMidRace, EagerCopy
 
     from dlopt import InferenceOptimizer, OptimizationPolicy
     from dlopt.events import EventKind
     from dlopt.measurement import MeasurementPolicy
 
-    budget = MeasurementPolicy(max_time_s=1.0 if quick else 5.0, seed=0)
-    marks: dict[str, float] = {}
+    budget = MeasurementPolicy(max_time_s=3.0 if quick else 10.0, seed=0)
+    marks: dict[str, Any] = {}
 
     def watch(event) -> None:
         now = time.perf_counter()
         if event.kind is EventKind.CANDIDATE_CRASHED:
             marks["crashed"] = now
+            marks["crash_stage"] = event.data.get("stage")
         elif event.kind is EventKind.ROUND_FINISHED and "crashed" in marks:
             marks.setdefault("racing_again", now)
 
@@ -63,16 +66,19 @@ def recovery(quick: bool) -> tuple[float, float, float]:
         policy = OptimizationPolicy(isolation="process", include=include, measurement=budget)
         start = time.perf_counter()
         optimizer = InferenceOptimizer("cpu", policy, providers, observers=[watch])
-        optimizer.select("dlopt.cli.demo:build_demo_model", demo_workload()).close()
+        optimizer.select("_isolation_plans:small_mlp").close()
         return time.perf_counter() - start
 
-    from dlopt.cli.demo import demo_workload
-
-    plans = ("eager_fp32", "native_channels_last")
-    clean = run([], plans)
-    crashed = run([CrashesMidRace()], (*plans, CrashesMidRace.name))
+    plans = ("eager_fp32", EagerCopy.name)
+    clean = run([EagerCopy()], plans)
+    crashed = run([EagerCopy(), CrashesMidRace()], (*plans, CrashesMidRace.name))
     if "racing_again" not in marks:
-        raise SystemExit("the crashing plan did not crash mid-race: raise CRASH_AT_CALL's budget")
+        raise SystemExit(
+            f"no round followed a crash (events seen: {sorted(marks)}): the plan must crash "
+            "in the race; adjust _isolation_plans.CRASH_AT_CALL"
+        )
+    if marks.get("crash_stage") != "measure":
+        raise SystemExit(f"the plan crashed at {marks.get('crash_stage')}, not mid-race")
     return marks["racing_again"] - marks["crashed"], crashed, clean
 
 

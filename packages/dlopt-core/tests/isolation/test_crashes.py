@@ -49,6 +49,9 @@ def test_every_crash_is_survived_named_and_the_decision_unchanged(plain_decision
         assert entry.error.stage == faults[name].stage
     assert report.isolation is not None and report.isolation.workers == 6
     assert set(report.isolation.crashed) == set(faults)
+    outcomes = [(a.outcome, a.plan) for a in report.isolation.attempts]
+    assert outcomes[-1] == ("report", None)
+    assert sorted(plan for _, plan in outcomes[:-1]) == sorted(faults)
     crashed = [e.candidate for e in events if e.kind is EventKind.CANDIDATE_CRASHED]
     assert sorted(crashed) == sorted(faults)
     # The winner was built again in this process and serves the model's outputs.

@@ -44,6 +44,10 @@ def test_a_worker_killed_mid_race_is_resumed_and_nothing_is_blamed(plain_decisio
     assert (report.isolation.workers, report.isolation.external_kills) == (2, 1)
     assert report.isolation.crashed == report.isolation.hung == ()
     assert all(c.fault is None for c in report.candidates)
+    # The lost worker's evidence is in its journal, summarised in the report.
+    lost, last = report.isolation.attempts
+    assert (lost.outcome, last.outcome) == ("killed", "report")
+    assert lost.rounds >= 1 and set(lost.validated) == {"eager_fp32", "fast"}
     assert decision.selected_plan == plain_decision_plan
     decision.close()
 

@@ -72,6 +72,20 @@ class WorkerFault:
 
 
 @frozen
+class WorkerAttempt:
+    """One worker of an isolated selection, read from its journal: how it ended
+    (``report``, ``crashed``, ``hung`` or ``killed`` from outside), with which plan in
+    flight, and the evidence it had gathered (plans validated, rounds raced)."""
+
+    attempt: int
+    outcome: str
+    plan: str | None = None
+    stage: str | None = None
+    validated: tuple[str, ...] = ()
+    rounds: int = 0
+
+
+@frozen
 class IsolationSummary:
     """How an isolated selection went: the workers it took and the plans they lost."""
 
@@ -81,9 +95,10 @@ class IsolationSummary:
     hung: tuple[str, ...] = ()
     #: Workers ended from outside (a kill no watchdog sent), each resumed.
     external_kills: int = 0
-    #: What "resume" kept: probe, build and validation evidence of plans that were
-    #: rebuilt, and the rounds the lost workers ran (they are not mixed into the race).
+    #: How "resume" treats the evidence (docs/isolation.md).
     note: str | None = None
+    #: Every worker, first to last: the journaled evidence of those that were lost.
+    attempts: tuple[WorkerAttempt, ...] = ()
 
 
 @frozen

@@ -34,6 +34,7 @@ from dlopt.evidence.report import (
     CandidateEvidence,
     IsolationSummary,
     OptimizationReport,
+    WorkerAttempt,
     WorkerFault,
     report_from_json,
 )
@@ -165,8 +166,8 @@ def select_in_worker(
                 "validated without it"
             )
 
-    text, faults, kills, workers = supervise(spec, workdir, emit, should_continue, check_fault)
-    report = with_faults(report_from_json(text), faults, kills, workers)
+    text, faults, attempts = supervise(spec, workdir, emit, should_continue, check_fault)
+    report = with_faults(report_from_json(text), faults, attempts)
     return _decision_in_host(optimizer, host_model, workload, report, emit)
 
 
@@ -191,7 +192,7 @@ def probe_in_worker(
         result=str(workdir / "report-1.json"),
         sys_path=tuple(p for p in sys.path if p),
     )
-    text, faults, _, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
+    text, faults, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
     data = parse_strict_json(text)
     statuses = [from_jsonable(s, ProviderStatus) for s in data["providers"]]
     failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
@@ -229,13 +230,14 @@ def supervise(
     emit: Callable[[Event], None],
     should_continue: Callable[[], bool] | None = None,
     check_fault: Callable[[str, WorkerFault, list[dict[str, Any]]], None] | None = None,
-) -> tuple[str, dict[str, WorkerFault], int, int]:
+) -> tuple[str, dict[str, WorkerFault], list[WorkerAttempt]]:
     """Run workers for ``spec`` until one writes its result, each without the plans that
-    crashed or hung before: ``(result text, faults by plan, kills from outside, workers)``.
+    crashed or hung before: ``(result text, faults by plan, every worker's summary)``.
     ``check_fault`` may raise to end the selection (the reference crashed)."""
     faults: dict[str, WorkerFault] = {}
     external_kills: dict[str, int] = {}
     kills = 0
+    attempts: list[WorkerAttempt] = []
     for attempt in range(1, MAX_WORKERS + 1):
         spec = attrs.evolve(
             spec,
@@ -245,8 +247,9 @@ def supervise(
             excluded=tuple(faults),
         )
         end = run_worker(spec, workdir, emit, should_continue)
+        attempts.append(_summary(attempt, end, spec.journal))
         if end.result is not None:
-            return end.result, faults, kills, attempt
+            return end.result, faults, attempts
         if end.error is not None:
             kind = getattr(errors, end.error[0], None)
             if not (isinstance(kind, type) and issubclass(kind, errors.DloptError)):
@@ -353,6 +356,33 @@ def run_worker(
     return WorkerEnd(plan=plan, fault=fault, external=external, stderr=stderr_tail)
 
 
+def _summary(attempt: int, end: WorkerEnd, journal: str) -> WorkerAttempt:
+    """What one worker's journal holds, and how it ended."""
+    try:
+        records = read_journal(journal)
+    except ValueError:
+        records = []
+    events = [r for r in records if r.get("kind") == "event"]
+    validated = tuple(
+        str(r.get("candidate")) for r in events if r.get("event") == EventKind.CANDIDATE_VALIDATED
+    )
+    rounds = sum(1 for r in events if r.get("event") == EventKind.ROUND_FINISHED)
+    if end.result is not None or end.error is not None:
+        outcome = "report" if end.result is not None else "error"
+    elif end.external:
+        outcome = "killed"
+    else:
+        outcome = end.fault.kind if end.fault is not None else "crashed"
+    return WorkerAttempt(
+        attempt,
+        outcome,
+        plan=end.plan,
+        stage=end.fault.stage if end.fault is not None else None,
+        validated=validated,
+        rounds=rounds,
+    )
+
+
 def _culprit(beat: Any, records: list[dict[str, Any]]) -> tuple[str | None, str]:
     """The plan in flight when the worker died: the heartbeat's, else the journal's last
     marker (a stage's evidence after that marker means the plan had finished it)."""
@@ -423,7 +453,7 @@ def describe_fault(fault: WorkerFault) -> str:
 
 
 def with_faults(
-    report: OptimizationReport, faults: dict[str, WorkerFault], kills: int, workers: int
+    report: OptimizationReport, faults: dict[str, WorkerFault], attempts: Sequence[WorkerAttempt]
 ) -> OptimizationReport:
     """The last worker's report with a rejected entry for every plan that crashed or hung
     (and a load failure for every plugin whose import did)."""
@@ -454,11 +484,12 @@ def with_faults(
     )
     summary = IsolationSummary(
         mode="process",
-        workers=workers,
+        workers=len(attempts),
         crashed=tuple(p for p, f in faults.items() if f.kind == "crashed"),
         hung=tuple(p for p, f in faults.items() if f.kind == "hung"),
-        external_kills=kills,
-        note=RESUME_NOTE if workers > 1 else None,
+        external_kills=sum(1 for a in attempts if a.outcome == "killed"),
+        note=RESUME_NOTE if len(attempts) > 1 else None,
+        attempts=tuple(attempts),
     )
     return attrs.evolve(
         report,
