@@ -40,8 +40,10 @@ def test_every_crash_is_survived_named_and_the_decision_unchanged(plain_decision
         # SystemExit escapes the in-process pipeline's build: the worker exits with it.
         "systemexit_in_build": ("crashed", "build", None, 1),
     }
-    # The native crashes leave the Python stack faulthandler printed.
-    assert any("Segmentation fault" in line for line in faults["segfaults_in_probe"].stderr)
+    # The native crashes leave the Python stack faulthandler printed, down to the culprit.
+    probe_stderr = faults["segfaults_in_probe"].stderr
+    assert any("Segmentation fault" in line for line in probe_stderr)
+    assert any("in segfault" in line for line in probe_stderr)
     assert any("the SDK gave up" in line for line in faults["systemexit_in_build"].stderr)
     for name in faults:
         entry = report.candidate(name)

@@ -85,3 +85,12 @@ def test_inputs_that_are_not_tensors_cannot_cross(tmp_path):
     workload = WorkloadProfile([WorkloadCase("a", args=(torch.ones(2), 3))])
     with pytest.raises(ConfigurationError, match=r"argument 1 is a int.*only tensors"):
         write_workload(workload, tmp_path / "inputs.npz")
+
+
+def broken_factory():
+    raise RuntimeError("weights not found")
+
+
+def test_a_factory_that_raises_is_the_users_error_said_plainly():
+    with pytest.raises(ConfigurationError, match="raised RuntimeError: weights not found"):
+        optimizer_with(policy=isolated_policy()).select(broken_factory)

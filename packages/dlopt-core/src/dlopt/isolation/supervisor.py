@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 #: How often the host looks at its worker.
 POLL_S = 0.05
 #: Lines of the worker's stderr kept in a fault.
-STDERR_LINES = 20
+STDERR_LINES = 40
 #: A worker ended by a kill no watchdog sent is resumed this often before the plan it
 #: was running at each of those kills is blamed.
 EXTERNAL_KILLS_BEFORE_BLAME = 2

@@ -218,9 +218,17 @@ def resolve_reference(ref: str) -> Any:
 
 def build_model(ref: str, device: str) -> tuple[torch.nn.Module, Any]:
     """Import ``module:factory`` and call it: ``(model on device, workload or None)``."""
-    made = resolve_reference(ref)
-    if callable(made) and not isinstance(made, torch.nn.Module):
-        made = made()
+    try:
+        made = resolve_reference(ref)
+        if callable(made) and not isinstance(made, torch.nn.Module):
+            made = made()
+    except ConfigurationError:
+        raise
+    except (Exception, SystemExit) as exc:  # the user's code failing, not dlopt's
+        raise ConfigurationError(
+            f"the model factory {ref} raised {type(exc).__name__}: {exc}; call it in Python "
+            "to see the traceback"
+        ) from exc
     workload = None
     if isinstance(made, tuple) and len(made) == 2:
         made, workload = made

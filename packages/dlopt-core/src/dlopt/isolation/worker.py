@@ -232,12 +232,19 @@ def run_probes(spec: WorkerSpec) -> None:
     watched.journal.append({"kind": "done"}, durable=True)
 
 
+#: Where faulthandler writes (kept open for the worker's life).
+_CRASH_LOG: Any = None
+
+
 def main(argv: list[str]) -> int:
     from dlopt.errors import DloptError
 
-    # A native crash prints the Python stack of every thread to stderr: the host keeps
-    # the last lines as the fault's evidence.
-    faulthandler.enable()
+    # A native crash prints the crashing thread's Python stack to the worker's stderr: the
+    # host keeps the last lines as the fault's evidence. Through a copy of the descriptor,
+    # as SDK output capture points fd 2 elsewhere while plugins load, probe and build.
+    global _CRASH_LOG
+    _CRASH_LOG = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=_CRASH_LOG, all_threads=False)
     spec = read_spec(argv[0])
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:
