@@ -43,8 +43,8 @@ def _cmd_providers(args: argparse.Namespace) -> int:
         from dlopt.api.policy import OptimizationPolicy
         from dlopt.isolation.supervisor import probe_in_worker
 
-        statuses, failures = probe_in_worker(target, OptimizationPolicy())
-        return _print_statuses(args, statuses, failures, out)
+        isolated, failures = probe_in_worker(target, OptimizationPolicy())
+        return _print_statuses(args, isolated, failures, out)
     # SDK imports warn and print (torchao's deprecation): kept out of the table and JSON.
     with captured_chatter() as chatter:
         registry = load_providers()

@@ -257,9 +257,8 @@ def _omitting_default(cls: type, name: str) -> Any:
     def unstructure(value: Any) -> Any:
         nonlocal made
         if made is None:  # built on first use: the field types resolve only then
-            made = make_dict_unstructure_fn(
-                cls, converter, **{name: override(omit_if_default=True)}
-            )
+            overrides: dict[str, Any] = {name: override(omit_if_default=True)}
+            made = make_dict_unstructure_fn(cls, converter, **overrides)
         return made(value)
 
     return unstructure

@@ -342,7 +342,7 @@ def run_worker(
     error = next((r for r in reversed(records) if r.get("kind") == "error"), None)
     if error is not None:
         return WorkerEnd(error=(str(error.get("type")), str(error.get("message"))))
-    plan, stage = _culprit(beat, records)
+    culprit, stage = _culprit(beat, records)
     signal_name = _signal_name(-code) if code < 0 else None
     fault = WorkerFault(
         kind="crashed",
@@ -353,7 +353,7 @@ def run_worker(
         stderr=stderr_tail,
     )
     external = code in (-signal.SIGKILL, -signal.SIGTERM)
-    return WorkerEnd(plan=plan, fault=fault, external=external, stderr=stderr_tail)
+    return WorkerEnd(plan=culprit, fault=fault, external=external, stderr=stderr_tail)
 
 
 def _summary(attempt: int, end: WorkerEnd, journal: str) -> WorkerAttempt:

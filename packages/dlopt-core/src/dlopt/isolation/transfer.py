@@ -143,7 +143,7 @@ def write_workload(workload: WorkloadProfile, path: str | os.PathLike[str]) -> W
         }
         cases.append(CaseSpec(case.name, case.weight, args, kwargs))
     with open(path, "wb") as handle:
-        np.savez(handle, **arrays)
+        np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: names are arrays
     return WorkloadSpec(workload.name, tuple(cases), workload.expected_calls, workload.inputs)
 
 
