@@ -17,6 +17,10 @@ class EventKind(str, enum.Enum):
     CANDIDATE_BUILT = "candidate_built"
     CANDIDATE_VALIDATED = "candidate_validated"
     CANDIDATE_REJECTED = "candidate_rejected"
+    #: Isolated mode: a plan's provider crashed or hung the worker (``data["stage"]``,
+    #: ``data["signal"]`` or ``data["elapsed_s"]``); the selection resumes without it.
+    CANDIDATE_CRASHED = "candidate_crashed"
+    CANDIDATE_HUNG = "candidate_hung"
     ROUND_FINISHED = "round_finished"
     RACE_FINISHED = "race_finished"
     DECISION_MADE = "decision_made"

@@ -190,3 +190,24 @@ def test_the_clis_measurement_budget_defaults_to_the_auto_budget():
     text = " ".join(commands.choices["select"].format_help().split())
     assert "scaled to the model" in text
     assert f"{policy.auto_budget_min_s:g} to {policy.auto_budget_max_s:g} s" in text
+
+
+def test_a_plan_that_crashed_or_hung_an_isolated_worker_is_shown_and_the_race_restarts():
+    state = ProgressState()
+    state.update(Event(EventKind.RACE_STARTED, "3 providers", data={"providers": ["e", "a", "b"]}))
+    state.update(Event(EventKind.ROUND_FINISHED, "round 1", data={"round": 1}))
+    assert state.racing
+    lines = state.update(
+        Event(
+            EventKind.CANDIDATE_CRASHED,
+            "crashed at measure (SIGSEGV)",
+            candidate="a",
+            data={"stage": "measure", "signal": "SIGSEGV"},
+        )
+    )
+    assert lines == ["[2/3] a: crashed at measure (SIGSEGV); resuming without it"]
+    assert not state.racing and state.status() == "resuming without a"
+    lines = state.update(
+        Event(EventKind.CANDIDATE_HUNG, "hung at build (4.0 s, limit 4 s)", candidate="b")
+    )
+    assert lines == ["[3/3] b: hung at build (4.0 s, limit 4 s); resuming without it"]

@@ -136,8 +136,8 @@ class InferenceOptimizer:
 
     def select(
         self,
-        model: torch.nn.Module,
-        workload: WorkloadProfile | Sequence[WorkloadCase],
+        model: torch.nn.Module | str | Callable[[], Any],
+        workload: WorkloadProfile | Sequence[WorkloadCase] | None = None,
         *,
         should_continue: Callable[[], bool] | None = None,
     ) -> OptimizationDecision:
@@ -148,7 +148,26 @@ class InferenceOptimizer:
         ``False`` raises :class:`~dlopt.errors.SelectionCancelled` (every built plan is
         released); during the race it ends the rounds (``stop_reason`` ``"cancelled"``)
         and the decision is made from the rounds run, whose intervals hold at any stop.
+
+        In process (``OptimizationPolicy(isolation="in_process")``, the default) every
+        provider runs in this process: a provider that segfaults, aborts or calls
+        ``os._exit`` ends it, and a build or call that hangs holds this call forever.
+        With ``isolation="process"`` the selection runs in a supervised worker process
+        (:mod:`dlopt.isolation`) that survives those: ``model`` is then a factory the
+        worker can rebuild it from (``"module:function"`` text or a module-level
+        function; a live module is refused), ``workload`` may be omitted when the
+        factory returns ``(model, workload)``, and the winner is built again here and
+        validated against this process's reference before it is returned.
         """
+        if self.policy.isolation == "process":
+            from dlopt.isolation.supervisor import select_in_worker
+
+            if workload is not None and not isinstance(workload, WorkloadProfile):
+                workload = WorkloadProfile(cases=tuple(workload))
+            with self._threads():
+                return select_in_worker(self, model, workload, should_continue)
+        if workload is None:
+            raise ConfigurationError("select(model, workload): give the workload to race on")
         if not isinstance(model, torch.nn.Module):
             raise ConfigurationError(
                 f"model must be a torch.nn.Module, got {type(model).__name__}; wrap plain "

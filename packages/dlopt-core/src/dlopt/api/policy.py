@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from dlopt.validation import QualityPolicy
 
 OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
+#: Where a selection runs: in the caller's process, or in a supervised worker process.
+ISOLATION_MODES: tuple[str, ...] = ("in_process", "process")
 
 
 def _objective(value: object) -> object:
@@ -158,6 +160,17 @@ class OptimizationPolicy:
     plan's options (``{"onnxruntime_cpu": {"graph_optimization_level": "basic"}}``);
     unknown plans or options and ill-typed values are refused before anything is built
     (``dlopt providers --options PLAN`` lists a plan's options).
+
+    ``isolation``: ``"in_process"`` (the default) runs every provider in the caller's
+    process: quick, and what tests and notebooks use, but a provider that segfaults,
+    aborts or calls ``os._exit`` takes the caller down with it, and a build or call that
+    hangs holds the selection forever (a hung probe is abandoned in a background thread).
+    ``"process"`` runs the selection in a supervised worker process (docs/isolation.md):
+    a crash or hang there rejects that plan (``crashed`` or ``hung`` in the report) and
+    the selection resumes without it. The watchdogs of the isolated mode:
+    ``build_timeout_s`` caps one build (and a plan's first call, which may compile);
+    a later call may take ``call_timeout_factor`` times that plan's fastest call, and
+    never less than ``call_timeout_floor_s``.
     """
 
     objective: Objective = field(
@@ -180,6 +193,16 @@ class OptimizationPolicy:
     )
     plan_options: dict[str, dict[str, Any]] = field(
         factory=dict, converter=lambda v: v, validator=lambda _i, _a, v: _check_plan_options(v)
+    )
+    isolation: str = field(default="in_process", validator=one_of(ISOLATION_MODES))
+    build_timeout_s: float = field(
+        default=600.0, validator=number(minimum=0, low_open=True, hint=" (seconds)")
+    )
+    call_timeout_factor: float = field(
+        default=50.0, validator=number(minimum=1, hint=" (times the plan's fastest call)")
+    )
+    call_timeout_floor_s: float = field(
+        default=10.0, validator=number(minimum=0, low_open=True, hint=" (seconds)")
     )
 
     def wants(self, provider_name: str) -> bool:

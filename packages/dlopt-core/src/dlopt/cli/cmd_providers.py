@@ -8,6 +8,7 @@ from typing import Any
 
 from dlopt.cli.common import (
     EXIT_OK,
+    add_isolate_argument,
     add_plain_argument,
     add_target_arguments,
     captured_chatter,
@@ -26,19 +27,24 @@ def add_providers_command(sub: Any) -> None:
     p.add_argument(
         "--options", metavar="PLAN", help="list the options PLAN takes (name, type, default)"
     )
+    add_isolate_argument(p, "load the plugins and probe")
     add_plain_argument(p)
     p.set_defaults(handler=_cmd_providers)
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:
     from dlopt.pipeline.probe import probe_all
-    from dlopt.platform.serialization import dumps
     from dlopt.plugins.contract import ProviderContext
     from dlopt.plugins.discovery import load_providers
-    from dlopt.reporting.tables import plugin_failures_table, providers_table
 
     target = cli_target(args)
     out = Output(plain=args.plain or None)
+    if args.isolate and not args.options:
+        from dlopt.api.policy import OptimizationPolicy
+        from dlopt.isolation.supervisor import probe_in_worker
+
+        isolated, failures = probe_in_worker(target, OptimizationPolicy())
+        return _print_statuses(args, isolated, failures, out)
     # SDK imports warn and print (torchao's deprecation): kept out of the table and JSON.
     with captured_chatter() as chatter:
         registry = load_providers()
@@ -47,21 +53,20 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     if args.options:
         return _print_options(registry, args.options, as_json=args.json, out=out)
     assert statuses is not None
+    return _print_statuses(args, statuses, registry.failures, out)
+
+
+def _print_statuses(args: argparse.Namespace, statuses: Any, failures: Any, out: Output) -> int:
+    from dlopt.platform.serialization import dumps
+    from dlopt.reporting.tables import plugin_failures_table, providers_table
+
     if args.json:
-        print(
-            dumps(
-                {
-                    "device": args.device,
-                    "providers": statuses,
-                    "plugin_failures": registry.failures,
-                }
-            )
-        )
+        print(dumps({"device": args.device, "providers": statuses, "plugin_failures": failures}))
         return EXIT_OK
     out.table(providers_table(statuses))
-    if registry.failures:
+    if failures:
         out.line()
-        out.table(plugin_failures_table(registry.failures))
+        out.table(plugin_failures_table(failures))
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    add_isolate_argument,
     add_plain_argument,
     add_target_arguments,
     captured_chatter,
@@ -266,7 +267,7 @@ def _on_target(model: Any, target: Any) -> Any:
 
 def _cmd_select(args: argparse.Namespace) -> int:
     from dlopt.api.optimizer import InferenceOptimizer
-    from dlopt.cli.demo import build_demo_model, demo_workload
+    from dlopt.cli.demo import DEMO_FACTORY, build_demo_model, demo_workload
     from dlopt.plugins.discovery import load_providers
     from dlopt.reporting.progress import ProgressDisplay
 
@@ -299,6 +300,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
         include=tuple(args.include) if args.include else None,
         exclude=tuple(args.exclude),
         plan_options=parse_plan_options(args.option),
+        isolation="process" if args.isolate else "in_process",
+        build_timeout_s=args.build_timeout,
     )
     out = Output(plain=args.plain or None)
     progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
@@ -306,13 +309,25 @@ def _cmd_select(args: argparse.Namespace) -> int:
     # after the tables, never inside them.
     with captured_chatter() as chatter:
         try:
-            registry = load_providers()
-            registry.plugin_manager.register(progress, name="dlopt.cli.progress")
-            optimizer = InferenceOptimizer(
-                target=target, policy=policy, registry=registry, artifact_dir=args.artifacts
-            )
-            with progress:
-                decision = optimizer.select(model, workload)
+            if args.isolate:
+                # Nothing of a plugin runs here before the race: the worker loads them.
+                optimizer = InferenceOptimizer(
+                    target=target,
+                    policy=policy,
+                    observers=[progress.dlopt_on_event],
+                    artifact_dir=args.artifacts,
+                )
+                isolated_model = args.model or DEMO_FACTORY
+                with progress:
+                    decision = optimizer.select(isolated_model, workload)
+            else:
+                registry = load_providers()
+                registry.plugin_manager.register(progress, name="dlopt.cli.progress")
+                optimizer = InferenceOptimizer(
+                    target=target, policy=policy, registry=registry, artifact_dir=args.artifacts
+                )
+                with progress:
+                    decision = optimizer.select(model, workload)
         finally:
             progress.close()
     status = EXIT_OK
@@ -466,6 +481,15 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
+    add_isolate_argument(p, "race")
+    p.add_argument(
+        "--build-timeout",
+        type=float,
+        default=_default(OptimizationPolicy, "build_timeout_s"),
+        metavar="SECONDS",
+        help="with --isolate: a build (or first call) running longer is killed and its plan "
+        "reported hung (default %(default)g)",
+    )
     add_plain_argument(p)
     p.set_defaults(handler=_cmd_select)
 

@@ -41,6 +41,16 @@ def add_target_arguments(parser: argparse.ArgumentParser, verb: str) -> None:
     )
 
 
+def add_isolate_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--isolate``: run ``what`` in a supervised worker process (docs/isolation.md)."""
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help=f"{what} in a supervised worker process: a plugin that crashes or hangs is "
+        "reported and the rest goes on",
+    )
+
+
 def add_plain_argument(parser: argparse.ArgumentParser) -> None:
     """``--plain``: plain text even on a terminal (also when ``NO_COLOR`` is set)."""
     parser.add_argument(

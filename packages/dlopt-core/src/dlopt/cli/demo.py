@@ -46,6 +46,10 @@ class DemoNet(nn.Module):
         return self.head(self.dropout(y))
 
 
+#: The demo model as a factory reference, for an isolated worker to rebuild it from.
+DEMO_FACTORY = "dlopt.cli.demo:build_demo_model"
+
+
 def build_demo_model(seed: int = 0) -> DemoNet:
     """The demo model in eval mode, with deterministic, non-trivial BatchNorm statistics."""
     generator = torch.Generator().manual_seed(seed)

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import cattrs
 from attrs import field, frozen
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
 from dlopt.api.policy import DeploymentConstraints
@@ -49,6 +50,56 @@ class CaseEvidence:
     first_call_time_s: float | None = None
     latency: LatencyStats | None = None
     validation: CaseValidation | None = None
+
+
+@frozen
+class WorkerFault:
+    """How a plan took its isolated worker down (``OptimizationPolicy(isolation="process")``).
+
+    ``kind``: ``crashed`` (the worker died: ``signal`` names the signal, or ``exit_code``
+    the status it exited with) or ``hung`` (the watchdog killed it after ``elapsed_s``
+    seconds in one call, probe or build). ``stage`` is where the plan was; ``stderr`` the
+    worker's last lines of error output; ``attempt`` the worker it happened in.
+    """
+
+    kind: str
+    stage: str
+    attempt: int
+    signal: str | None = None
+    exit_code: int | None = None
+    elapsed_s: float | None = None
+    limit_s: float | None = None
+    stderr: tuple[str, ...] = ()
+
+
+@frozen
+class WorkerAttempt:
+    """One worker of an isolated selection, read from its journal: how it ended
+    (``report``, ``crashed``, ``hung`` or ``killed`` from outside), with which plan in
+    flight, and the evidence it had gathered (plans validated, rounds raced)."""
+
+    attempt: int
+    outcome: str
+    plan: str | None = None
+    stage: str | None = None
+    validated: tuple[str, ...] = ()
+    rounds: int = 0
+
+
+@frozen
+class IsolationSummary:
+    """How an isolated selection went: the workers it took and the plans they lost."""
+
+    mode: str
+    workers: int
+    crashed: tuple[str, ...] = ()
+    hung: tuple[str, ...] = ()
+    #: Workers ended from outside (a kill no watchdog sent), each resumed.
+    external_kills: int = 0
+    #: How "resume" treats the evidence (docs/isolation.md).
+    note: str | None = None
+    #: Every worker, first to last: the journaled evidence of those that were lost.
+    attempts: tuple[WorkerAttempt, ...] = ()
 
 
 @frozen
@@ -171,6 +222,8 @@ class CandidateEvidence:
     objective: ObjectiveEvidence = field(factory=ObjectiveEvidence)
     validation: ValidationEvidence = field(factory=ValidationEvidence)
     error: StageError | None = None
+    #: An isolated selection only: the crash or hang that rejected this plan.
+    fault: WorkerFault | None = None
     cases: tuple[CaseEvidence, ...] = ()
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
@@ -221,6 +274,7 @@ CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
     ("final_check", "validation", "final_check"),
     ("longest_call_s", "latency", "longest_call_s"),
     ("error", None, "error"),
+    ("fault", None, "fault"),
     ("cases", None, "cases"),
     ("metadata", None, "metadata"),
     ("artifacts", None, "artifacts"),
@@ -240,7 +294,10 @@ def _unstructure_candidate(cand: CandidateEvidence) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, group, attr in CANDIDATE_JSON_LAYOUT:
         holder = cand if group is None else getattr(cand, group)
-        out[key] = converter.unstructure(getattr(holder, attr), types[group][attr])  # type: ignore[index]
+        value = getattr(holder, attr)
+        if value is None and key in _LEFT_OUT_WHEN_EMPTY:
+            continue
+        out[key] = converter.unstructure(value, types[group][attr])  # type: ignore[index]
     return out
 
 
@@ -256,6 +313,10 @@ def _structure_candidate(data: Any, _: object) -> CandidateEvidence:
         top[group] = values
     return converter.structure_attrs_fromdict(top, CandidateEvidence)
 
+
+#: The isolated mode's fields are left out of a report that has none: a report written in
+#: process reads exactly as before they were added.
+_LEFT_OUT_WHEN_EMPTY = frozenset({"fault"})
 
 #: The evidence groups of a candidate, by attribute name.
 _GROUPS = ("latency", "race", "memory", "lifecycle", "objective", "validation")
@@ -358,6 +419,8 @@ class OptimizationReport:
     candidates: tuple[CandidateEvidence, ...]
     measurement: MeasurementSummary | None = None
     plugin_failures: tuple[PluginFailure, ...] = ()
+    #: An isolated selection only: its workers and the plans that crashed or hung.
+    isolation: IsolationSummary | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -371,6 +434,26 @@ class OptimizationReport:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the report as strict JSON, atomically."""
         return atomic_write_text(path, self.to_json() + "\n")
+
+
+# A report of an in-process selection has no isolation summary: it is left out of the
+# JSON, so such a report reads exactly as before the field was added.
+def _omitting_default(cls: type, name: str) -> Any:
+    made: Any = None
+
+    def unstructure(value: Any) -> Any:
+        nonlocal made
+        if made is None:  # built on first use: the field types resolve only then
+            overrides: dict[str, Any] = {name: override(omit_if_default=True)}
+            made = make_dict_unstructure_fn(cls, converter, **overrides)
+        return made(value)
+
+    return unstructure
+
+
+converter.register_unstructure_hook(
+    OptimizationReport, _omitting_default(OptimizationReport, "isolation")
+)
 
 
 def load_report(path: str | os.PathLike[str]) -> OptimizationReport:

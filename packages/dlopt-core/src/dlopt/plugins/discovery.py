@@ -120,12 +120,17 @@ def load_providers(
     *,
     entry_points: Iterable[Any] | None = None,
     extra_plugins: Sequence[tuple[str, object]] = (),
+    on_plugin: Callable[[str | None], None] | None = None,
 ) -> ProviderRegistry:
     """Load core's built-ins and every wanted ``dlopt.providers`` plugin.
 
     ``entry_points`` replaces discovery (tests); ``extra_plugins`` adds in-process
     ``(name, plugin_object)`` pairs (e.g. a provider module under development).
+    ``on_plugin`` is told the name of each plugin before its import and its register
+    hook run, and ``None`` once no plugin code runs (an isolated worker journals it, so a
+    native crash there is that plugin's).
     """
+    say = on_plugin if on_plugin is not None else (lambda _name: None)
     from dlopt.plugins import builtin
 
     settings = settings or PluginSettings.from_env()
@@ -175,6 +180,7 @@ def load_providers(
                 )
                 continue
             # A plugin's import may print (it should not import its SDK, but may).
+            say(ep.name)
             with capture_output(f"load plugin {ep.name}"):
                 try:
                     plugin = ep.load()
@@ -209,6 +215,7 @@ def load_providers(
                 manager.unregister(plugin)
             fail(PluginFailure(name, "load", _short_error(exc), distribution, version), exc)
             continue
+        say(name)
         offered = _call_register_hook(registry, manager, name, plugin, distribution, version, fail)
         if offered is not None:
             metrics = _call_metrics_hook(
@@ -219,6 +226,7 @@ def load_providers(
                     name, distribution, version, str(declared), tuple(offered), tuple(metrics)
                 )
             )
+    say(None)
     return registry
 
 

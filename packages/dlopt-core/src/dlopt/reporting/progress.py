@@ -139,6 +139,13 @@ class ProgressState:
                 self.validated.remove(name)
             if not self.race_started:
                 self._finish(name)
+        elif kind in (EventKind.CANDIDATE_CRASHED, EventKind.CANDIDATE_HUNG):
+            # An isolated worker died with this plan: a new one starts without it and
+            # prepares and races the others again.
+            lines.append(f"{tag}: {event.message}; resuming without it")
+            self.current = None
+            self.stage = f"resuming without {name}"
+            self.race_started = self.race_done = False
         elif kind is EventKind.ROUND_FINISHED:
             self.race_started = True
             self.round = int(data.get("round") or self.round + 1)
@@ -263,7 +270,7 @@ class ProgressDisplay:
     def _print(self, line: str) -> None:
         if self._live is not None:
             style = "dim" if "unavailable" in line else None
-            if ": rejected at " in line:
+            if any(f": {word} at " in line for word in ("rejected", "crashed", "hung")):
                 style = "red"
             self._live.console.print(line, style=style, markup=False, highlight=False)
         else:

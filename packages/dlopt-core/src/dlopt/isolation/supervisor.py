@@ -1,0 +1,585 @@
+"""The host's side of an isolated selection: start a worker, watch it, name the culprit
+of a crash or a hang, resume without it, and bring the winner back into the host.
+
+A worker runs the whole ordinary selection (:mod:`dlopt.isolation.worker`). The host
+polls three things: the worker's exit, its journal (events are forwarded to the host's
+observers as they arrive) and its heartbeat (the per-call watchdog: a call past its
+deadline is a hang, and the worker's process group is killed). When the worker dies, the
+heartbeat or else the journal's last "now running" marker names the plan and stage; that
+plan is rejected (``crashed`` with the signal, or ``hung`` with the time) and a new
+worker races the others. Resuming re-runs the race among the survivors rather than
+splicing rounds from two processes (docs/isolation.md says why).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+from dlopt import errors
+from dlopt.api.workload import WorkloadProfile
+from dlopt.events import Event, EventKind
+from dlopt.evidence.report import (
+    CandidateEvidence,
+    IsolationSummary,
+    OptimizationReport,
+    WorkerAttempt,
+    WorkerFault,
+    report_from_json,
+)
+from dlopt.isolation.journal import Heartbeat, read_journal
+from dlopt.isolation.transfer import (
+    PLUGIN_PREFIX,
+    WorkerSpec,
+    build_model,
+    policy_to_json,
+    reference_of,
+    resolve_reference,
+    write_spec,
+    write_workload,
+)
+from dlopt.pipeline.state import StageError
+from dlopt.vocabulary import Stage, Status
+
+if TYPE_CHECKING:
+    from dlopt.api.decision import OptimizationDecision
+    from dlopt.api.optimizer import InferenceOptimizer
+
+#: How often the host looks at its worker.
+POLL_S = 0.05
+#: Lines of the worker's stderr kept in a fault.
+STDERR_LINES = 40
+#: A worker ended by a kill no watchdog sent is resumed this often before the plan it
+#: was running at each of those kills is blamed.
+EXTERNAL_KILLS_BEFORE_BLAME = 2
+#: Kills from outside a selection resumes from before it gives up.
+MAX_EXTERNAL_KILLS = 5
+#: Workers one selection may start (each failed one loses at least one plan).
+MAX_WORKERS = 64
+_STAGES = {s.value for s in Stage}
+
+RESUME_NOTE = (
+    "plans that crashed or hung are rejected; the race is re-run among the others in a new "
+    "worker, so every interval comes from one process"
+)
+
+
+class IsolationError(errors.DloptError):
+    """The isolated selection could not finish: its worker failed outside any plan."""
+
+
+@attrs.frozen
+class WorkerEnd:
+    """How one worker ended: its result (strict JSON text), a dlopt error, or a fault."""
+
+    result: str | None = None
+    error: tuple[str, str] | None = None
+    plan: str | None = None
+    fault: WorkerFault | None = None
+    external: bool = False
+    stderr: tuple[str, ...] = ()
+
+
+def model_reference(model: Any) -> str:
+    """The ``module:factory`` a worker rebuilds ``model`` from; a live module is refused."""
+    if isinstance(model, str):
+        resolve_reference(model)  # a typo fails here, in the host, not in the worker
+        return model
+    if isinstance(model, torch.nn.Module):
+        raise errors.ConfigurationError(
+            "an isolated selection rebuilds the model in a fresh worker process and cannot "
+            "take a live torch.nn.Module: pass a factory instead, as 'module:function' text "
+            "or a module-level function (select('mypkg.models:build', workload)), or select "
+            "in process (OptimizationPolicy(isolation='in_process'))"
+        )
+    if callable(model):
+        return reference_of(model, "the model factory")
+    raise errors.ConfigurationError(
+        f"model must be a 'module:factory' reference or a factory function in isolated mode, "
+        f"got {type(model).__name__}"
+    )
+
+
+def build_host_model(ref: str, target: Any) -> tuple[torch.nn.Module, WorkloadProfile | None]:
+    """The model in the host too: the winner is validated against its reference here."""
+    model, workload = build_model(ref, target.input_device)
+    if workload is not None and not isinstance(workload, WorkloadProfile):
+        raise errors.ConfigurationError(
+            f"{ref} returned a pair whose second item is {type(workload).__name__}; return "
+            "(model, dlopt.WorkloadProfile(...)) or the model alone"
+        )
+    return model, workload
+
+
+def select_in_worker(
+    optimizer: InferenceOptimizer,
+    model: Any,
+    workload: WorkloadProfile | None,
+    should_continue: Callable[[], bool] | None = None,
+) -> OptimizationDecision:
+    """Run ``optimizer``'s selection in supervised workers; see the module docstring."""
+    ref = model_reference(model)
+    provider_refs = tuple(
+        reference_of(type(p), f"provider {getattr(p, 'name', p)!r}")
+        for p in optimizer.explicit_providers
+    )
+    host_model, returned = build_host_model(ref, optimizer.target)
+    workload = workload if workload is not None else returned
+    if workload is None:
+        raise errors.ConfigurationError(
+            f"no workload: pass one to select(), or return (model, WorkloadProfile) from {ref}"
+        )
+    registry = optimizer.registry
+    emit = optimizer._emitter(registry) if registry is not None else _observers_only(optimizer)
+    workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
+    spec = WorkerSpec(
+        model=ref,
+        target=optimizer.target,
+        policy=policy_to_json(optimizer.policy),
+        workload=write_workload(workload, workdir / "inputs.npz"),
+        tensors=str(workdir / "inputs.npz"),
+        journal=str(workdir / "journal-1.jsonl"),
+        heartbeat=str(workdir / "heartbeat"),
+        result=str(workdir / "result-1.json"),
+        artifact_dir=str(optimizer.artifact_dir or workdir / "artifacts"),
+        providers=provider_refs,
+        sys_path=tuple(p for p in sys.path if p),
+    )
+    reference: list[str] = []
+
+    def check_fault(plan: str, fault: WorkerFault, records: list[dict[str, Any]]) -> None:
+        reference[:] = reference or [_reference_name(records) or ""]
+        if plan == reference[0]:
+            raise errors.ReferenceCheckError(
+                f"the reference plan {plan!r} {describe_fault(fault)}; nothing can be "
+                "validated without it"
+            )
+
+    text, faults, attempts = supervise(spec, workdir, emit, should_continue, check_fault)
+    report = with_faults(report_from_json(text), faults, attempts)
+    return _decision_in_host(optimizer, host_model, workload, report, emit)
+
+
+def probe_in_worker(
+    target: Any, policy: Any, emit: Callable[[Event], None] | None = None
+) -> tuple[list[Any], list[Any]]:
+    """Load the plugins and probe every plan in supervised workers (``dlopt providers
+    --isolate``): ``(statuses, plugin failures)``. A plan whose probe crashes or hangs is
+    reported unavailable with the fault; a plugin whose import does, as a load failure."""
+    from dlopt.pipeline.probe import ProviderStatus
+    from dlopt.platform.serialization import from_jsonable, parse_strict_json
+    from dlopt.plugins.contract import ProviderAvailability
+    from dlopt.plugins.records import PluginFailure
+
+    workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
+    spec = WorkerSpec(
+        task="probe",
+        target=target,
+        policy=policy_to_json(policy),
+        journal=str(workdir / "journal-1.jsonl"),
+        heartbeat=str(workdir / "heartbeat"),
+        result=str(workdir / "report-1.json"),
+        sys_path=tuple(p for p in sys.path if p),
+    )
+    text, faults, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
+    data = parse_strict_json(text)
+    statuses = [from_jsonable(s, ProviderStatus) for s in data["providers"]]
+    failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
+    for name, fault in faults.items():
+        if name.startswith(PLUGIN_PREFIX):
+            failures.append(
+                PluginFailure(
+                    name.removeprefix(PLUGIN_PREFIX),
+                    "load",
+                    f"{describe_fault(fault)} in the isolated worker",
+                )
+            )
+        else:
+            statuses.append(
+                ProviderStatus(
+                    name=name,
+                    plugin="unknown",
+                    distribution=None,
+                    version=None,
+                    precision="unknown",
+                    availability=ProviderAvailability.unavailable(
+                        f"probe {describe_fault(fault)} in the isolated worker",
+                        install_hint="report this to the plugin's maintainers",
+                    ),
+                    probe_time_s=fault.elapsed_s or 0.0,
+                    sdk_output=fault.stderr,
+                )
+            )
+    return statuses, failures
+
+
+def supervise(
+    spec: WorkerSpec,
+    workdir: Path,
+    emit: Callable[[Event], None],
+    should_continue: Callable[[], bool] | None = None,
+    check_fault: Callable[[str, WorkerFault, list[dict[str, Any]]], None] | None = None,
+) -> tuple[str, dict[str, WorkerFault], list[WorkerAttempt]]:
+    """Run workers for ``spec`` until one writes its result, each without the plans that
+    crashed or hung before: ``(result text, faults by plan, every worker's summary)``.
+    ``check_fault`` may raise to end the selection (the reference crashed)."""
+    faults: dict[str, WorkerFault] = {}
+    external_kills: dict[str, int] = {}
+    kills = 0
+    attempts: list[WorkerAttempt] = []
+    for attempt in range(1, MAX_WORKERS + 1):
+        spec = attrs.evolve(
+            spec,
+            attempt=attempt,
+            journal=str(workdir / f"journal-{attempt}.jsonl"),
+            result=str(workdir / f"result-{attempt}.json"),
+            excluded=tuple(faults),
+        )
+        end = run_worker(spec, workdir, emit, should_continue)
+        attempts.append(_summary(attempt, end, spec.journal))
+        if end.result is not None:
+            return end.result, faults, attempts
+        if end.error is not None:
+            kind = getattr(errors, end.error[0], None)
+            if not (isinstance(kind, type) and issubclass(kind, errors.DloptError)):
+                kind = errors.DloptError
+            raise kind(end.error[1])
+        if end.external and kills < MAX_EXTERNAL_KILLS:
+            # Killed from outside (an operator, the OOM killer): not the plan's fault
+            # until it happens again while that same plan runs.
+            kills += 1
+            if end.plan is None:
+                continue
+            external_kills[end.plan] = external_kills.get(end.plan, 0) + 1
+            if external_kills[end.plan] < EXTERNAL_KILLS_BEFORE_BLAME:
+                continue
+        if end.plan is None or end.fault is None:
+            tail = "\n".join(end.stderr[-5:]) or "(no output)"
+            raise IsolationError(
+                f"the isolated worker died outside any provider call; its last output:\n{tail}"
+            )
+        faults[end.plan] = end.fault
+        _announce(emit, end.plan, end.fault)
+        if check_fault is not None:
+            check_fault(end.plan, end.fault, read_journal(spec.journal))
+    raise IsolationError(f"the isolated selection lost {MAX_WORKERS} workers; giving up")
+
+
+def run_worker(
+    spec: WorkerSpec,
+    workdir: Path,
+    emit: Callable[[Event], None],
+    should_continue: Callable[[], bool] | None = None,
+) -> WorkerEnd:
+    """Start one worker for ``spec``, watch it to its end and say how it ended."""
+    spec_path = write_spec(spec, workdir / f"spec-{spec.attempt}.json")
+    heartbeat = Heartbeat(spec.heartbeat, create=True)
+    stderr_path = workdir / f"stderr-{spec.attempt}.txt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path))
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dlopt.isolation.worker", str(spec_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+    forwarded = 0
+    hang: tuple[str, str, float, float] | None = None
+    try:
+        while process.poll() is None:
+            forwarded = _forward(spec.journal, forwarded, emit)
+            beat = heartbeat.read()
+            now = time.time()
+            if beat is not None and beat.deadline is not None and now > beat.deadline:
+                hang = (
+                    beat.plan,
+                    beat.stage,
+                    now - beat.started_at,
+                    beat.deadline - beat.started_at,
+                )
+                _kill(process)
+                break
+            if should_continue is not None and not should_continue():
+                _kill(process)
+                raise errors.SelectionCancelled("cancelled while the isolated worker ran")
+            time.sleep(POLL_S)
+        process.wait()
+        beat = heartbeat.read()
+    finally:
+        if process.poll() is None:
+            _kill(process)
+        heartbeat.close()
+    records = read_journal(spec.journal)
+    _forward(spec.journal, forwarded, emit)
+    stderr_tail = _tail(stderr_path)
+    if hang is not None:
+        plan, stage, elapsed, limit = hang
+        fault = WorkerFault(
+            kind="hung",
+            stage=_stage_word(stage),
+            attempt=spec.attempt,
+            elapsed_s=round(elapsed, 3),
+            limit_s=round(limit, 3),
+            stderr=stderr_tail,
+        )
+        return WorkerEnd(plan=plan, fault=fault, stderr=stderr_tail)
+    code = process.returncode
+    if code == 0 and Path(spec.result).is_file():
+        return WorkerEnd(result=Path(spec.result).read_text(encoding="utf-8"))
+    error = next((r for r in reversed(records) if r.get("kind") == "error"), None)
+    if error is not None:
+        return WorkerEnd(error=(str(error.get("type")), str(error.get("message"))))
+    culprit, stage = _culprit(beat, records)
+    signal_name = _signal_name(-code) if code < 0 else None
+    fault = WorkerFault(
+        kind="crashed",
+        stage=_stage_word(stage),
+        attempt=spec.attempt,
+        signal=signal_name,
+        exit_code=code if code >= 0 else None,
+        stderr=stderr_tail,
+    )
+    external = code in (-signal.SIGKILL, -signal.SIGTERM)
+    return WorkerEnd(plan=culprit, fault=fault, external=external, stderr=stderr_tail)
+
+
+def _summary(attempt: int, end: WorkerEnd, journal: str) -> WorkerAttempt:
+    """What one worker's journal holds, and how it ended."""
+    try:
+        records = read_journal(journal)
+    except ValueError:
+        records = []
+    events = [r for r in records if r.get("kind") == "event"]
+    validated = tuple(
+        str(r.get("candidate")) for r in events if r.get("event") == EventKind.CANDIDATE_VALIDATED
+    )
+    rounds = sum(1 for r in events if r.get("event") == EventKind.ROUND_FINISHED)
+    if end.result is not None or end.error is not None:
+        outcome = "report" if end.result is not None else "error"
+    elif end.external:
+        outcome = "killed"
+    else:
+        outcome = end.fault.kind if end.fault is not None else "crashed"
+    return WorkerAttempt(
+        attempt,
+        outcome,
+        plan=end.plan,
+        stage=end.fault.stage if end.fault is not None else None,
+        validated=validated,
+        rounds=rounds,
+    )
+
+
+def _culprit(beat: Any, records: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """The plan in flight when the worker died: the heartbeat's, else the journal's last
+    marker (a stage's evidence after that marker means the plan had finished it)."""
+    if beat is not None:
+        return beat.plan, beat.stage
+    marker: dict[str, Any] | None = None
+    for record in records:
+        if record.get("kind") == "running":
+            marker = record
+        elif record.get("kind") == "event" and marker is not None:
+            if record.get("event") == EventKind.STAGE_STARTED.value:
+                continue
+            if record.get("candidate") == marker.get("plan"):
+                marker = None  # that stage ended with evidence: no call was in flight
+    if marker is None:
+        return None, ""
+    return str(marker.get("plan")), str(marker.get("stage"))
+
+
+def _forward(journal: str, done: int, emit: Callable[[Event], None]) -> int:
+    """Re-emit in the host the events the worker journaled since record ``done``."""
+    try:
+        records = read_journal(journal)
+    except ValueError:
+        return done
+    for record in records[done:]:
+        if record.get("kind") != "event":
+            continue
+        try:
+            kind = EventKind(record.get("event"))
+        except ValueError:
+            continue
+        data = record.get("data")
+        emit(
+            Event(
+                kind,
+                str(record.get("message", "")),
+                candidate=record.get("candidate"),
+                data=data if isinstance(data, dict) else {},
+            )
+        )
+    return len(records)
+
+
+def _announce(emit: Callable[[Event], None], plan: str, fault: WorkerFault) -> None:
+    kind = EventKind.CANDIDATE_CRASHED if fault.kind == "crashed" else EventKind.CANDIDATE_HUNG
+    emit(
+        Event(
+            kind,
+            describe_fault(fault),
+            candidate=plan,
+            data={
+                "stage": fault.stage,
+                "signal": fault.signal,
+                "exit_code": fault.exit_code,
+                "elapsed_s": fault.elapsed_s,
+            },
+        )
+    )
+
+
+def describe_fault(fault: WorkerFault) -> str:
+    """One line: ``crashed at build (SIGSEGV)`` or ``hung at measure (12.0 s, limit 10 s)``."""
+    if fault.kind == "hung":
+        return f"hung at {fault.stage} ({fault.elapsed_s:.1f} s, limit {fault.limit_s:g} s)"
+    how = fault.signal or f"exit status {fault.exit_code}"
+    return f"crashed at {fault.stage} ({how})"
+
+
+def with_faults(
+    report: OptimizationReport, faults: dict[str, WorkerFault], attempts: Sequence[WorkerAttempt]
+) -> OptimizationReport:
+    """The last worker's report with a rejected entry for every plan that crashed or hung
+    (and a load failure for every plugin whose import did)."""
+    from dlopt.plugins.records import PluginFailure
+
+    lost = tuple(
+        CandidateEvidence(
+            name=plan,
+            status=Status.REJECTED,
+            precision="unknown",
+            error=StageError(
+                Stage(fault.stage) if fault.stage in _STAGES else Stage.BUILD,
+                f"{describe_fault(fault)} in the isolated worker",
+            ),
+            fault=fault,
+        )
+        for plan, fault in faults.items()
+        if not plan.startswith(PLUGIN_PREFIX)
+    )
+    broken_plugins = tuple(
+        PluginFailure(
+            plan.removeprefix(PLUGIN_PREFIX),
+            "load",
+            f"{describe_fault(fault)} in the isolated worker",
+        )
+        for plan, fault in faults.items()
+        if plan.startswith(PLUGIN_PREFIX)
+    )
+    summary = IsolationSummary(
+        mode="process",
+        workers=len(attempts),
+        crashed=tuple(p for p, f in faults.items() if f.kind == "crashed"),
+        hung=tuple(p for p, f in faults.items() if f.kind == "hung"),
+        external_kills=sum(1 for a in attempts if a.outcome == "killed"),
+        note=RESUME_NOTE if len(attempts) > 1 else None,
+        attempts=tuple(attempts),
+    )
+    return attrs.evolve(
+        report,
+        candidates=report.candidates + lost,
+        plugin_failures=report.plugin_failures + broken_plugins,
+        isolation=summary,
+    )
+
+
+def _decision_in_host(
+    optimizer: InferenceOptimizer,
+    model: torch.nn.Module,
+    workload: WorkloadProfile,
+    report: OptimizationReport,
+    emit: Callable[[Event], None],
+) -> OptimizationDecision:
+    """Build the winner again in the host and validate it against the host's reference."""
+    from dlopt.api.decision import OptimizationDecision
+    from dlopt.pipeline import plans, prepare, state
+    from dlopt.plugins.contract import ProviderContext
+    from dlopt.plugins.discovery import load_providers
+    from dlopt.validation import ModelGuard, capture_reference
+
+    registry = optimizer.registry if optimizer.registry is not None else load_providers()
+    policy = attrs.evolve(optimizer.policy, include=(report.selected_plan,), exclude=())
+    candidates = plans.choose_plans(registry, optimizer.explicit_providers, policy)
+    winner = next(c for c in candidates if c.name == report.selected_plan)
+    guard = ModelGuard(model, snapshot=optimizer.policy.quality.snapshot_weights)
+    reference = capture_reference(
+        model, workload, optimizer.policy.quality, target=optimizer.target, guard=guard
+    )
+    context = ProviderContext(
+        target=optimizer.target,
+        policy=optimizer.policy,
+        workload=workload,
+        artifact_dir=optimizer.artifact_dir or Path(tempfile.mkdtemp(prefix="dlopt-")),
+    )
+    run = state.Run(optimizer.policy, optimizer.target, optimizer.clock, emit)
+    prepare.prepare(winner, model, context, reference, guard, run)
+    if not winner.alive:
+        state.close_all(candidates)
+        why = winner.error.message if winner.error is not None else "it was not built"
+        raise IsolationError(
+            f"the selected plan {report.selected_plan!r} passed in the worker but not when "
+            f"rebuilt in this process: {why}"
+        )
+    state.close_all(candidates, keep=winner)
+    emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
+    assert winner.plan is not None
+    return OptimizationDecision(winner.plan, report)
+
+
+def _observers_only(optimizer: InferenceOptimizer) -> Callable[[Event], None]:
+    def emit(event: Event) -> None:
+        for observer in optimizer.observers:
+            with contextlib.suppress(Exception):
+                observer(event)
+
+    return emit
+
+
+def _reference_name(records: Sequence[dict[str, Any]]) -> str | None:
+    for record in records:
+        if record.get("kind") == "event" and record.get("event") == EventKind.RACE_STARTED.value:
+            providers = (record.get("data") or {}).get("providers") or []
+            return str(providers[0]) if providers else None
+    return None
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stage_word(stage: str) -> str:
+    return stage if stage in _STAGES else (stage or "unknown")
+
+
+def _tail(path: Path) -> tuple[str, ...]:
+    try:
+        data = path.read_bytes()[-16384:]
+    except OSError:
+        return ()
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return tuple(line[:400] for line in lines[-STDERR_LINES:])

@@ -1,0 +1,240 @@
+"""What crosses the process boundary: the worker's spec as strict JSON, and the
+workload's tensors in an ``.npz`` archive the host wrote (read with
+``allow_pickle=False``). Nothing is unpickled; the model is rebuilt in the worker from a
+``module:factory`` reference, explicit providers from their importable class names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from attrs import field, frozen
+
+from dlopt.api.policy import OptimizationPolicy
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.errors import ConfigurationError
+from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json, to_jsonable
+
+#: How a plugin (not a plan) is named in the journal, the heartbeat and exclusions.
+PLUGIN_PREFIX = "plugin:"
+#: Dtypes numpy has no type for travel as raw bits of the same width.
+_BITS_OF = {torch.bfloat16: torch.int16}
+
+
+@frozen
+class TensorRef:
+    """One tensor of the archive: its entry and its torch dtype."""
+
+    key: str
+    dtype: str
+
+
+@frozen
+class CaseSpec:
+    name: str
+    weight: float
+    args: tuple[TensorRef, ...] = ()
+    kwargs: dict[str, TensorRef] = field(factory=dict)
+
+
+@frozen
+class WorkloadSpec:
+    name: str
+    cases: tuple[CaseSpec, ...]
+    expected_calls: int | None = None
+    inputs: str | None = None
+
+
+@frozen
+class WorkerSpec:
+    """Everything a worker needs, as strict JSON."""
+
+    target: ExecutionTarget
+    #: The policy as :func:`policy_to_json` writes it.
+    policy: dict[str, Any]
+    journal: str
+    heartbeat: str
+    result: str
+    #: ``select`` (a whole selection) or ``probe`` (load the plugins, probe every plan).
+    task: str = "select"
+    #: ``select`` only: the model factory, the workload's layout and tensors, artifacts.
+    model: str = ""
+    workload: WorkloadSpec | None = None
+    tensors: str = ""
+    artifact_dir: str = ""
+    #: Explicit providers as ``module:Class`` (built with no arguments in the worker).
+    providers: tuple[str, ...] = ()
+    #: Plans (and ``plugin:NAME`` plugins) a previous worker crashed or hung in: never
+    #: loaded, probed or built again.
+    excluded: tuple[str, ...] = ()
+    #: The host's import path, so the worker finds what the host found.
+    sys_path: tuple[str, ...] = ()
+    #: Which worker of this selection this is (1 = the first).
+    attempt: int = 1
+
+
+def policy_to_json(policy: OptimizationPolicy) -> dict[str, Any]:
+    """``policy`` as plain JSON, one entry per field."""
+    return {f.name: to_jsonable(getattr(policy, f.name)) for f in attrs.fields(OptimizationPolicy)}
+
+
+def policy_from_json(data: dict[str, Any]) -> OptimizationPolicy:
+    """The policy :func:`policy_to_json` wrote (its nested policies typed again)."""
+    from dlopt.api.policy import DeploymentConstraints
+    from dlopt.measurement import MeasurementPolicy
+    from dlopt.validation import QualityPolicy
+
+    nested = {
+        "constraints": DeploymentConstraints,
+        "measurement": MeasurementPolicy,
+        "quality": QualityPolicy,
+    }
+    values = {
+        name: from_jsonable(value, nested[name]) if name in nested else value
+        for name, value in data.items()
+    }
+    return OptimizationPolicy(**values)
+
+
+def write_spec(spec: WorkerSpec, path: str | os.PathLike[str]) -> Path:
+    target = Path(path)
+    target.write_text(dumps(spec), encoding="utf-8")
+    return target
+
+
+def read_spec(path: str | os.PathLike[str]) -> WorkerSpec:
+    return from_jsonable(parse_strict_json(Path(path).read_text(encoding="utf-8")), WorkerSpec)
+
+
+def write_workload(workload: WorkloadProfile, path: str | os.PathLike[str]) -> WorkloadSpec:
+    """Write every input tensor of ``workload`` to the ``.npz`` at ``path``; return the
+    layout the worker rebuilds the workload from. Inputs that are not tensors cannot
+    cross: a clear error says so."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def put(value: Any, key: str, where: str) -> TensorRef:
+        if not isinstance(value, torch.Tensor):
+            raise ConfigurationError(
+                f"{where} is a {type(value).__name__}: an isolated selection passes only "
+                "tensors to its worker; pass tensors, or select in process "
+                "(OptimizationPolicy(isolation='in_process'))"
+            )
+        tensor = value.detach().cpu().contiguous()
+        bits = _BITS_OF.get(tensor.dtype)
+        arrays[key] = (tensor.view(bits) if bits is not None else tensor).numpy()
+        return TensorRef(key, str(tensor.dtype).removeprefix("torch."))
+
+    cases = []
+    for i, case in enumerate(workload.cases):
+        args = tuple(
+            put(a, f"c{i}_a{j}", f"case {case.name!r} argument {j}")
+            for j, a in enumerate(case.args)
+        )
+        kwargs = {
+            k: put(v, f"c{i}_k{j}", f"case {case.name!r} keyword {k!r}")
+            for j, (k, v) in enumerate(case.kwargs.items())
+        }
+        cases.append(CaseSpec(case.name, case.weight, args, kwargs))
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: names are arrays
+    return WorkloadSpec(workload.name, tuple(cases), workload.expected_calls, workload.inputs)
+
+
+def read_workload(spec: WorkloadSpec, path: str | os.PathLike[str], device: str) -> WorkloadProfile:
+    """The workload the host wrote, on ``device`` (no pickle: object arrays are refused)."""
+    with np.load(path, allow_pickle=False) as archive:
+
+        def get(ref: TensorRef) -> torch.Tensor:
+            dtype = getattr(torch, ref.dtype)
+            tensor = torch.from_numpy(archive[ref.key].copy())
+            if dtype in _BITS_OF:
+                tensor = tensor.view(dtype)
+            return tensor.to(device)
+
+        cases = [
+            WorkloadCase(
+                c.name,
+                args=tuple(get(a) for a in c.args),
+                kwargs={k: get(v) for k, v in c.kwargs.items()},
+                weight=c.weight,
+            )
+            for c in spec.cases
+        ]
+    return WorkloadProfile(
+        cases=cases, name=spec.name, expected_calls=spec.expected_calls, inputs=spec.inputs
+    )
+
+
+def reference_of(obj: Any, what: str) -> str:
+    """``module:qualname`` of a module-level function or class a fresh process can import.
+
+    A lambda, a nested function, something defined in ``__main__`` or not findable again
+    by that name is refused with the alternatives."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    problem = None
+    if not module or not qualname:
+        problem = "has no importable name"
+    elif module == "__main__":
+        problem = "is defined in __main__, which a worker process does not run"
+    elif "<" in qualname:
+        problem = f"is {qualname}, not a module-level name"
+    else:
+        try:
+            found = resolve_reference(f"{module}:{qualname}")
+        except ConfigurationError:
+            found = None
+        if found is not obj:
+            problem = f"is not found again as {module}:{qualname}"
+    if problem is not None:
+        raise ConfigurationError(
+            f"{what} {problem}; an isolated selection rebuilds it in a fresh process: define "
+            "it at module level in an importable module, or select in process "
+            "(OptimizationPolicy(isolation='in_process'))"
+        )
+    return f"{module}:{qualname}"
+
+
+def resolve_reference(ref: str) -> Any:
+    """Import ``module:attr.path`` and return the object it names."""
+    module_name, sep, attr_path = ref.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ConfigurationError(f"bad reference {ref!r}: write MODULE:NAME")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot import {ref}: {exc}") from None
+    return obj
+
+
+def build_model(ref: str, device: str) -> tuple[torch.nn.Module, Any]:
+    """Import ``module:factory`` and call it: ``(model on device, workload or None)``."""
+    try:
+        made = resolve_reference(ref)
+        if callable(made) and not isinstance(made, torch.nn.Module):
+            made = made()
+    except ConfigurationError:
+        raise
+    except (Exception, SystemExit) as exc:  # the user's code failing, not dlopt's
+        raise ConfigurationError(
+            f"the model factory {ref} raised {type(exc).__name__}: {exc}; call it in Python "
+            "to see the traceback"
+        ) from exc
+    workload = None
+    if isinstance(made, tuple) and len(made) == 2:
+        made, workload = made
+    if not isinstance(made, torch.nn.Module):
+        raise ConfigurationError(
+            f"{ref} returned {type(made).__name__}, expected a torch.nn.Module or a "
+            "(model, WorkloadProfile) pair"
+        )
+    return made.eval().to(device), workload

@@ -1,0 +1,271 @@
+"""The worker: runs one selection in process, journaling it, for a supervising host.
+
+Started by :mod:`dlopt.isolation.supervisor` as ``python -m dlopt.isolation.worker SPEC``
+(a fresh interpreter: nothing of the host's memory is inherited). It rebuilds the model
+from its ``module:factory`` reference and the workload from the host's ``.npz``, wraps
+every provider so that each probe, build and call first says what is running (journal
+and heartbeat), runs the ordinary in-process selection, writes the report as strict JSON
+and exits. Exit status 0: a report was written; 3: the selection raised a dlopt error
+(journaled as an ``error`` record); anything else: the worker died.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+import time
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt.api.policy import OptimizationPolicy
+from dlopt.events import Event, EventKind
+from dlopt.isolation.journal import Heartbeat, JournalWriter
+from dlopt.isolation.transfer import (
+    PLUGIN_PREFIX,
+    WorkerSpec,
+    build_model,
+    policy_from_json,
+    read_spec,
+    read_workload,
+    resolve_reference,
+)
+from dlopt.plugins.contract import BuiltPlan, ExecutionProvider
+from dlopt.vocabulary import Stage
+
+#: A probe past its own time limit is answered "unavailable" by the probe stage, but its
+#: thread cannot be stopped: this long after the limit the watchdog kills the worker
+#: (and the probe with it) and the plan is reported hung at probe.
+PROBE_WATCHDOG_GRACE_S = 1.0
+#: Exit status of a worker whose selection raised an error it journaled.
+EXIT_SELECTION_ERROR = 3
+
+
+class Watched:
+    """What the worker knows of each plan's calls, shared by its wrapped providers."""
+
+    def __init__(
+        self, policy: OptimizationPolicy, journal: JournalWriter, heartbeat: Heartbeat
+    ) -> None:
+        self.policy = policy
+        self.journal = journal
+        self.heartbeat = heartbeat
+        self.stage_of: dict[str, str] = {}
+        self.fastest_call: dict[str, float] = {}
+        self._marked: set[tuple[str, str]] = set()
+
+    def running(self, plan: str, stage: str, case: str | None = None) -> None:
+        """The journal's "now running" marker, once per plan and stage (durable)."""
+        if (plan, stage) in self._marked:
+            return
+        self._marked.add((plan, stage))
+        self.journal.append(
+            {"kind": "running", "plan": plan, "stage": stage, "case": case, "at": time.time()},
+            durable=True,
+        )
+
+    def call_limit(self, plan: str) -> float | None:
+        """A call's watchdog: a multiple of the plan's fastest call, with a floor; its
+        first call (which may compile) gets the build cap."""
+        policy = self.policy
+        fastest = self.fastest_call.get(plan)
+        if fastest is None:
+            return policy.build_timeout_s
+        return max(policy.call_timeout_floor_s, policy.call_timeout_factor * fastest)
+
+    def on_event(self, event: Event) -> None:
+        if event.kind is EventKind.STAGE_STARTED and event.candidate is not None:
+            self.stage_of[event.candidate] = str(event.data.get("stage", ""))
+        elif event.kind is EventKind.CANDIDATE_VALIDATED and event.candidate is not None:
+            self.stage_of[event.candidate] = Stage.MEASURE.value
+        record = {
+            "kind": "event",
+            "event": event.kind.value,
+            "message": event.message,
+            "candidate": event.candidate,
+            "data": event.data,
+        }
+        # Rounds are many and their samples are re-measured on resume: flushed, not synced.
+        self.journal.append(record, durable=event.kind is not EventKind.ROUND_FINISHED)
+
+
+class WatchedProvider:
+    """A provider whose probe, build and every call are announced before they run."""
+
+    def __init__(self, inner: ExecutionProvider, watched: Watched) -> None:
+        self._inner = inner
+        self._watched = watched
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def name(self) -> str:
+        return str(self._inner.name)
+
+    def probe(self, context: Any) -> Any:
+        watched = self._watched
+        watched.running(self.name, Stage.PROBE.value)
+        # The probe's own thread limit answers first; the watchdog then ends the probe
+        # for good, with the worker (a thread cannot be killed).
+        watched.heartbeat.begin(
+            self.name, Stage.PROBE.value, watched.policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S
+        )
+        try:
+            return self._inner.probe(context)
+        finally:
+            watched.heartbeat.end()
+
+    def build(self, model: torch.nn.Module, context: Any) -> Any:
+        watched = self._watched
+        watched.running(self.name, Stage.BUILD.value)
+        watched.heartbeat.begin(self.name, Stage.BUILD.value, watched.policy.build_timeout_s)
+        try:
+            plan = self._inner.build(model, context)
+        finally:
+            watched.heartbeat.end()
+        if isinstance(plan, BuiltPlan):
+            plan.runner = _watched_runner(self.name, plan.runner, watched)
+        return plan
+
+
+def _watched_runner(plan_name: str, runner: Any, watched: Watched) -> Any:
+    heartbeat = watched.heartbeat
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        stage = watched.stage_of.get(plan_name, Stage.FIRST_CALL.value)
+        watched.running(plan_name, stage)
+        heartbeat.begin(plan_name, stage, watched.call_limit(plan_name))
+        start = time.perf_counter()
+        try:
+            return runner(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            heartbeat.end()
+            if elapsed < watched.fastest_call.get(plan_name, float("inf")):
+                watched.fastest_call[plan_name] = elapsed
+
+    return call
+
+
+def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
+    """Open the journal and heartbeat, load the plugins (each announced), wrap every
+    provider: ``(policy, watched, registry)``."""
+    from dlopt.plugins.discovery import PluginSettings, load_providers
+
+    journal = JournalWriter(spec.journal)
+    heartbeat = Heartbeat(spec.heartbeat)
+    policy = policy_from_json(spec.policy)
+    watched = Watched(policy, journal, heartbeat)
+    journal.append({"kind": "start", "pid": os.getpid(), "attempt": spec.attempt}, durable=True)
+
+    def on_plugin(name: str | None) -> None:
+        if name is None:
+            heartbeat.end()
+            return
+        watched.running(PLUGIN_PREFIX + name, "load")
+        heartbeat.begin(
+            PLUGIN_PREFIX + name, "load", policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S
+        )
+
+    settings = PluginSettings.from_env()
+    lost_plugins = {
+        n.removeprefix(PLUGIN_PREFIX) for n in spec.excluded if n.startswith(PLUGIN_PREFIX)
+    }
+    settings = attrs.evolve(settings, deny=settings.deny | lost_plugins)
+    registry = load_providers(settings, on_plugin=on_plugin)
+    registry.providers[:] = [
+        attrs.evolve(info, provider=WatchedProvider(info.provider, watched))
+        for info in registry.providers
+    ]
+    return policy, watched, registry
+
+
+def run_selection(spec: WorkerSpec) -> None:
+    """Run the selection ``spec`` describes; the report goes to ``spec.result``."""
+    from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.platform.serialization import atomic_write_text
+
+    policy, watched, registry = start_worker(spec)
+    explicit = [WatchedProvider(resolve_reference(ref)(), watched) for ref in spec.providers]
+    assert spec.workload is not None
+    model, _ = build_model(spec.model, spec.target.input_device)
+    workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
+    policy = attrs.evolve(
+        policy,
+        isolation="in_process",
+        exclude=tuple(dict.fromkeys((*policy.exclude, *spec.excluded))),
+    )
+    optimizer = InferenceOptimizer(
+        spec.target,
+        policy,
+        explicit,
+        registry=registry,
+        observers=[watched.on_event],
+        artifact_dir=spec.artifact_dir,
+    )
+    decision = optimizer.select(model, workload)
+    atomic_write_text(spec.result, decision.report.to_json() + "\n")
+    watched.journal.append(
+        {"kind": "done", "selected": decision.report.selected_plan}, durable=True
+    )
+    decision.close()
+
+
+def run_probes(spec: WorkerSpec) -> None:
+    """Load the plugins and probe every plan but the excluded; statuses to ``spec.result``."""
+    from dlopt.pipeline.probe import probe_provider
+    from dlopt.platform.serialization import atomic_write_text, dumps
+    from dlopt.plugins.contract import ProviderContext
+
+    policy, watched, registry = start_worker(spec)
+    context = ProviderContext(target=spec.target, policy=policy)
+    statuses = [
+        probe_provider(info, context)
+        for info in registry.providers
+        if info.name not in spec.excluded
+    ]
+    result = {"providers": statuses, "plugin_failures": registry.failures}
+    atomic_write_text(spec.result, dumps(result) + "\n")
+    watched.journal.append({"kind": "done"}, durable=True)
+
+
+#: Where faulthandler writes (kept open for the worker's life).
+_CRASH_LOG: Any = None
+
+
+def main(argv: list[str]) -> int:
+    from dlopt.errors import DloptError
+
+    # A native crash prints the crashing thread's Python stack to the worker's stderr: the
+    # host keeps the last lines as the fault's evidence. Through a copy of the descriptor,
+    # as SDK output capture points fd 2 elsewhere while plugins load, probe and build.
+    global _CRASH_LOG
+    _CRASH_LOG = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=_CRASH_LOG, all_threads=False)
+    spec = read_spec(argv[0])
+    for entry in reversed(spec.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        if spec.task == "probe":
+            run_probes(spec)
+        else:
+            run_selection(spec)
+    except DloptError as exc:
+        JournalWriter(spec.journal).append(
+            {"kind": "error", "type": type(exc).__name__, "message": str(exc)}, durable=True
+        )
+        return EXIT_SELECTION_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    # Leave at once: a probe thread abandoned in the background must not hold the exit.
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,175 @@
+"""Test plans that take their process down, each importable by name in a worker.
+
+The model sleeps in its forward, so the eager reference is slow and ``FastPlan`` (the
+same linear layer without the sleep) wins every race by far: the decision is the same
+whichever other plans take part, which is what a survived fault must leave intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from dlopt import InferenceOptimizer, OptimizationPolicy
+from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.measurement import MeasurementPolicy
+from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
+
+#: Long enough for any watchdog of these tests to fire first.
+FOREVER_S = 3600.0
+
+
+class SleepyLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return self.linear(x)
+
+
+def tiny_model() -> tuple[torch.nn.Module, WorkloadProfile]:
+    """The factory the worker rebuilds the model from: ``faulty_plans:tiny_model``."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    return SleepyLinear().eval(), WorkloadProfile([WorkloadCase("small", args=(x,))])
+
+
+def segfault() -> None:
+    """A native crash: read the byte at address 0."""
+    ctypes.string_at(0)
+
+
+class FaultyPlan:
+    """A challenger serving ``model.linear`` whose ``fault`` strikes at one stage."""
+
+    name = "faulty"
+    fault = ""
+    #: The measured call (counted from the first call) the ``*_call`` faults strike at.
+    strike_at_call = 8
+
+    def probe(self, context: Any) -> ProviderAvailability:
+        self._strike("probe")
+        return ProviderAvailability.ok()
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        self._strike("build")
+        linear = model.linear
+        calls = 0
+
+        def runner(x: torch.Tensor) -> torch.Tensor:
+            nonlocal calls
+            calls += 1
+            if calls == self.strike_at_call:
+                self._strike("call")
+            return linear(x)
+
+        return BuiltPlan(runner=runner)
+
+    def _strike(self, where: str) -> None:
+        stage, _, how = self.fault.partition(":")
+        if stage != where:
+            return
+        if how == "segfault":
+            segfault()
+        elif how == "abort":
+            os.abort()
+        elif how == "exit":
+            os._exit(7)
+        elif how == "systemexit":
+            sys.exit("the SDK gave up")
+        elif how == "hang":
+            time.sleep(FOREVER_S)
+
+
+class FastPlan(FaultyPlan):
+    name = "fast"
+
+
+class SegfaultsWhenCalled(FaultyPlan):
+    name = "segfaults_when_called"
+    fault = "call:segfault"
+
+
+class AbortsInBuild(FaultyPlan):
+    name = "aborts_in_build"
+    fault = "build:abort"
+
+
+class ExitsInBuild(FaultyPlan):
+    name = "exits_in_build"
+    fault = "build:exit"
+
+
+class SystemExitInBuild(FaultyPlan):
+    name = "systemexit_in_build"
+    fault = "build:systemexit"
+
+
+class SegfaultsInProbe(FaultyPlan):
+    name = "segfaults_in_probe"
+    fault = "probe:segfault"
+
+
+class HangsInProbe(FaultyPlan):
+    name = "hangs_in_probe"
+    fault = "probe:hang"
+
+
+class HangsInBuild(FaultyPlan):
+    name = "hangs_in_build"
+    fault = "build:hang"
+
+
+class HangsWhenCalled(FaultyPlan):
+    name = "hangs_when_called"
+    fault = "call:hang"
+
+
+@contextlib.contextmanager
+def bounded(seconds: int) -> Iterator[None]:
+    """Fail (not hang) when the body runs past ``seconds``."""
+
+    def overrun(signum: int, frame: object) -> None:
+        raise TimeoutError(f"the test ran past its own bound of {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, overrun)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def isolated_policy(*plans: str, **overrides: object) -> OptimizationPolicy:
+    """Race the reference, ``fast`` and ``plans`` with watchdogs of a few seconds."""
+    values: dict[str, object] = {
+        "isolation": "process",
+        "include": ("eager_fp32", "fast", *plans),
+        # The race stops once resolved (three rounds here); the budget only bounds a slow
+        # machine.
+        "measurement": MeasurementPolicy(max_time_s=5.0, seed=3),
+        "build_timeout_s": 4.0,
+        "call_timeout_floor_s": 2.0,
+        "probe_timeout_s": 2.0,
+    }
+    values.update(overrides)
+    return OptimizationPolicy(**values)  # type: ignore[arg-type]
+
+
+def optimizer_with(
+    *culprits: type, policy: OptimizationPolicy, observers: Any = ()
+) -> InferenceOptimizer:
+    """An optimizer racing ``fast`` and ``culprits`` (explicit providers)."""
+    providers = [FastPlan(), *(c() for c in culprits)]
+    return InferenceOptimizer("cpu", policy, providers, observers=observers)

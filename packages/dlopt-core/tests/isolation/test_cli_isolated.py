@@ -1,0 +1,126 @@
+"""``dlopt providers --isolate`` and ``dlopt select --isolate`` with hostile plugins
+installed through entry points in a temporary directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+PLUGIN = '''
+"""A plugin whose plans crash or hang (a test fixture)."""
+import os
+from dlopt.plugin import hookimpl
+
+DLOPT_PLUGIN_API_VERSION = "2.0"
+if os.environ.get("HOSTILE_CRASH_AT_IMPORT"):
+    import faulty_plans
+    faulty_plans.segfault()
+
+
+@hookimpl
+def dlopt_register_providers(register):
+    import faulty_plans
+
+    for name in os.environ.get("HOSTILE_PLANS", "").split(","):
+        if name:
+            register(getattr(faulty_plans, name)())
+'''
+
+
+def _install_hostile_plugin(root: Path) -> dict[str, str]:
+    """A distribution found through its entry point only: the environment to run with."""
+    (root / "hostile_plugin.py").write_text(PLUGIN, encoding="utf-8")
+    info = root / "hostile_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hostile-plugin\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[dlopt.providers]\nhostile = hostile_plugin\n", encoding="utf-8"
+    )
+    path = os.pathsep.join([str(root), str(HERE), os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PYTHONPATH=path, DLOPT_PROBE_TIMEOUT_S="2")
+
+
+def _dlopt(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: int
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dlopt", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,  # the test's own bound
+    )
+
+
+@pytest.mark.slow
+def test_providers_returns_with_a_hanging_and_a_crashing_probe_installed(tmp_path):
+    env = _install_hostile_plugin(tmp_path)
+    env["HOSTILE_PLANS"] = "HangsInProbe,SegfaultsInProbe,FastPlan"
+    done = _dlopt(["providers", "--isolate", "--json"], env, tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr
+    statuses = {s["name"]: s for s in json.loads(done.stdout)["providers"]}
+    assert statuses["fast"]["availability"]["available"] is True
+    assert statuses["eager_fp32"]["availability"]["available"] is True
+    # Either the probe stage's own limit answered and the worker's exit ended the probe,
+    # or the watchdog killed the worker with it: never left running, never holding.
+    hung = statuses["hangs_in_probe"]["availability"]
+    assert hung["available"] is False
+    assert "hung at probe" in hung["reason"] or "probe took 2.0 s" in hung["reason"]
+    crashed = statuses["segfaults_in_probe"]["availability"]
+    assert crashed["available"] is False and "crashed at probe (SIGSEGV)" in crashed["reason"]
+
+
+@pytest.mark.slow
+def test_a_plugin_that_crashes_at_import_is_that_plugins_failure(tmp_path):
+    env = _install_hostile_plugin(tmp_path)
+    env["HOSTILE_CRASH_AT_IMPORT"] = "1"
+    done = _dlopt(["providers", "--isolate", "--json"], env, tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    (failure,) = [f for f in data["plugin_failures"] if f["plugin"] == "hostile"]
+    assert failure["stage"] == "load" and "crashed at load (SIGSEGV)" in failure["error"]
+    assert any(s["name"] == "eager_fp32" for s in data["providers"])
+
+
+@pytest.mark.slow
+def test_select_writes_a_full_report_when_one_plan_segfaults_and_another_hangs_in_build(tmp_path):
+    env = _install_hostile_plugin(tmp_path)
+    env["HOSTILE_PLANS"] = "SegfaultsWhenCalled,HangsInBuild,FastPlan"
+    report_path = tmp_path / "r.json"
+    args = [
+        "select",
+        "faulty_plans:tiny_model",
+        "--isolate",
+        "--report",
+        str(report_path),
+        "--max-measure-time",
+        "5",
+        "--build-timeout",
+        "4",
+        "--plain",
+    ]
+    for plan in ("eager_fp32", "fast", "segfaults_when_called", "hangs_in_build"):
+        args += ["--include", plan]
+    done = _dlopt(args, env, tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    by_name = {c["name"]: c for c in report["candidates"]}
+    assert report["selected_plan"] == "fast"
+    assert by_name["segfaults_when_called"]["fault"]["signal"] == "SIGSEGV"
+    assert by_name["segfaults_when_called"]["fault"]["stage"] == "measure"
+    assert by_name["hangs_in_build"]["fault"]["kind"] == "hung"
+    assert by_name["hangs_in_build"]["fault"]["stage"] == "build"
+    assert report["isolation"]["workers"] == 3
+    # The progress line named both as they happened.
+    assert "segfaults_when_called: crashed at measure (SIGSEGV)" in done.stderr
+    assert "hangs_in_build: hung at build" in done.stderr
