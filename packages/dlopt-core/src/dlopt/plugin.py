@@ -51,6 +51,7 @@ from dlopt.plugins.boundary import is_plain_name
 from dlopt.plugins.contract import (
     PLUGIN_API_VERSION,
     BuiltPlan,
+    Comeback,
     ExecutionProvider,
     PreparedCase,
     Provider,
@@ -77,6 +78,7 @@ __all__ = [
     "ProviderBuildError",
     "ProviderContext",
     "Register",
+    "Comeback",
     "Role",
     "WorkloadCase",
     "WorkloadError",

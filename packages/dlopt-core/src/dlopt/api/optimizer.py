@@ -1,6 +1,7 @@
 """``InferenceOptimizer``: wires the stages of a selection together (dlopt.pipeline).
 
-reference (eager fp32, checked) -> plans -> prepare each (probe, build, first calls,
+reference (eager fp32, checked) -> [plan cache: a record of this key, revalidated, is
+served] -> plans -> prepare each (probe, build, first calls,
 validation, build limits) -> race -> revalidate -> measured limits -> choose (with a
 final check of the chosen plan) -> report -> OptimizationDecision
 """
@@ -9,16 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from dlopt.api.decision import OptimizationDecision
 from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.cache import lookup
+from dlopt.cache.revalidate import revalidate_record
 from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
@@ -179,6 +184,30 @@ class InferenceOptimizer:
         reference = capture_reference(
             model, workload, self.policy.quality, target=self.target, guard=guard
         )
+        # The plan cache: a record of this very key is served once it revalidates.
+        found = revalidation = None
+        revalidation_s: float | None = None
+        if self.policy.plan_cache_dir is not None:
+            found = lookup.look_up(
+                self.policy.plan_cache_dir, model, workload, self.policy, self.target, candidates
+            )
+            if found.record is not None and self.policy.reuse_cached_plan:
+                start = time.perf_counter()
+                revalidation = revalidate_record(
+                    found.record, candidates, model, workload, context, reference, guard, run
+                )
+                revalidation_s = time.perf_counter() - start
+                if revalidation.reused and revalidation.selected is not None:
+                    report = lookup.hit_report(found, revalidation, revalidation_s)
+                    run.emit(
+                        Event(
+                            EventKind.DECISION_MADE,
+                            revalidation.reason,
+                            candidate=report.selected_plan,
+                        )
+                    )
+                    assert revalidation.selected.plan is not None
+                    return OptimizationDecision(revalidation.selected.plan, report)
         try:
             for cand in candidates:  # the reference first: if it cannot serve, build no more
                 if should_continue is not None and not should_continue():
@@ -204,10 +233,19 @@ class InferenceOptimizer:
                 outcome,
                 expected_calls,
             )
+            if found is not None:
+                report = attrs.evolve(
+                    report,
+                    cache=lookup.miss_evidence(
+                        found, revalidation, revalidation_s, self.policy.reuse_cached_plan
+                    ),
+                )
         except BaseException:
             state.close_all(candidates)  # no decision will own any plan
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
+        if found is not None:
+            report = lookup.store(found, report, selected, context.artifact_dir)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
         assert selected.plan is not None

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
-from dlopt.platform.config_checks import instance_of, integer, number, one_of
+from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.vocabulary import Objective
 
 if TYPE_CHECKING:
@@ -118,6 +118,19 @@ def _names(value: object) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _cache_dir(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigurationError(
+            f"OptimizationPolicy.plan_cache_dir must be a directory path (str or Path), got "
+            f"{value!r}"
+        )
+    return str(value)
+
+
 def _check_names(instance: object, attribute: Any, value: Any) -> None:
     name = getattr(attribute, "name", "include")
     if value is None and name == "include":
@@ -143,6 +156,9 @@ class OptimizationPolicy:
     plan's options (``{"onnxruntime_cpu": {"graph_optimization_level": "basic"}}``);
     unknown plans or options and ill-typed values are refused before anything is built
     (``dlopt providers --options PLAN`` lists a plan's options).
+    ``plan_cache_dir``: keep decisions in this directory, keyed by everything that can
+    change them, and serve a matching one again after revalidating it (docs/cache.md);
+    ``reuse_cached_plan=False`` races anyway and refreshes the record.
     """
 
     objective: Objective = field(
@@ -166,6 +182,8 @@ class OptimizationPolicy:
     plan_options: dict[str, dict[str, Any]] = field(
         factory=dict, converter=lambda v: v, validator=lambda _i, _a, v: _check_plan_options(v)
     )
+    plan_cache_dir: str | None = field(default=None, converter=_cache_dir)
+    reuse_cached_plan: bool = field(default=True, validator=boolean())
 
     def wants(self, provider_name: str) -> bool:
         if provider_name in self.exclude:

@@ -155,6 +155,34 @@ class MeasurementSummary:
 
 
 @frozen
+class CacheEvidence:
+    """What the plan cache did for this decision (docs/cache.md).
+
+    ``cache_hit``: the decision came from a record, revalidated. ``key``: the record's key
+    (the SHA-256 of its ingredients). ``lookup_time_s``: hashing the ingredients and
+    reading the record; ``revalidation_time_s``: bringing the plan back, validating it and
+    the paired probe. ``reason``: why the record was reused, or why there was none to
+    reuse (no record, revalidation failed...). ``differences``: on a miss beside an older
+    record (``closest_key``), the ingredients that differ. ``probe_speedup``: the
+    revalidation probe's speedup of the cached pick over the baseline (``probe_baseline``).
+    ``record_written``: a race's decision was stored (``False`` with the reason in
+    ``write_note`` when it could not be, or another process wrote it first).
+    """
+
+    cache_hit: bool
+    key: str
+    lookup_time_s: float | None = None
+    revalidation_time_s: float | None = None
+    reason: str | None = None
+    differences: tuple[str, ...] = ()
+    closest_key: str | None = None
+    probe_baseline: str | None = None
+    probe_speedup: RatioInterval | None = None
+    record_written: bool | None = None
+    write_note: str | None = None
+
+
+@frozen
 class OptimizationReport:
     """The whole decision and its evidence. ``dumps``/``load_report`` round-trip exactly."""
 
@@ -173,6 +201,8 @@ class OptimizationReport:
     candidates: tuple[CandidateEvidence, ...]
     measurement: MeasurementSummary | None = None
     plugin_failures: tuple[PluginFailure, ...] = ()
+    #: What the plan cache did (``None``: no cache was configured).
+    cache: CacheEvidence | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
