@@ -31,8 +31,17 @@ if TYPE_CHECKING:
 
 #: Bumped when the ingredients change shape: records keyed the old way are never hit.
 KEY_VERSION = 1
-#: Policy fields that say where and whether to cache, never what to decide.
-POLICY_FIELDS_NOT_IN_KEY = ("plan_cache_dir", "reuse_cached_plan")
+#: Policy fields left out of the policy section: where and whether to cache never change
+#: the decision, and which plans race with which options enter as the plans section
+#: (each plan's resolved options), so ``include`` in another order or an option spelled
+#: at its default value is the same key.
+POLICY_FIELDS_NOT_IN_KEY = (
+    "plan_cache_dir",
+    "reuse_cached_plan",
+    "include",
+    "exclude",
+    "plan_options",
+)
 
 
 def canonical(value: Any) -> Any:
