@@ -149,7 +149,7 @@ class PlanCache:
             if count >= limit:
                 break
             try:
-                data = _read_record_json(path / RECORD_NAME, path.name)
+                data = read_record_json(path / RECORD_NAME, path.name)
             except PlanCacheError:
                 continue
             diff = differences(data["ingredients"], dict(ingredients))
@@ -165,7 +165,7 @@ class PlanCache:
         for path in self._record_dirs():
             size = _tree_size(path)
             try:
-                data = _read_record_json(path / RECORD_NAME, path.name)
+                data = read_record_json(path / RECORD_NAME, path.name)
             except PlanCacheError as exc:
                 found.append(RecordSummary(path.name, path, None, None, size, str(exc)))
                 continue
@@ -330,14 +330,16 @@ def read_record(path: Path, key: str) -> CacheRecord:
     :class:`BundleError` naming what is wrong."""
     if path.is_symlink() or not path.is_dir():
         raise PlanCacheError(f"{path} is not a record directory")
-    data = _read_record_json(path / RECORD_NAME, key)
+    data = read_record_json(path / RECORD_NAME, key)
     bundle = verify_bundle(path / BUNDLE_DIR)
     if bundle.report.selected_plan != data.get("selected_plan"):
         raise PlanCacheError(f"{path}: record.json and the bundle name different plans")
     return CacheRecord(key, path, str(data.get("created_at")), data["ingredients"], bundle)
 
 
-def _read_record_json(path: Path, key: str) -> dict[str, Any]:
+def read_record_json(path: Path, key: str) -> dict[str, Any]:
+    """``record.json`` of key ``key`` (strict JSON, its version and key checked):
+    :class:`PlanCacheError` naming what is wrong."""
     try:
         text = read_bytes_capped(path, _MAX_RECORD_BYTES).decode("utf-8")
         data = parse_strict_json(text)

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
+from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_OK,
@@ -299,6 +300,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
         include=tuple(args.include) if args.include else None,
         exclude=tuple(args.exclude),
         plan_options=parse_plan_options(args.option),
+        plan_cache_dir=cache_dir_of(args, required=False),
+        reuse_cached_plan=not args.no_cache_reuse,
     )
     out = Output(plain=args.plain or None)
     progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
@@ -318,6 +321,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
     try:
         out.line()
         print_report(decision.report, out)
+        if decision.report.cache is not None:
+            out.line(cache_line(decision.report.cache))
         if args.report:
             path = decision.save_report(args.report)
             out.line(f"report: {path}")
@@ -434,6 +439,12 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
+    add_cache_argument(p)
+    p.add_argument(
+        "--no-cache-reuse",
+        action="store_true",
+        help="race even when the cache holds a record (the record is refreshed)",
+    )
     add_plain_argument(p)
     p.set_defaults(handler=_cmd_select)
 
