@@ -16,6 +16,7 @@ directory. Anything else is rebuilt from scratch (compiled again).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,9 @@ class ComebackProvider:
     plan_dir: Path
     metadata: dict[str, Any]
     compile_cache: Path | None = None
+    #: Copy the saved files into the race's own plan directory before loading: a race
+    #: requires a plan's artifacts there, and the provider then never writes to the record.
+    copy_to_plan_dir: bool = False
     #: Set by ``build``: whether torch took the restored compile caches.
     compile_cache_restored: bool = False
 
@@ -114,7 +118,11 @@ class ComebackProvider:
     def build(self, model: Any, context: ProviderContext) -> BuiltPlan:
         kind = self.comes_back
         if kind is Comeback.LOAD:
-            plan = self.provider.load(self.plan_dir, dict(self.metadata), context)
+            directory = self.plan_dir
+            if self.copy_to_plan_dir:
+                directory = context.plan_dir(self.name)
+                shutil.copytree(self.plan_dir, directory, dirs_exist_ok=True)
+            plan = self.provider.load(directory, dict(self.metadata), context)
             if not isinstance(plan, BuiltPlan):
                 raise ProviderBuildError(
                     f"{self.name}: load() returned {type(plan).__name__}, expected a BuiltPlan"

@@ -187,7 +187,11 @@ def _comeback(record: CacheRecord, cand: state.CandidateState) -> ComebackProvid
         compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
     metadata = dict(bundle.report.candidate(cand.name).metadata)
     return ComebackProvider(
-        provider, bundle.path / ARTIFACTS_DIR / cand.name, metadata, compile_cache
+        provider,
+        bundle.path / ARTIFACTS_DIR / cand.name,
+        metadata,
+        compile_cache,
+        copy_to_plan_dir=True,
     )
 
 
