@@ -40,7 +40,7 @@ MODEL_SOURCE = textwrap.dedent(
             self.head = torch.nn.Linear(8 * 8 * 8, 16)
 
         def forward(self, x):
-            if torch.fx._symbolic_trace.is_fx_tracing():  # fx: no branching on a Proxy
+            if torch.fx._symbolic_trace.is_fx_symbolic_tracing():  # fx: no branching on a Proxy
                 return self.head(torch.relu(self.conv(x)).flatten(1))
             if x.is_contiguous() and not (
                 torch.compiler.is_compiling()
