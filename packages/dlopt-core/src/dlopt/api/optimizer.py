@@ -23,7 +23,7 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.cache import lookup
-from dlopt.cache.revalidate import revalidate_record
+from dlopt.cache.revalidate import Revalidation, revalidate_record
 from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
@@ -32,7 +32,7 @@ from dlopt.pipeline import checks, choose, constraints, plans, prepare, race, st
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
-from dlopt.validation import ModelGuard, capture_reference
+from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
 from dlopt.vocabulary import Objective
 
 Observer = Callable[[Event], None]
@@ -185,29 +185,12 @@ class InferenceOptimizer:
             model, workload, self.policy.quality, target=self.target, guard=guard
         )
         # The plan cache: a record of this very key is served once it revalidates.
-        found = revalidation = None
-        revalidation_s: float | None = None
+        cached = _CacheStep()
         if self.policy.plan_cache_dir is not None:
-            found = lookup.look_up(
-                self.policy.plan_cache_dir, model, workload, self.policy, self.target, candidates
-            )
-            if found.record is not None and self.policy.reuse_cached_plan:
-                start = time.perf_counter()
-                revalidation = revalidate_record(
-                    found.record, candidates, model, workload, context, reference, guard, run
-                )
-                revalidation_s = time.perf_counter() - start
-                if revalidation.reused and revalidation.selected is not None:
-                    report = lookup.hit_report(found, revalidation, revalidation_s)
-                    run.emit(
-                        Event(
-                            EventKind.DECISION_MADE,
-                            revalidation.reason,
-                            candidate=report.selected_plan,
-                        )
-                    )
-                    assert revalidation.selected.plan is not None
-                    return OptimizationDecision(revalidation.selected.plan, report)
+            cached = self._from_cache(model, workload, candidates, context, reference, guard, run)
+            if cached.decision is not None:
+                return cached.decision
+        found, revalidation, revalidation_s = cached.found, cached.revalidation, cached.seconds
         try:
             for cand in candidates:  # the reference first: if it cannot serve, build no more
                 if should_continue is not None and not should_continue():
@@ -251,6 +234,38 @@ class InferenceOptimizer:
         assert selected.plan is not None
         return OptimizationDecision(selected.plan, report)
 
+    def _from_cache(
+        self,
+        model: torch.nn.Module,
+        workload: WorkloadProfile,
+        candidates: list[state.CandidateState],
+        context: ProviderContext,
+        reference: ReferenceOutputs,
+        guard: ModelGuard,
+        run: state.Run,
+    ) -> _CacheStep:
+        """Look this selection's key up; a record that revalidates is the decision."""
+        assert self.policy.plan_cache_dir is not None
+        found = lookup.look_up(
+            self.policy.plan_cache_dir, model, workload, self.policy, self.target, candidates
+        )
+        if found.record is None or not self.policy.reuse_cached_plan:
+            return _CacheStep(found)
+        start = time.perf_counter()
+        revalidation = revalidate_record(
+            found.record, candidates, model, workload, context, reference, guard, run
+        )
+        seconds = time.perf_counter() - start
+        step = _CacheStep(found, revalidation, seconds)
+        if revalidation.reused and revalidation.selected is not None:
+            assert revalidation.selected.plan is not None
+            report = lookup.hit_report(found, revalidation, seconds)
+            run.emit(
+                Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
+            )
+            step.decision = OptimizationDecision(revalidation.selected.plan, report)
+        return step
+
     def _emitter(self, registry: ProviderRegistry) -> Callable[[Event], None]:
         """Events go to every ``dlopt_on_event`` hook and to this optimizer's observers."""
 
@@ -287,3 +302,14 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+@attrs.define
+class _CacheStep:
+    """What the plan cache found before the race: the lookup, the revalidation of its
+    record (if any) and, when the record revalidated, the decision to return."""
+
+    found: lookup.Lookup | None = None
+    revalidation: Revalidation | None = None
+    seconds: float | None = None
+    decision: OptimizationDecision | None = None

@@ -8,13 +8,13 @@ marker is never touched.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from typing import Any
 
 from dlopt.cli.common import EXIT_FAILED, EXIT_OK, add_plain_argument
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
+from dlopt.platform.serialization import dumps
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -151,7 +151,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     data = _record_json(cache, key)
     out = Output(plain=args.plain or None)
     if args.json:
-        out.line(json.dumps(data, indent=2, sort_keys=True))
+        out.line(dumps(data))
         return EXIT_OK
     rows = [
         ("key", key),
@@ -238,5 +238,5 @@ def _at(data: Any, path: str) -> Any:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = value if isinstance(value, str) else dumps(value, indent=None)
     return text if len(text) <= limit else text[: limit - 3] + "..."
