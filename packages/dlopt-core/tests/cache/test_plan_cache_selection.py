@@ -117,3 +117,16 @@ def test_unreadable_records_are_set_aside_with_a_warning(tmp_path, damage):
         warnings.simplefilter("error")
         third = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
     assert third.report.cache.cache_hit is True
+
+
+def test_the_cache_field_round_trips_and_is_absent_without_a_cache(tmp_path):
+    from dlopt.evidence.report import report_from_json
+
+    model, x = small_model(), torch.randn(4, 8)
+    cached = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x).report
+    assert json.loads(cached.to_json())["cache"]["cache_hit"] is False
+    assert report_from_json(cached.to_json()) == cached
+    race = FakeRace()
+    plain = race.optimizer(race.fake("eager_fp32", 2e-3)).select_signature(model, x).report
+    assert "cache" not in json.loads(plain.to_json())
+    assert report_from_json(plain.to_json()).cache is None

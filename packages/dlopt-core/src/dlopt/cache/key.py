@@ -98,7 +98,7 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
         return memoryview(b"")
     # Viewed as bytes, every dtype (bf16 and float8 included) hashes what is stored.
     as_bytes = data.view(torch.uint8) if data.element_size() > 0 else data
-    return memoryview(as_bytes.numpy()).cast("B")
+    return as_bytes.numpy().data.cast("B")
 
 
 def hash_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import cattrs
 from attrs import field, frozen
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
 from dlopt.api.policy import DeploymentConstraints
@@ -22,7 +23,13 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.state import StageError
 from dlopt.platform.fileio import read_bytes_capped
-from dlopt.platform.serialization import atomic_write_text, dumps, from_jsonable, parse_strict_json
+from dlopt.platform.serialization import (
+    atomic_write_text,
+    converter,
+    dumps,
+    from_jsonable,
+    parse_strict_json,
+)
 from dlopt.plugins.records import PluginFailure
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, StopReason, Verdict
@@ -216,6 +223,14 @@ class OptimizationReport:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the report as strict JSON, atomically."""
         return atomic_write_text(path, self.to_json() + "\n")
+
+
+# A report without a plan cache says nothing about it: ``cache`` is written only when set,
+# so reports of selections without a cache read and write back exactly as before.
+converter.register_unstructure_hook(
+    OptimizationReport,
+    make_dict_unstructure_fn(OptimizationReport, converter, cache=override(omit_if_default=True)),
+)
 
 
 def load_report(path: str | os.PathLike[str]) -> OptimizationReport:
