@@ -57,6 +57,7 @@ from dlopt.plugins.boundary import is_plain_name
 from dlopt.plugins.contract import (
     PLUGIN_API_VERSION,
     BuiltPlan,
+    Comeback,
     ExecutionProvider,
     PreparedCase,
     Provider,
@@ -84,6 +85,7 @@ __all__ = [
     "ProviderBuildError",
     "ProviderContext",
     "Register",
+    "Comeback",
     "Role",
     "WorkloadCase",
     "WorkloadError",

@@ -64,6 +64,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline", ("dlopt.pipeline",)),
     ("evidence", ("dlopt.evidence",)),
     ("decision", ("dlopt.bundle.store", "dlopt.api.decision")),
+    ("cache", ("dlopt.cache",)),
     ("api", ("dlopt.api", "dlopt.bundle", "dlopt.isolation")),
     ("reporting", ("dlopt.reporting",)),
     ("surfaces", ("dlopt.cli", "dlopt.agents", "dlopt.testing", "dlopt.__main__", "dlopt")),

@@ -16,6 +16,7 @@ NOT_WRITERS = {
     "platform/serialization.py": "the one JSON path itself",
     "testing/provider_suite.py": "the contract suite checks a plugin's own values with the stdlib",
     "platform/tree.py": "quotes a dict key inside an output path",
+    "cache/key.py": "canonical JSON of a cache key's ingredients is hashed, never written",
 }
 
 

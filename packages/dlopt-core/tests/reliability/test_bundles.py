@@ -329,10 +329,28 @@ def test_an_unavailable_provider_is_reported_with_the_probe_reason(report, tmp_p
     assert [kind for kind, _ in provider.calls] == ["probe"]
 
 
-def test_a_provider_that_cannot_load_says_so(report, tmp_path):
+def test_a_plan_rebuilt_from_the_model_asks_for_the_model(report, tmp_path):
     bundle = _saved(report, tmp_path)
-    with pytest.raises(BundleLoadError, match=r"'fast'.*cannot load saved plans"):
+    with pytest.raises(BundleLoadError, match=r"'fast'.*rebuilding it from the model.*model=model"):
         load_bundle(bundle, registry=_registry(CannotLoad()))
+
+
+class Rebuilt(CannotLoad):
+    """Comes back by building again from the caller's model."""
+
+    def build(self, model, context):
+        self.calls.append(("build", context))
+        factor = context.options.factor
+        return BuiltPlan(runner=lambda x: model(x) * factor)
+
+
+def test_a_plan_rebuilt_from_the_model_comes_back_with_it(report, tmp_path):
+    bundle = _saved(report, tmp_path, options={"factor": 2.0})
+    provider = Rebuilt()
+    model = torch.nn.Identity()
+    with load_bundle(bundle, registry=_registry(provider), model=model) as decision:
+        assert decision(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert [kind for kind, _ in provider.calls] == ["probe", "build"]
 
 
 def test_recorded_options_that_no_longer_fit_are_refused_naming_the_plan(report, tmp_path):

@@ -19,6 +19,7 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
+    Comeback,
     PlanNotApplicable,
     Precision,
     Provider,
@@ -202,6 +203,9 @@ class InductorProvider(Provider):
     precision: Precision = field()
     role = Role.CHALLENGER
     options_type = InductorOptions
+    #: A saved plan is compiled again with torch's compile caches restored (a cache hit
+    #: then reuses Inductor's generated code instead of generating it again).
+    comes_back = Comeback.REBUILD_WITH_COMPILE_CACHE
 
     @precision.default
     def _precision_of_autocast(self) -> Precision:

@@ -23,6 +23,7 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
+    Comeback,
     Precision,
     Provider,
     ProviderAvailability,
@@ -300,6 +301,12 @@ class TorchAOProvider(Provider):
     precision: Precision = field()
     options_type: type[TorchAOOptions] = field(init=False, repr=False, eq=False)
     role = Role.CHALLENGER
+
+    @property
+    def comes_back(self) -> Comeback:
+        """A saved plan is quantized again from the model; a compiled one with torch's
+        compile caches restored."""
+        return Comeback.REBUILD_WITH_COMPILE_CACHE if self.compiled else Comeback.REBUILD
 
     @name.default
     def _default_name(self) -> str:

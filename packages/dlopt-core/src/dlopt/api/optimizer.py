@@ -1,6 +1,7 @@
 """``InferenceOptimizer``: wires the stages of a selection together (dlopt.pipeline).
 
-reference (eager fp32, checked) -> plans -> prepare each (probe, build, first calls,
+reference (eager fp32, checked) -> [plan cache: a record of this key, revalidated, is
+served] -> plans -> prepare each (probe, build, first calls,
 validation, build limits) -> race -> revalidate -> measured limits -> choose (with a
 final check of the chosen plan) -> report -> OptimizationDecision
 """
@@ -8,16 +9,20 @@ final check of the chosen plan) -> report -> OptimizationDecision
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
 from dlopt.api.decision import OptimizationDecision
 from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.cache import lookup
+from dlopt.cache.revalidate import Revalidation, revalidate_record
 from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
@@ -27,7 +32,7 @@ from dlopt.platform.fileio import TemporaryArtifacts, check_can_create_in
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
-from dlopt.validation import ModelGuard, capture_reference
+from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
 from dlopt.vocabulary import Objective
 
 Observer = Callable[[Event], None]
@@ -221,12 +226,21 @@ class InferenceOptimizer:
                 data={"providers": [c.name for c in candidates]},
             )
         )
+        # The plan cache: a record of this very key is served once it revalidates.
+        cached = _CacheStep()
         try:
             # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
             guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
             reference = capture_reference(
                 model, workload, self.policy.quality, target=self.target, guard=guard
             )
+            if self.policy.plan_cache_dir is not None:
+                cached = self._from_cache(
+                    model, workload, candidates, context, reference, guard, run, scratch
+                )
+                if cached.decision is not None:
+                    return cached.decision
+            found, revalidation, revalidation_s = cached.found, cached.revalidation, cached.seconds
             for cand in candidates:  # the reference first: if it cannot serve, build no more
                 if should_continue is not None and not should_continue():
                     raise SelectionCancelled(
@@ -251,16 +265,60 @@ class InferenceOptimizer:
                 outcome,
                 expected_calls,
             )
+            if found is not None:
+                report = attrs.evolve(
+                    report,
+                    cache=lookup.miss_evidence(
+                        found, revalidation, revalidation_s, self.policy.reuse_cached_plan
+                    ),
+                )
         except BaseException:
             state.close_all(candidates)  # no decision will own any plan
             if scratch is not None:
                 scratch.release()
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
+        if found is not None:
+            report = lookup.store(found, report, selected, context.artifact_dir)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
         assert selected.plan is not None
         return OptimizationDecision(selected.plan, report, scratch=scratch)
+
+    def _from_cache(
+        self,
+        model: torch.nn.Module,
+        workload: WorkloadProfile,
+        candidates: list[state.CandidateState],
+        context: ProviderContext,
+        reference: ReferenceOutputs,
+        guard: ModelGuard,
+        run: state.Run,
+        scratch: TemporaryArtifacts | None,
+    ) -> _CacheStep:
+        """Look this selection's key up; a record that revalidates is the decision."""
+        assert self.policy.plan_cache_dir is not None
+        found = lookup.look_up(
+            self.policy.plan_cache_dir, model, workload, self.policy, self.target, candidates
+        )
+        if found.record is None or not self.policy.reuse_cached_plan:
+            return _CacheStep(found)
+        start = time.perf_counter()
+        revalidation = revalidate_record(
+            found.record, candidates, model, workload, context, reference, guard, run
+        )
+        seconds = time.perf_counter() - start
+        step = _CacheStep(found, revalidation, seconds)
+        if revalidation.reused and revalidation.selected is not None:
+            assert revalidation.selected.plan is not None
+            report = lookup.hit_report(found, revalidation, seconds)
+            run.emit(
+                Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
+            )
+            step.decision = OptimizationDecision(
+                revalidation.selected.plan, report, scratch=scratch
+            )
+        return step
 
     def _emitter(self, registry: ProviderRegistry) -> Callable[[Event], None]:
         """Events go to every ``dlopt_on_event`` hook and to this optimizer's observers."""
@@ -298,3 +356,14 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
+
+
+@attrs.define
+class _CacheStep:
+    """What the plan cache found before the race: the lookup, the revalidation of its
+    record (if any) and, when the record revalidated, the decision to return."""
+
+    found: lookup.Lookup | None = None
+    revalidation: Revalidation | None = None
+    seconds: float | None = None
+    decision: OptimizationDecision | None = None

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
-from dlopt.platform.config_checks import instance_of, integer, number, one_of
+from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.platform.serialization import user_document
 from dlopt.vocabulary import Objective
 
@@ -127,6 +127,19 @@ def _names(value: object) -> tuple[str, ...] | None:
     return tuple(value)
 
 
+def _cache_dir(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise ConfigurationError(
+            f"OptimizationPolicy.plan_cache_dir must be a directory path (str or Path), got "
+            f"{value!r}"
+        )
+    return str(value)
+
+
 def _check_names(instance: object, attribute: Any, value: Any) -> None:
     name = getattr(attribute, "name", "include")
     if value is None and name == "include":
@@ -171,6 +184,10 @@ class OptimizationPolicy:
     ``build_timeout_s`` caps one build (and a plan's first call, which may compile);
     a later call may take ``call_timeout_factor`` times that plan's fastest call, and
     never less than ``call_timeout_floor_s``.
+
+    ``plan_cache_dir``: keep decisions in this directory, keyed by everything that can
+    change them, and serve a matching one again after revalidating it (docs/cache.md);
+    ``reuse_cached_plan=False`` races anyway and refreshes the record.
     """
 
     objective: Objective = field(
@@ -204,6 +221,8 @@ class OptimizationPolicy:
     call_timeout_floor_s: float = field(
         default=10.0, validator=number(minimum=0, low_open=True, hint=" (seconds)")
     )
+    plan_cache_dir: str | None = field(default=None, converter=_cache_dir)
+    reuse_cached_plan: bool = field(default=True, validator=boolean())
 
     def wants(self, provider_name: str) -> bool:
         if provider_name in self.exclude:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 
 from dlopt.api.decision import OptimizationDecision
 from dlopt.api.policy import structure_options
@@ -23,11 +24,12 @@ from dlopt.bundle.store import (
     BundleLoadError,
     verify_bundle,
 )
+from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ComebackProvider
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.names import is_plain_name
-from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
 
@@ -38,6 +40,8 @@ def load_bundle(
     registry: ProviderRegistry | None = None,
     target: ExecutionTarget | str | None = None,
     artifact_dir: str | os.PathLike[str] | None = None,
+    model: torch.nn.Module | None = None,
+    restore_compile_cache: bool = False,
 ) -> OptimizationDecision:
     """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
 
@@ -47,18 +51,23 @@ def load_bundle(
     ``target`` (default: the target the report was raced on) with the options the plan
     raced with (read from the report), and asked to ``load`` the plan from
     ``<bundle>/artifacts/<plan>`` with the plan's recorded metadata. No model is needed
-    and nothing is rebuilt. ``artifact_dir``: scratch space the provider may write to
-    (engine caches; default: a new temporary directory), never the bundle itself.
+    and nothing is rebuilt, for a provider that loads saved plans (``comes_back`` is
+    ``load``: ONNX Runtime, TensorRT). Plans that come back by rebuilding (native, fx,
+    Inductor, TorchAO) are built again from ``model``, which must then be given (the
+    error says so when it is not); ``restore_compile_cache=True`` first hands torch the
+    compile caches saved in the bundle (hash-checked; torch unpickles them, so only for a
+    bundle you trust). ``artifact_dir``: scratch space the provider may write to (engine
+    caches; default: a new temporary directory), never the bundle itself.
 
     Raises :class:`BundleError` when the bundle fails verification and
     :class:`BundleLoadError` when its plan cannot be served here: the plugin is not
     installed (the message names the distribution to install), the probe says the
     provider is unavailable on this machine (with its reason and install hint), the
-    provider cannot load saved plans, the recorded options no longer fit it, or loading
+    plan must be rebuilt and no model was given, the recorded options no longer fit it, or loading
     failed.
     """
     bundle = verify_bundle(directory)
-    return _load_plan(bundle, registry, target, artifact_dir)
+    return _load_plan(bundle, registry, target, artifact_dir, model, restore_compile_cache)
 
 
 def _load_plan(
@@ -66,6 +75,8 @@ def _load_plan(
     registry: ProviderRegistry | None,
     target: ExecutionTarget | str | None,
     artifact_dir: str | os.PathLike[str] | None,
+    model: torch.nn.Module | None = None,
+    restore_compile_cache: bool = False,
 ) -> OptimizationDecision:
     # Scratch space the caller did not name is owned by the decision and removed with it.
     scratch: TemporaryArtifacts | None = None
@@ -109,11 +120,16 @@ def _load_selected_plan(
             f"{evidence.version or ''}".rstrip()
         )
     provider = info.provider
-    load = getattr(provider, "load", None)
-    if not callable(load):
+    comes_back = Comeback.of(provider)
+    if comes_back is Comeback.LOAD and not callable(getattr(provider, "load", None)):
         raise BundleLoadError(
-            f"{where}: its provider cannot load saved plans (it has no load()); rebuild the "
-            "plan with InferenceOptimizer.select, or upgrade to a version that can load"
+            f"{where}: its provider declares that saved plans are loaded, but it has no load()"
+        )
+    if comes_back is not Comeback.LOAD and model is None:
+        raise BundleLoadError(
+            f"{where} is served again by rebuilding it from the model ({comes_back.value}): "
+            "the bundle holds no program that runs without it; pass the model: "
+            "load_bundle(path, model=model)"
         )
     context = ProviderContext(
         target=_load_target(target, report.target),
@@ -130,11 +146,16 @@ def _load_selected_plan(
         )
     context = attrs.evolve(context, availability=availability)
     plan_dir = bundle.path / ARTIFACTS_DIR / plan_name
+    compile_cache = None
+    if restore_compile_cache and COMPILE_CACHE_ARTIFACT in bundle.manifest.get("artifacts", {}):
+        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
+    comeback = ComebackProvider(provider, plan_dir, dict(evidence.metadata), compile_cache)
     try:
-        plan = load(plan_dir, dict(evidence.metadata), context)
+        plan = comeback.build(model, context)
     except Exception as exc:
+        verb = "load" if comes_back is Comeback.LOAD else "rebuild"
         raise BundleLoadError(
-            f"{bundle.path}: {source} could not load plan {plan_name!r} from {plan_dir}: "
+            f"{bundle.path}: {source} could not {verb} plan {plan_name!r} from {plan_dir}: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(plan, BuiltPlan):

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
+from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_FAILED,
@@ -302,6 +303,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
         plan_options=parse_plan_options(args.option),
         isolation="process" if args.isolate else "in_process",
         build_timeout_s=args.build_timeout,
+        plan_cache_dir=cache_dir_of(args, required=False),
+        reuse_cached_plan=not args.no_cache_reuse,
     )
     out = Output(plain=args.plain or None)
     progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
@@ -334,6 +337,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
     try:
         out.line()
         print_report(decision.report, out)
+        if decision.report.cache is not None:
+            out.line(cache_line(decision.report.cache))
         if args.report:
             status = save_report_or_fallback(decision, args.report, out)
         if args.bundle:
@@ -489,6 +494,12 @@ def add_select_command(sub: Any) -> None:
         metavar="SECONDS",
         help="with --isolate: a build (or first call) running longer is killed and its plan "
         "reported hung (default %(default)g)",
+    )
+    add_cache_argument(p)
+    p.add_argument(
+        "--no-cache-reuse",
+        action="store_true",
+        help="race even when the cache holds a record (the record is refreshed)",
     )
     add_plain_argument(p)
     p.set_defaults(handler=_cmd_select)

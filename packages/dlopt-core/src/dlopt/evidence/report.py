@@ -401,6 +401,34 @@ class MeasurementSummary:
 
 
 @frozen
+class CacheEvidence:
+    """What the plan cache did for this decision (docs/cache.md).
+
+    ``cache_hit``: the decision came from a record, revalidated. ``key``: the record's key
+    (the SHA-256 of its ingredients). ``lookup_time_s``: hashing the ingredients and
+    reading the record; ``revalidation_time_s``: bringing the plan back, validating it and
+    the paired probe. ``reason``: why the record was reused, or why there was none to
+    reuse (no record, revalidation failed...). ``differences``: on a miss beside an older
+    record (``closest_key``), the ingredients that differ. ``probe_speedup``: the
+    revalidation probe's speedup of the cached pick over the baseline (``probe_baseline``).
+    ``record_written``: a race's decision was stored (``False`` with the reason in
+    ``write_note`` when it could not be, or another process wrote it first).
+    """
+
+    cache_hit: bool
+    key: str
+    lookup_time_s: float | None = None
+    revalidation_time_s: float | None = None
+    reason: str | None = None
+    differences: tuple[str, ...] = ()
+    closest_key: str | None = None
+    probe_baseline: str | None = None
+    probe_speedup: RatioInterval | None = None
+    record_written: bool | None = None
+    write_note: str | None = None
+
+
+@frozen
 class OptimizationReport:
     """The whole decision and its evidence. ``dumps``/``load_report`` round-trip exactly."""
 
@@ -421,6 +449,8 @@ class OptimizationReport:
     plugin_failures: tuple[PluginFailure, ...] = ()
     #: An isolated selection only: its workers and the plans that crashed or hung.
     isolation: IsolationSummary | None = None
+    #: What the plan cache did (``None``: no cache was configured).
+    cache: CacheEvidence | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -436,15 +466,15 @@ class OptimizationReport:
         return atomic_write_text(path, self.to_json() + "\n")
 
 
-# A report of an in-process selection has no isolation summary: it is left out of the
-# JSON, so such a report reads exactly as before the field was added.
-def _omitting_default(cls: type, name: str) -> Any:
+# A report says nothing of the isolated mode or the plan cache when it used neither: those
+# fields are written only when set, so such reports read and write back exactly as before.
+def _omitting_default(cls: type, *names: str) -> Any:
     made: Any = None
 
     def unstructure(value: Any) -> Any:
         nonlocal made
         if made is None:  # built on first use: the field types resolve only then
-            overrides: dict[str, Any] = {name: override(omit_if_default=True)}
+            overrides: dict[str, Any] = {name: override(omit_if_default=True) for name in names}
             made = make_dict_unstructure_fn(cls, converter, **overrides)
         return made(value)
 
@@ -452,7 +482,7 @@ def _omitting_default(cls: type, name: str) -> Any:
 
 
 converter.register_unstructure_hook(
-    OptimizationReport, _omitting_default(OptimizationReport, "isolation")
+    OptimizationReport, _omitting_default(OptimizationReport, "isolation", "cache")
 )
 
 

@@ -57,6 +57,37 @@ class Role(str, enum.Enum):
             ) from None
 
 
+class Comeback(str, enum.Enum):
+    """How a saved plan (a bundle, a cache record) is served again by its provider.
+
+    ``load``: ``provider.load(directory, metadata, context)`` reads the plan's saved
+    artifacts (an ONNX model, a TensorRT engine); no model is needed. ``rebuild``:
+    ``provider.build(model, context)`` again from the caller's model (cheap plans:
+    eager, native, fx rewrites, TorchAO). ``rebuild_with_compile_cache``: ``build`` again
+    after torch's own compile caches, saved beside the plan, are restored, so the first
+    calls do not compile from scratch (``torch.compile`` plans).
+    """
+
+    LOAD = "load"
+    REBUILD = "rebuild"
+    REBUILD_WITH_COMPILE_CACHE = "rebuild_with_compile_cache"
+
+    @classmethod
+    def of(cls, provider: object) -> Comeback:
+        """What ``provider`` declares in ``comes_back``; undeclared: ``load`` when it has a
+        ``load`` method, else ``rebuild``."""
+        declared = getattr(provider, "comes_back", None)
+        if declared is None:
+            return cls.LOAD if callable(getattr(provider, "load", None)) else cls.REBUILD
+        try:
+            return cls(getattr(declared, "value", declared))
+        except ValueError:
+            raise TypeError(
+                f"provider {getattr(provider, 'name', provider)!r} declares comes_back "
+                f"{declared!r}; use one of {', '.join(c.value for c in cls)}"
+            ) from None
+
+
 def api_version_problem(declared: object) -> str | None:
     """Why a plugin's declared API version cannot be used with this core, or ``None``."""
     if declared is None:
@@ -252,7 +283,9 @@ class ExecutionProvider(Protocol):
     ``OptimizationPolicy(plan_options=...)``), and ``load(directory, metadata, context)
     -> BuiltPlan`` for a provider that can serve a saved plan again without rebuilding it
     from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
-    file names, ``metadata`` is the plan's recorded metadata).
+    file names, ``metadata`` is the plan's recorded metadata), and ``comes_back`` (a
+    :class:`Comeback`: how a bundle or cache record serves the plan again; default
+    ``load`` with a ``load`` method, else ``rebuild``).
     """
 
     @property

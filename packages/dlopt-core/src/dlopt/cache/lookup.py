@@ -1,0 +1,158 @@
+"""The cache's part in a selection, as the optimizer wires it: look a key up, reuse a
+revalidated record, store a race's decision.
+
+``look_up`` hashes the ingredients and reads the record (or, on a miss, finds the
+closest older record and what differs); ``store`` writes a race's decision with what its
+plan needs to come back (its artifacts, and torch's compile caches for a plan rebuilt
+with them). Failures to store are reported on the decision, never raised.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+
+from dlopt.api.policy import OptimizationPolicy
+from dlopt.api.target import ExecutionTarget
+from dlopt.api.workload import WorkloadProfile
+from dlopt.bundle.store import BundleError
+from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, save_compile_cache
+from dlopt.cache.key import cache_ingredients, key_of
+from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
+from dlopt.cache.revalidate import Revalidation
+from dlopt.evidence.report import CacheEvidence, OptimizationReport
+from dlopt.pipeline.state import CandidateState
+from dlopt.plugins.contract import Comeback
+
+
+@attrs.define(eq=False)
+class Lookup:
+    """One key looked up: its ingredients, the record found (if any) and, on a miss
+    beside an older record, that record's key and the ingredients that differ."""
+
+    cache: PlanCache
+    key: str
+    ingredients: dict[str, Any]
+    record: CacheRecord | None
+    lookup_time_s: float
+    closest_key: str | None = None
+    differences: tuple[str, ...] = ()
+
+
+def look_up(
+    cache_dir: str,
+    model: torch.nn.Module,
+    workload: WorkloadProfile,
+    policy: OptimizationPolicy,
+    target: ExecutionTarget,
+    candidates: Sequence[CandidateState],
+) -> Lookup:
+    """Hash everything that can change the decision and read its record (timed)."""
+    start = time.perf_counter()
+    ingredients = cache_ingredients(
+        model,
+        workload,
+        policy,
+        target,
+        [c.info for c in candidates],
+        [c.options for c in candidates],
+    )
+    key = key_of(ingredients)
+    cache = PlanCache(cache_dir)
+    record = cache.lookup(key)
+    found = Lookup(cache, key, ingredients, record, 0.0)
+    if record is None:
+        closest = cache.closest(ingredients)
+        if closest is not None:
+            found.closest_key, found.differences = closest[0], tuple(closest[1])
+    found.lookup_time_s = time.perf_counter() - start
+    return found
+
+
+def hit_report(found: Lookup, revalidation: Revalidation, seconds: float) -> OptimizationReport:
+    """The record's report, saying it was served from the cache and how it was checked."""
+    assert found.record is not None
+    return attrs.evolve(
+        found.record.report,
+        cache=CacheEvidence(
+            cache_hit=True,
+            key=found.key,
+            lookup_time_s=found.lookup_time_s,
+            revalidation_time_s=seconds,
+            reason=revalidation.reason,
+            probe_baseline=revalidation.probe_baseline,
+            probe_speedup=revalidation.probe,
+        ),
+    )
+
+
+def miss_evidence(
+    found: Lookup, revalidation: Revalidation | None, seconds: float | None, reuse: bool
+) -> CacheEvidence:
+    """Why this selection raced: no record, reuse switched off, or a failed revalidation."""
+    if revalidation is not None:
+        reason = f"revalidation failed, raced again: {revalidation.reason}"
+    elif found.record is not None and not reuse:
+        reason = "a record exists but reuse_cached_plan is off: raced again"
+    elif found.closest_key is not None:
+        reason = (
+            f"no record for this key; the closest record, {found.closest_key[:12]}, differs in "
+            + (", ".join(found.differences[:8]) or "nothing readable")
+        )
+    else:
+        reason = "no record for this key"
+    return CacheEvidence(
+        cache_hit=False,
+        key=found.key,
+        lookup_time_s=found.lookup_time_s,
+        revalidation_time_s=seconds,
+        reason=reason,
+        differences=found.differences,
+        closest_key=found.closest_key,
+        probe_baseline=revalidation.probe_baseline if revalidation else None,
+        probe_speedup=revalidation.probe if revalidation else None,
+    )
+
+
+def store(
+    found: Lookup,
+    report: OptimizationReport,
+    selected: CandidateState,
+    artifact_dir: Path,
+) -> OptimizationReport:
+    """Write the race's decision under ``found.key``; the report with ``record_written``."""
+    assert selected.plan is not None and report.cache is not None
+    artifacts: dict[str, Any] = dict(selected.plan.artifacts)
+    if Comeback.of(selected.info.provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
+        saved = save_compile_cache(
+            Path(tempfile.mkdtemp(prefix="compile-cache-", dir=artifact_dir))
+        )
+        if saved is not None:
+            artifacts[COMPILE_CACHE_ARTIFACT] = saved
+    written = attrs.evolve(report.cache, record_written=True)
+    try:
+        result = found.cache.write(
+            found.key,
+            found.ingredients,
+            attrs.evolve(report, cache=written),
+            artifacts,
+            replace=found.record is not None,
+        )
+    except (OSError, BundleError, PlanCacheError) as exc:
+        note = f"the record could not be written to {found.cache.root}: {exc}"
+        warnings.warn(note, PlanCacheWarning, stacklevel=3)
+        return attrs.evolve(
+            report, cache=attrs.evolve(report.cache, record_written=False, write_note=note)
+        )
+    if not result.written:
+        return attrs.evolve(
+            report, cache=attrs.evolve(report.cache, record_written=False, write_note=result.note)
+        )
+    return attrs.evolve(report, cache=written)

@@ -1,0 +1,209 @@
+"""A cache hit is checked before it is trusted.
+
+The record's selected plan comes back (:mod:`dlopt.cache.comeback`) through the
+pipeline's own prepare stage, so it is built (or loaded), called once per case and
+validated against the fresh eager reference exactly as in a race, with the build limits
+checked. Then a short paired, interleaved probe of the race kernel (two plans: the
+baseline and the cached pick, :func:`probe_policy`) measures it again, its last outputs
+are validated again and the measured limits checked.
+
+The rule (:func:`probe_keeps`): the cached pick is reused unless the probe's upper
+confidence bound of its speedup over the baseline falls below ``min_speedup``. The bound
+holds at the race's confidence over every look, so a plan that still clears the bar is
+reused in at least that share of restarts; the probe's rounds make a plan that fell 10%
+below the bar caught in at least 95% of restarts (both rates are tested on the fake
+clock, tests/cache/test_revalidation_rates.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import torch
+
+from dlopt.api.workload import WorkloadProfile
+from dlopt.bundle.store import ARTIFACTS_DIR
+from dlopt.cache.comeback import (
+    COMPILE_CACHE_ARTIFACT,
+    ComebackProvider,
+    private_to_user,
+)
+from dlopt.cache.record_store import CacheRecord
+from dlopt.errors import ReferenceCheckError
+from dlopt.measurement import MeasurementPolicy, RatioInterval
+from dlopt.pipeline import checks, constraints, prepare, race, state
+from dlopt.plugins.contract import Comeback, ProviderContext
+from dlopt.validation import ModelGuard, ReferenceOutputs
+
+#: The probe's rounds: at most this many paired rounds (it stops earlier once the gate
+#: is decided either way), within :data:`PROBE_MAX_TIME_S` of measurement.
+PROBE_MAX_ROUNDS = 12
+PROBE_MAX_TIME_S = 3.0
+
+
+def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
+    """The race's measurement policy, cut down to the revalidation probe: a few rounds
+    within a small budget, no futility stop (the probe's interval decides)."""
+    return attrs.evolve(
+        measurement,
+        min_rounds=min(measurement.min_rounds, PROBE_MAX_ROUNDS),
+        max_rounds=PROBE_MAX_ROUNDS,
+        max_time_s=min(measurement.max_time_s or PROBE_MAX_TIME_S, PROBE_MAX_TIME_S),
+        futility_confidence=None,
+        warmup_leave_factor=None,
+    )
+
+
+def probe_keeps(interval: RatioInterval | None, min_speedup: float) -> bool:
+    """The rule: keep the cached pick unless the probe's upper bound of its speedup over
+    the baseline is below ``min_speedup`` (no interval: not kept)."""
+    if interval is None or interval.high is None:
+        return False
+    return interval.high >= min_speedup
+
+
+@attrs.define(eq=False)
+class Revalidation:
+    """What revalidating a record found. ``plan``: the cached pick, built and checked
+    (``None`` when the record is not reused: ``reason`` says why)."""
+
+    reused: bool
+    reason: str
+    selected: state.CandidateState | None = None
+    probe_baseline: str | None = None
+    probe: RatioInterval | None = None
+
+
+def revalidate_record(
+    record: CacheRecord,
+    candidates: Sequence[state.CandidateState],
+    model: torch.nn.Module,
+    workload: WorkloadProfile,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: state.Run,
+) -> Revalidation:
+    """Bring the record's plan back and check it (see the module docstring).
+
+    ``candidates``: the plans this selection would race (reference first), not yet
+    built. Every plan built here is closed except the reused one.
+    """
+    report = record.report
+    chosen = report.selected_plan
+    by_name = {c.name: c for c in candidates}
+    if chosen not in by_name:
+        return Revalidation(False, f"the cached plan {chosen!r} is not among the plans raced now")
+    reference_cand = candidates[0]
+    versus = report.baseline if report.baseline != chosen else reference_cand.name
+    if versus not in by_name:
+        return Revalidation(
+            False, f"the cached baseline {versus!r} is not among the plans raced now"
+        )
+    names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
+    fresh = {
+        n: state.CandidateState(info=by_name[n].info, options=by_name[n].options) for n in names
+    }
+    fresh[chosen].info = attrs.evolve(
+        fresh[chosen].info, provider=_comeback(record, by_name[chosen])
+    )
+    built = list(fresh.values())
+    try:
+        outcome = _check(fresh, chosen, versus, model, workload, context, reference, guard, run)
+    except BaseException:
+        state.close_all(built)
+        raise
+    state.close_all(built, keep=outcome.selected if outcome.reused else None)
+    return outcome
+
+
+def _check(
+    fresh: dict[str, state.CandidateState],
+    chosen: str,
+    versus: str,
+    model: torch.nn.Module,
+    workload: WorkloadProfile,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: state.Run,
+) -> Revalidation:
+    for cand in fresh.values():  # the reference first
+        prepare.prepare(cand, model, context, reference, guard, run)
+        if cand.is_reference and not cand.alive:
+            raise ReferenceCheckError(state.reference_failure(cand))
+    selected = fresh[chosen]
+    if not selected.alive:
+        return Revalidation(False, f"the cached plan {chosen!r} {_why_not(selected)}")
+    if chosen == versus:  # the reference itself was served: nothing to race it against
+        return Revalidation(True, "the cached plan is the reference; it validated", selected)
+    baseline = fresh[versus]
+    if not baseline.alive:
+        return Revalidation(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
+    pair = [baseline, selected]
+    min_speedup = run.policy.constraints.min_speedup
+    probe_run = attrs.evolve(
+        run,
+        policy=attrs.evolve(run.policy, measurement=probe_policy(run.policy.measurement)),
+    )
+    raced = race.race(pair, reference, workload, probe_run)
+    checks.check_model_after_race(model, guard)
+    checks.revalidate(pair, raced, reference, run)
+    constraints.apply_measured_limits(pair, raced.result, run)
+    if not selected.alive:
+        return Revalidation(False, f"the cached plan {chosen!r} {_why_not(selected)}")
+    interval = raced.result.candidate(chosen).speedup_vs_baseline
+    shown = _interval_text(interval)
+    if not probe_keeps(interval, min_speedup):
+        return Revalidation(
+            False,
+            f"the revalidation probe says {chosen!r} no longer clears min_speedup "
+            f"{min_speedup:g} over {versus!r} (speedup {shown})",
+            None,
+            versus,
+            interval,
+        )
+    return Revalidation(
+        True,
+        f"{chosen!r} validated on every case and the probe's speedup over {versus!r} "
+        f"({shown}) does not fall below min_speedup {min_speedup:g}",
+        selected,
+        versus,
+        interval,
+    )
+
+
+def _comeback(record: CacheRecord, cand: state.CandidateState) -> ComebackProvider:
+    provider = cand.info.provider
+    bundle = record.bundle
+    compile_cache: Path | None = None
+    if (
+        Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE
+        and COMPILE_CACHE_ARTIFACT in bundle.manifest.get("artifacts", {})
+        and private_to_user(record.path)
+    ):
+        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
+    metadata = dict(bundle.report.candidate(cand.name).metadata)
+    return ComebackProvider(
+        provider,
+        bundle.path / ARTIFACTS_DIR / cand.name,
+        metadata,
+        compile_cache,
+        copy_to_plan_dir=True,
+    )
+
+
+def _why_not(cand: state.CandidateState) -> str:
+    if cand.error is not None:
+        return f"failed at {cand.error.stage.value}: {cand.error.message}"
+    if cand.status is not None and not cand.status.availability.available:
+        return f"is unavailable here: {cand.status.availability.reason}"
+    return "was not built"
+
+
+def _interval_text(interval: RatioInterval | None) -> str:
+    if interval is None or interval.point is None:
+        return "not measured"
+    return f"{interval.point:.3f}x, bounds [{interval.low:.3f}, {interval.high:.3f}]"

@@ -1,0 +1,132 @@
+"""The plan cache inside a selection: a miss races and stores, a hit is revalidated and
+served, a plan that regressed falls back to a race, unreadable records are set aside."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+
+from dlopt.cache.record_store import RECORDS_DIR, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
+from dlopt.testing.fake_race import FakeRace
+
+
+def small_model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    ).eval()
+
+
+def cached_optimizer(race: FakeRace, cache_dir: Path, fast_latency: float = 1e-3, **policy):
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", fast_latency))
+    return optimizer.with_policy(
+        attrs.evolve(optimizer.policy, plan_cache_dir=str(cache_dir), **policy)
+    )
+
+
+def test_miss_stores_a_record_and_the_next_selection_is_a_revalidated_hit(tmp_path):
+    model, x = small_model(), torch.randn(4, 8)
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    assert first.selected_plan == "fast"
+    assert first.report.cache is not None and first.report.cache.cache_hit is False
+    assert first.report.cache.record_written is True
+    assert first.report.cache.reason == "no record for this key"
+    key = first.report.cache.key
+    assert (tmp_path / RECORDS_DIR / key / "record.json").is_file()
+
+    second = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    cache = second.report.cache
+    assert cache is not None and cache.cache_hit is True and cache.key == key
+    assert second.selected_plan == "fast"
+    assert cache.probe_baseline == "eager_fp32"
+    assert cache.probe_speedup is not None and cache.probe_speedup.high >= 1.02
+    assert cache.lookup_time_s is not None and cache.revalidation_time_s is not None
+    torch.testing.assert_close(second(x), model(x))
+
+
+def test_a_plan_that_regressed_is_caught_and_raced_again(tmp_path):
+    model, x = small_model(), torch.randn(4, 8)
+    cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    # Same key (names, options, machine), but "fast" is now slower than the baseline.
+    again = cached_optimizer(FakeRace(seed=5), tmp_path, fast_latency=3e-3).select_signature(
+        model, x
+    )
+    cache = again.report.cache
+    assert cache is not None and cache.cache_hit is False
+    assert "revalidation failed" in (cache.reason or "")
+    assert "no longer clears min_speedup" in (cache.reason or "")
+    assert again.selected_plan == "eager_fp32"
+    # The record now holds the new decision.
+    record = PlanCache(tmp_path).lookup(cache.key)
+    assert record is not None and record.report.selected_plan == "eager_fp32"
+
+
+def test_a_miss_beside_an_older_record_says_what_differs(tmp_path):
+    x = torch.randn(4, 8)
+    cached_optimizer(FakeRace(), tmp_path).select_signature(small_model(0), x)
+    other = cached_optimizer(FakeRace(), tmp_path).select_signature(small_model(1), x)
+    cache = other.report.cache
+    assert cache is not None and cache.cache_hit is False
+    assert cache.differences == ("model.parameters_sha256",)
+    assert "model.parameters_sha256" in (cache.reason or "")
+
+
+def test_reuse_off_races_and_replaces_the_record(tmp_path):
+    model, x = small_model(), torch.randn(4, 8)
+    cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    again = cached_optimizer(FakeRace(), tmp_path, reuse_cached_plan=False).select_signature(
+        model, x
+    )
+    assert again.report.cache is not None and again.report.cache.cache_hit is False
+    assert "reuse_cached_plan is off" in (again.report.cache.reason or "")
+    assert again.report.cache.record_written is True
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupted", "older_schema", "foreign"])
+def test_unreadable_records_are_set_aside_with_a_warning(tmp_path, damage):
+    model, x = small_model(), torch.randn(4, 8)
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    key = first.report.cache.key
+    record_dir = tmp_path / RECORDS_DIR / key
+    record_json = record_dir / "record.json"
+    report_json = record_dir / "bundle" / "report.json"
+    if damage == "truncated":
+        report_json.write_bytes(report_json.read_bytes()[:100])
+    elif damage == "corrupted":
+        data = bytearray(report_json.read_bytes())
+        data[50] ^= 0x1
+        report_json.write_bytes(bytes(data))
+    elif damage == "older_schema":
+        record = json.loads(record_json.read_text())
+        record["record_version"] = 0
+        record_json.write_text(json.dumps(record))
+    else:
+        record_json.write_text("\x00\x01 not json")
+    with pytest.warns(PlanCacheWarning, match="could not be read"):
+        again = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    assert again.report.cache.cache_hit is False
+    assert again.report.cache.record_written is True
+    aside = list((tmp_path / SET_ASIDE_DIR).iterdir())
+    assert len(aside) == 1 and aside[0].name.startswith(key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        third = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    assert third.report.cache.cache_hit is True
+
+
+def test_the_cache_field_round_trips_and_is_absent_without_a_cache(tmp_path):
+    from dlopt.evidence.report import report_from_json
+
+    model, x = small_model(), torch.randn(4, 8)
+    cached = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x).report
+    assert json.loads(cached.to_json())["cache"]["cache_hit"] is False
+    assert report_from_json(cached.to_json()) == cached
+    race = FakeRace()
+    plain = race.optimizer(race.fake("eager_fp32", 2e-3)).select_signature(model, x).report
+    assert "cache" not in json.loads(plain.to_json())
+    assert report_from_json(plain.to_json()).cache is None

@@ -1,0 +1,188 @@
+"""The plan cache across processes: a selection stores its decision, a fresh process with
+the same model, workload and machine gets a revalidated hit, and the record's bundle
+serves again through ``load_bundle`` (loaded, or rebuilt from the model), for each kind
+of first-party plan.
+
+The model sleeps 3 ms per eager call on contiguous inputs, but not while it is traced,
+exported or compiled, nor on channels-last inputs, so a traced, exported, compiled or
+channels-last plan wins by a wide margin whatever the machine; eager TorchAO races with
+``min_speedup=0.01`` so the gate is its to clear. ``include=`` forces each race to one
+challenger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MODEL_SOURCE = textwrap.dedent(
+    '''
+    import time
+
+    import torch
+
+
+    class SlowEagerNet(torch.nn.Module):
+        """A conv layer and a linear head; eager calls on contiguous inputs also sleep 3 ms."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.head = torch.nn.Linear(8 * 8 * 8, 16)
+
+        def forward(self, x):
+            if torch.fx._symbolic_trace.is_fx_symbolic_tracing():  # fx: no branching on a Proxy
+                return self.head(torch.relu(self.conv(x)).flatten(1))
+            if x.is_contiguous() and not (
+                torch.compiler.is_compiling()
+                or torch.compiler.is_exporting()
+                or torch.jit.is_tracing()
+            ):
+                time.sleep(0.003)
+            return self.head(torch.relu(self.conv(x)).flatten(1))
+
+
+    def build():
+        torch.manual_seed(0)
+        return SlowEagerNet().eval()
+    '''
+)
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    import slow_model
+    from dlopt import InferenceOptimizer, OptimizationPolicy, DeploymentConstraints, WorkloadProfile
+    from dlopt.bundle.serve import load_bundle
+    from dlopt.cache.record_store import PlanCache
+    from dlopt.measurement import MeasurementPolicy
+
+    mode, plan, cache_dir, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    model = slow_model.build()
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 8, 8)
+    expected = model(x)
+    policy = OptimizationPolicy(
+        include=(plan,),
+        constraints=DeploymentConstraints(min_speedup=0.01),
+        measurement=MeasurementPolicy(max_time_s=3.0, seed=3, bootstrap_resamples=0),
+        plan_options={plan: options} if options else {},
+        plan_cache_dir=cache_dir,
+    )
+    result = {}
+    if mode == "select":
+        decision = InferenceOptimizer("cpu", policy).select(model, WorkloadProfile.single(x))
+        cache = decision.report.cache
+        result.update(
+            selected=decision.selected_plan,
+            cache_hit=cache.cache_hit,
+            reason=cache.reason,
+            record_written=cache.record_written,
+            key=cache.key,
+            restored=decision.plan.metadata.get("compile_cache_restored"),
+            revalidation_s=cache.revalidation_time_s,
+            close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
+            problems={
+                c.name: c.error.message if c.error else c.availability_reason
+                for c in decision.report.candidates
+                if c.error or c.availability_reason
+            },
+        )
+    else:  # load the record's bundle as a deployment would
+        key = sys.argv[5]
+        bundle = PlanCache(cache_dir).record_path(key) / "bundle"
+        try:
+            load_bundle(bundle)
+            result["without_model"] = "loaded"
+        except Exception as exc:
+            result["without_model"] = f"{type(exc).__name__}: {exc}"
+        decision = load_bundle(bundle, model=model, restore_compile_cache=True)
+        result.update(
+            selected=decision.selected_plan,
+            close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
+        )
+    print("RESULT " + json.dumps(result))
+    """
+)
+
+
+def run_worker(tmp_path: Path, *args: str, inductor_cache: str) -> dict[str, Any]:
+    (tmp_path / "slow_model.py").write_text(MODEL_SOURCE)
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        # A fresh Inductor cache per process: a hit must not lean on the previous
+        # process's on-disk caches, only on what the record restores.
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / inductor_cache),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "worker.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def miss_then_hit(tmp_path: Path, plan: str, options: dict[str, Any] | None = None) -> tuple:
+    pytest.importorskip("dlopt_fx" if "inductor" in plan or plan == "fx" else "dlopt")
+    cache = str(tmp_path / "cache")
+    opts = json.dumps(options or {})
+    first = run_worker(tmp_path, "select", plan, cache, opts, inductor_cache="inductor-1")
+    assert first["selected"] == plan, first
+    assert first["cache_hit"] is False and first["record_written"] is True, first
+    second = run_worker(tmp_path, "select", plan, cache, opts, inductor_cache="inductor-2")
+    assert second["cache_hit"] is True, second
+    assert second["selected"] == plan and second["key"] == first["key"] and second["close"]
+    loaded = run_worker(
+        tmp_path, "load", plan, cache, opts, first["key"], inductor_cache="inductor-3"
+    )
+    assert loaded["selected"] == plan and loaded["close"], loaded
+    return first, second, loaded
+
+
+def test_onnxruntime_winner_hits_in_a_fresh_process_and_loads_without_the_model(tmp_path):
+    pytest.importorskip("dlopt_onnxruntime")
+    _, _, loaded = miss_then_hit(tmp_path, "onnxruntime_cpu")
+    assert loaded["without_model"] == "loaded"
+
+
+def test_native_winner_hits_in_a_fresh_process_and_is_rebuilt_from_the_model(tmp_path):
+    _, _, loaded = miss_then_hit(tmp_path, "native_channels_last")
+    assert "load_bundle(path, model=model)" in loaded["without_model"]
+
+
+def test_fx_winner_comes_back_from_the_model(tmp_path):
+    pytest.importorskip("dlopt_fx")
+    _, _, loaded = miss_then_hit(tmp_path, "fx")
+    assert "load_bundle(path, model=model)" in loaded["without_model"]
+
+
+def test_torchao_winner_comes_back_from_the_model(tmp_path):
+    pytest.importorskip("dlopt_torchao")
+    pytest.importorskip("torchao")
+    _, _, loaded = miss_then_hit(tmp_path, "torchao_int8_weight_only", {"offer_everywhere": True})
+    assert "load_bundle(path, model=model)" in loaded["without_model"]
+
+
+def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
+    pytest.importorskip("dlopt_fx")
+    first, second, loaded = miss_then_hit(tmp_path, "inductor")
+    assert first["restored"] is None  # built from scratch in the race
+    assert second["restored"] is True  # the hit handed torch the record's compile caches
+    assert "load_bundle(path, model=model)" in loaded["without_model"]
