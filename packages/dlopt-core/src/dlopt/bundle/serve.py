@@ -86,7 +86,9 @@ def _load_plan(
         scratch = TemporaryArtifacts(prefix="dlopt-load-")
         scratch_dir = scratch.path
     try:
-        plan = _load_selected_plan(bundle, registry, target, scratch_dir)
+        plan = _load_selected_plan(
+            bundle, registry, target, scratch_dir, model, restore_compile_cache
+        )
     except BaseException:
         if scratch is not None:
             scratch.release()
@@ -99,6 +101,8 @@ def _load_selected_plan(
     registry: ProviderRegistry | None,
     target: ExecutionTarget | str | None,
     artifact_dir: Path,
+    model: torch.nn.Module | None,
+    restore_compile_cache: bool,
 ) -> BuiltPlan:
     report = bundle.report
     plan_name = report.selected_plan

@@ -21,7 +21,7 @@ from dlopt.plugins.contract import PreparedCase, ProviderContext
 
 def prepared_cases(model: torch.nn.Module, *inputs: Any) -> tuple[PreparedCase, ...]:
     """One prepared case per input, named by its batch size (``b4``) or position."""
-    cases = []
+    cases: list[PreparedCase] = []
     with torch.inference_mode():
         for i, item in enumerate(inputs):
             args, kwargs = _split(item)
