@@ -124,3 +124,31 @@ def test_an_eliminated_plan_reports_the_interval_that_eliminated_it(fast_policy)
         assert iv.low < iv.point < iv.high
         assert "leader" in iv.method
     assert result.candidate("fast").eliminated_by is None
+
+
+@pytest.mark.parametrize("cap_s", [0.05, 2.0])
+def test_a_slow_first_warmup_call_alone_never_sends_a_plan_out(fast_policy, cap_s) -> None:
+    # A compiled plan that recompiles on its first raced call (the race's calling context
+    # differs from validation's): 100x slow once, then faster than the baseline. Only its
+    # first warm-up call fits the warm-up cap, or a second one follows: it stays either way.
+    from dlopt.measurement import FakeClock, run_race
+
+    clock = FakeClock()
+    calls = {"n": 0}
+
+    def recompiles_once() -> None:
+        calls["n"] += 1
+        clock.advance(0.5 if calls["n"] == 1 else 0.5e-3)
+
+    result = run_race(
+        {"eager": [lambda: clock.advance(1e-3)], "compiled": [recompiles_once]},
+        [1.0],
+        "eager",
+        1.05,
+        # Warm-up cap per plan and case: share x budget / (2 plans x 1 case) = cap_s.
+        evolve(fast_policy, max_time_s=20.0, warmup_budget_share=cap_s / 10, max_rounds=6),
+        clock=clock,
+    )
+    compiled = result.candidate("compiled")
+    assert compiled.dropped_at_round != 0
+    assert compiled.rounds >= 3 and compiled.verdict == "faster"

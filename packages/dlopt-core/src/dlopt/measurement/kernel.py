@@ -302,6 +302,8 @@ class _Race:
             st = self.standing[plan.name]
             if plan.name in self.natives or not st.in_rounds:
                 continue
+            if any(math.isinf(c.warmup_fastest_s) for c in plan.cases):
+                continue  # one warm-up call of some case: no evidence beyond a one-off cost
             best = math.fsum(w * c.warmup_fastest_s for w, c in zip(self.weights, plan.cases))
             if best > factor * base_worst:
                 st.in_rounds, st.dropped_at = False, 0
