@@ -113,10 +113,11 @@ def candidate_evidence(
     comparisons: dict,
 ) -> CandidateEvidence:
     availability = cand.status.availability if cand.status else None
+    # A provider that failed before building shows the precision it declares; one that
+    # declares none (it broke the protocol, and its failure is the evidence) is not a crash.
+    declared = getattr(cand.info.provider, "precision", "undeclared")
     precision = (
-        cand.plan.precision.value
-        if cand.plan
-        else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
+        cand.plan.precision.value if cand.plan else getattr(declared, "value", str(declared))
     )
     plan = cand.plan
     base: dict[str, Any] = dict(

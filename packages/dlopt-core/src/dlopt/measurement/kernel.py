@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 from attrs import define, frozen
 
-from dlopt.errors import ConfigurationError
+from dlopt.errors import PLAN_FAILURES, ConfigurationError
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource, MonotonicClock, ProcessCpuTime
 from dlopt.measurement.policy import MeasurementPolicy
@@ -260,7 +260,7 @@ class _Race:
                 return False
             try:
                 self.sched.warmup(plan, plan.cases[i], cap)
-            except Exception as exc:
+            except PLAN_FAILURES as exc:
                 self._fail(plan, exc, f"warm-up of case {self.case_names[i]!r}")
         self.warmup_s = (self.clock.now_ns() - start) / 1e9
         regime = self.allocator_regime
@@ -334,7 +334,7 @@ class _Race:
                 continue  # failed earlier in this round
             try:
                 self.sched.burst(plan, plan.cases[i], r)
-            except Exception as exc:
+            except PLAN_FAILURES as exc:
                 self._fail(plan, exc, f"round {r}, case {self.case_names[i]!r}")
         self.rounds = r
 

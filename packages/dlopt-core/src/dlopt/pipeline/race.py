@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from dlopt.api.workload import WorkloadProfile
-from dlopt.errors import DloptError, ReferenceCheckError
+from dlopt.errors import PLAN_FAILURES, DloptError, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     RaceResult,
@@ -100,7 +100,7 @@ def race(
             )
     except DloptError:
         raise
-    except Exception as exc:
+    except PLAN_FAILURES as exc:
         # run_race records a failing challenger and goes on; only the baseline's own
         # error propagates: the reference cannot serve, so no decision can be made.
         raise ReferenceCheckError(
