@@ -18,11 +18,12 @@ from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    add_isolate_argument,
+    add_isolation_choice,
     add_plain_argument,
     add_target_arguments,
     captured_chatter,
     cli_target,
+    isolated,
     show_chatter,
 )
 from dlopt.cli.console import Output, wants_plain
@@ -287,6 +288,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     else:
         model, workload = workload_from_args(args)
     model = _on_target(model, target)
+    isolate = isolated(args)
     measurement = (
         MeasurementPolicy(max_time_s=args.max_measure_time, seed=args.seed)
         if args.seed is not None
@@ -301,7 +303,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         include=tuple(args.include) if args.include else None,
         exclude=tuple(args.exclude),
         plan_options=parse_plan_options(args.option),
-        isolation="process" if args.isolate else "in_process",
+        isolation="process" if isolate else "in_process",
         build_timeout_s=args.build_timeout,
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
@@ -312,7 +314,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     # after the tables, never inside them.
     with captured_chatter() as chatter:
         try:
-            if args.isolate:
+            if isolate:
                 # Nothing of a plugin runs here before the race: the worker loads them.
                 optimizer = InferenceOptimizer(
                     target=target,
@@ -486,13 +488,13 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
-    add_isolate_argument(p, "race")
+    add_isolation_choice(p, "race")
     p.add_argument(
         "--build-timeout",
         type=float,
         default=_default(OptimizationPolicy, "build_timeout_s"),
         metavar="SECONDS",
-        help="with --isolate: a build (or first call) running longer is killed and its plan "
+        help="isolated: a build (or first call) running longer is killed and its plan "
         "reported hung (default %(default)g)",
     )
     add_cache_argument(p)
