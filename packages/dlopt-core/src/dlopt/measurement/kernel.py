@@ -731,6 +731,22 @@ class _Race:
             quiet_wait_after_s=finite_or_none(plan.quiet_after_s) or 0.0,
             longest_call_s=finite_or_none(plan.longest_call_s) or 0.0,
             round_spread=spread,
+            case_round_scores=tuple(
+                tuple(
+                    finite_or_none(math.log(c.statistic[r]))
+                    if c.statistic.get(r, 0.0) > 0
+                    else None
+                    for r in range(1, self.rounds + 1)
+                )
+                for c in plan.cases
+            ),
+            case_round_means_ms=tuple(
+                tuple(
+                    finite_or_none(1e3 * c.burst_mean[r]) if r in c.burst_mean else None
+                    for r in range(1, self.rounds + 1)
+                )
+                for c in plan.cases
+            ),
         )
 
     def _verdict(self, plan: PlanRecord, st: _Standing) -> Verdict:
