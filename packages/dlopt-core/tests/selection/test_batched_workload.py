@@ -8,6 +8,7 @@ import torch
 
 from dlopt import InferenceOptimizer, WorkloadProfile
 from dlopt.api.policy import OptimizationPolicy
+from dlopt.api.target import ExecutionTarget
 from dlopt.errors import WorkloadError
 from dlopt.measurement import MeasurementPolicy
 
@@ -85,9 +86,19 @@ def test_an_mlp_serves_more_items_per_second_at_a_larger_batch():
         include=["eager_fp32"],
         measurement=MeasurementPolicy(max_time_s=3.0, bootstrap_resamples=0),
     )
-    decision = InferenceOptimizer("cpu", policy).select(model, workload)
-    # Timings on a shared machine vary; the pick is robust: batching amortises the
-    # per-call overhead and weight reads many times over.
-    assert decision.batch_size > 1
-    assert decision.report.throughput.points[0].batch_size == 1
-    torch.testing.assert_close(decision(torch.ones(4, 256)), model(torch.ones(4, 256)))
+    # One intra-op thread: on a loaded machine a multi-threaded op at a large batch waits
+    # for descheduled pool threads (tens of ms), which says nothing about batching.
+    target = ExecutionTarget("cpu", threads=1)
+    with InferenceOptimizer(target, policy).select(model, workload) as decision:
+        # Timings on a shared machine vary; what is asserted holds many times over:
+        # batching amortises the per-call overhead and the weight reads (batch 16 serves
+        # several times the items per second of batch 1 on any CPU), and items per second
+        # are ranked on the race's low-order burst statistic, which a preempted call does
+        # not move; so max-throughput picks a batch size above 1.
+        curve = {p.batch_size: p for p in decision.report.throughput.points}
+        assert sorted(curve) == [1, 4, 16]
+        assert curve[16].items_per_s > curve[1].items_per_s
+        assert decision.batch_size > 1
+        assert decision.report.batch_size == decision.batch_size
+        x = torch.ones(4, 256)
+        torch.testing.assert_close(decision(x), model(x))

@@ -25,6 +25,7 @@ from dlopt.selection.throughput import (
     choose_throughput,
     mean_upper_bound,
     quantile_upper_bound,
+    rate_interval,
 )
 from dlopt.validation import (
     ReferenceOutputs,
@@ -140,7 +141,12 @@ def batch_points(
         )
         mean_ms = stats.mean_ms if stats is not None else None
         high = mean_upper_bound(means, alpha, policy.min_rounds, policy.max_rounds)
-        low = None if high is None or mean_ms is None else max(2 * mean_ms - high, 0.0)
+        scores = (
+            measured.case_round_scores[index] if index < len(measured.case_round_scores) else ()
+        )
+        rate, rate_low, rate_high = rate_interval(
+            size, scores, alpha, policy.min_rounds, policy.max_rounds
+        )
         samples = stats.samples_ms if stats is not None and stats.samples_ms else ()
         point = BatchPoint(
             plan=measured.name,
@@ -150,9 +156,9 @@ def batch_points(
             latency_high_ms=high,
             p99_ms=stats.p99_ms if stats is not None else None,
             p99_high_ms=quantile_upper_bound(samples, P99, alpha),
-            items_per_s=_rate(size, mean_ms),
-            items_per_s_low=_rate(size, high),
-            items_per_s_high=_rate(size, low),
+            items_per_s=rate,
+            items_per_s_low=rate_low,
+            items_per_s_high=rate_high,
         )
         for budget in budgets:
             point = check_budget(point, budget)
@@ -160,10 +166,6 @@ def batch_points(
                 break
         points.append(point)
     return points
-
-
-def _rate(batch_size: int, latency_ms: float | None) -> float | None:
-    return batch_size * 1e3 / latency_ms if latency_ms else None
 
 
 def _choose_throughput(

@@ -129,6 +129,7 @@ def race(
                 should_continue=run.should_continue,
                 case_names=[case.name for case in reference.cases],
                 natives=[c.name for c in alive if c.role is Role.NATIVE],
+                measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
             )
     except DloptError:
         raise

@@ -56,9 +56,12 @@ class LatencyBudget:
 class BatchPoint:
     """One plan at one batch size: latency per call, throughput, and the budget check.
 
+    ``latency_ms`` / ``p99_ms``: the mean and p99 latency per call over every timed call;
     ``latency_high_ms`` / ``p99_high_ms`` are the upper confidence bounds the budget is
     checked with; ``over_budget`` is how far the checked bound lies above the budget, as a
-    share (0.15: 15% over; ``None`` when admissible or no budget).
+    share (0.15: 15% over; ``None`` when admissible or no budget). ``items_per_s`` (and its
+    interval): the batch size over the race's per-round statistic (:func:`rate_interval`),
+    the figure the plans and batch sizes are ranked and compared by.
     """
 
     plan: str
@@ -106,18 +109,50 @@ class ThroughputOutcome:
     points: tuple[BatchPoint, ...] = ()
 
 
+def _t_bound(
+    values: Sequence[float | None], alpha: float, first: int, last: int
+) -> tuple[float, float] | None:
+    """``(mean, half width)`` of ``values`` at the race's group-sequential boundary for a
+    one-sided ``alpha`` (``None`` under 2 finite values)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    n = len(finite)
+    if n < 2:
+        return None
+    mean = math.fsum(finite) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / (n - 1))
+    return mean, boundary(alpha, first, last, n - 1) * sd / math.sqrt(n)
+
+
 def mean_upper_bound(
-    burst_means_ms: Sequence[float], alpha: float, first: int, last: int
+    burst_means_ms: Sequence[float | None], alpha: float, first: int, last: int
 ) -> float | None:
     """One-sided upper bound of the mean latency from per-round burst means, at the race's
     group-sequential boundary for ``alpha`` (``None`` under 2 rounds)."""
-    values = [v for v in burst_means_ms if v is not None and math.isfinite(v)]
-    n = len(values)
-    if n < 2:
-        return None
-    mean = math.fsum(values) / n
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return finite_or_none(mean + boundary(alpha, first, last, n - 1) * sd / math.sqrt(n))
+    bound = _t_bound(burst_means_ms, alpha, first, last)
+    return None if bound is None else finite_or_none(bound[0] + bound[1])
+
+
+def rate_interval(
+    batch_size: int, log_scores: Sequence[float | None], alpha: float, first: int, last: int
+) -> tuple[float | None, float | None, float | None]:
+    """Items per second at the race's per-round statistic and its interval: ``batch_size``
+    over the geometric mean of the per-round burst statistic (``log_scores``: log seconds,
+    the scores the paired comparisons use), the ends at the boundary for ``alpha`` on each
+    side. The burst statistic is a low-order statistic (preemption only adds time), so a
+    round a neighbour slowed does not move the pick; the mean latency per call is reported
+    beside it."""
+    finite = [v for v in log_scores if v is not None and math.isfinite(v)]
+    if not finite:
+        return None, None, None
+    bound = _t_bound(finite, alpha, first, last)
+    centre, half = (finite[0], None) if bound is None else bound
+
+    def rate(log_seconds: float) -> float | None:
+        return finite_or_none(batch_size / math.exp(log_seconds))
+
+    if half is None:
+        return rate(centre), None, None
+    return rate(centre), rate(centre + half), rate(centre - half)
 
 
 def quantile_upper_bound(samples_ms: Sequence[float], q: float, alpha: float) -> float | None:
@@ -211,6 +246,17 @@ def _decide(
     level = f"{confidence:.0%}"
     bar = f"the {min_speedup:g}x bar at {level} confidence"
     budget_text = f" within {budget.setting} {budget.limit_ms:g} ms (upper bound)" if budget else ""
+    if all(choice is None for choice in best.values()) and budget is None:
+        return ThroughputOutcome(
+            baseline,
+            1,
+            baseline,
+            1,
+            f"Kept {baseline} at batch 1: no (plan, batch size) was timed (the measurement "
+            "budget ran out before a round); raise MeasurementPolicy.max_time_s.",
+            (),
+            True,
+        )
     if all(choice is None for choice in best.values()):
         miss = _closest_miss(points)
         where = (
@@ -257,15 +303,15 @@ def _decide(
         )
     winners = [c for c in comparisons if c.gate_passed]
     if winners:
-        won = max(winners, key=lambda c: best[c.candidate].items_per_s or 0.0)  # type: ignore[union-attr]
-        chosen = best[won.candidate]
-        assert chosen is not None
+        won = max(winners, key=lambda c: _items(best[c.candidate]))
+        served = best[won.candidate]
+        assert served is not None
         return ThroughputOutcome(
             won.candidate,
             won.batch_size,
             baseline,
             base_best.batch_size,
-            f"Selected {won.candidate} at batch {won.batch_size} ({_rate(chosen)}"
+            f"Selected {won.candidate} at batch {won.batch_size} ({_rate(served)}"
             f"{budget_text}): its throughput gain over {baseline} is {_fmt(won.gain)} at "
             f"{baseline}'s batch {won.against_batch_size} (its weakest against any admissible "
             f"{baseline} batch size), clearing {bar}; {baseline} is best at batch "
@@ -281,8 +327,10 @@ def _decide(
             f"{_fmt(top.gain)} against {baseline} at batch {top.against_batch_size}, whose "
             f"lower bound does not clear {bar}."
         )
-    else:
+    elif budget is not None:
         tail = " No challenger met the budget at any batch size."
+    else:
+        tail = " No challenger was timed beside it."
     return ThroughputOutcome(
         baseline,
         base_best.batch_size,
@@ -293,6 +341,10 @@ def _decide(
         tuple(comparisons),
         True,
     )
+
+
+def _items(point: BatchPoint | None) -> float:
+    return (point.items_per_s or 0.0) if point is not None else 0.0
 
 
 def _usable(point: BatchPoint) -> bool:
