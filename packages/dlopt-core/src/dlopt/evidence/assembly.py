@@ -111,7 +111,7 @@ def build_report(
 def throughput_evidence(
     policy: OptimizationPolicy,
     workload: WorkloadProfile,
-    candidates: list[CandidateState],
+    candidates: Sequence[CandidateState],
     outcome: SelectionOutcome,
 ) -> ThroughputEvidence | None:
     """The throughput curves and the budget's verdict (throughput objective only)."""
@@ -143,16 +143,30 @@ def throughput_evidence(
         ),
         memory_note=workload.memory_note,
         shapes={
-            cand.name: (
-                f"one build, validated and raced at every batch size ({sizes})"
-                if cand.alive
-                else f"not raced: rejected at {cand.error.stage} (a plan that cannot serve "
-                "every batch size from one build is rejected whole)"
-            )
+            cand.name: shape_support(cand, sizes)
             for cand in candidates
             if cand.alive or cand.error is not None
         },
     )
+
+
+#: The ``BuiltPlan.metadata`` key in which a plan says how one build serves several input
+#: shapes (an ONNX export's dynamic axes, a TensorRT engine's shape range).
+INPUT_SHAPES_KEY = "input_shapes"
+
+
+def shape_support(cand: CandidateState, sizes: str) -> str:
+    """How ``cand`` serves the raced batch sizes: one build for all of them, with the
+    range the plan declares (``metadata["input_shapes"]``), or why it did not race."""
+    if not cand.alive:
+        stage = cand.error.stage if cand.error is not None else "build"
+        return (
+            f"not raced: rejected at {stage} (a plan that cannot serve every batch size "
+            "from one build is rejected whole)"
+        )
+    declared = cand.plan.metadata.get(INPUT_SHAPES_KEY) if cand.plan is not None else None
+    text = f"one build, validated and raced at every batch size ({sizes})"
+    return f"{text}: {declared}" if isinstance(declared, str) and declared else text
 
 
 def candidate_evidence(
