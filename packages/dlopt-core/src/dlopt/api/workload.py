@@ -218,6 +218,45 @@ class WorkloadProfile:
             fit_to_memory=max_batch_size is not None,
         )
 
+    def as_batched(
+        self,
+        batch_sizes: Iterable[int] | None = None,
+        *,
+        max_batch_size: int | None = None,
+    ) -> WorkloadProfile:
+        """This profile's one request served at several batch sizes (:meth:`batched`).
+
+        A profile of one case: that case is the request (batch 1 along dim 0). A batched
+        profile: itself when no sizes are given, else its batch-1 case at the new sizes.
+        Anything else (several signatures) is a :class:`~dlopt.errors.WorkloadError`.
+        """
+        if self.batch_sizes is not None:
+            if batch_sizes is None and max_batch_size is None:
+                return self
+            cases = self.cases[:1] if self.batch_sizes[0] == 1 else ()
+        else:
+            cases = self.cases
+        if len(cases) != 1:
+            raise WorkloadError(
+                f"workload {self.name!r} has {len(self.cases)} cases, and serving at several "
+                "batch sizes starts from ONE request: give a profile of one signature "
+                "(WorkloadProfile.single(x[:1])) or WorkloadProfile.batched(sample)"
+            )
+        (case,) = cases
+        profile = WorkloadProfile.batched(
+            tuple(case.args),  # a tuple: the positional arguments, as given
+            batch_sizes=batch_sizes,
+            max_batch_size=max_batch_size,
+            batch_dim=self.batch_dim,
+            kwargs=case.kwargs,
+            name=self.name,
+        )
+        if self.inputs and self.batch_sizes is None:
+            import attrs
+
+            profile = attrs.evolve(profile, inputs=f"{self.inputs}; {profile.inputs}")
+        return profile
+
     def batch_size_of(self, index: int) -> int:
         """The batch size of case ``index`` (1 for a profile that is not batched)."""
         return 1 if self.batch_sizes is None else self.batch_sizes[index]
