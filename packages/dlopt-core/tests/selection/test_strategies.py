@@ -134,3 +134,23 @@ def test_the_batch_sizes_from_the_first_that_runs_out_of_memory_are_dropped(race
     assert evidence.batch_sizes == (1, 2)
     assert "out of memory at batch 4" in evidence.memory_note
     assert {p.batch_size for p in evidence.points} == {1, 2}
+
+
+def test_a_budget_without_enough_measurements_for_its_bound_says_so(race, one_request):
+    # A p99 bound at 95% over 4 batch sizes needs a few hundred calls per size: five
+    # rounds do not give it, so nothing is admissible and the reason says what to raise.
+    quick, wide = _plans(race)
+    workload = WorkloadProfile.batched(one_request, batch_sizes=SIZES)
+    decision = race.optimizer(
+        quick,
+        wide,
+        objective="max_throughput",
+        constraints=DeploymentConstraints(max_p99_latency_ms=100.0),
+        max_rounds=5,
+    ).select(SmallNet(), workload)
+    assert (decision.selected_plan, decision.batch_size) == ("eager_fp32", 1)
+    assert decision.report.throughput.budget_met is False
+    assert "too few measurements for an upper bound of the p99 latency" in (
+        decision.selection_reason
+    )
+    assert "raise MeasurementPolicy.max_time_s and max_rounds" in decision.selection_reason

@@ -259,9 +259,15 @@ def _decide(
         )
     if all(choice is None for choice in best.values()):
         miss = _closest_miss(points)
+        unbounded = next(
+            (p for plan in points.values() for p in plan if p.budget_note and miss is None), None
+        )
         where = (
             f"; closest: {miss.plan} at batch {miss.batch_size}: {miss.budget_note}"
             if miss is not None and miss.budget_note
+            else f"; e.g. {unbounded.plan} at batch {unbounded.batch_size}: "
+            f"{unbounded.budget_note} (raise MeasurementPolicy.max_time_s and max_rounds)"
+            if unbounded is not None
             else ""
         )
         return ThroughputOutcome(
