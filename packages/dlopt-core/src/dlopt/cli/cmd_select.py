@@ -247,7 +247,7 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
-    check_strategy(args)
+    check_strategy(args, parse_input_spec(args.input)[0] if args.input else None)
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))

@@ -88,8 +88,9 @@ def objective_of(args: argparse.Namespace, default: str) -> str:
     return args.objective if args.objective is not None else default
 
 
-def check_strategy(args: argparse.Namespace) -> None:
-    """Refuse combinations that cannot mean what was typed, before anything is built."""
+def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None = None) -> None:
+    """Refuse combinations that cannot mean what was typed, before anything is built
+    (``input_shape``: the shape ``--input`` gives, when given)."""
     from dlopt.api.workload import MAX_BATCH_SIZE
 
     if args.strategy is not None and args.objective is not None:
@@ -130,10 +131,8 @@ def check_strategy(args: argparse.Namespace) -> None:
             "--strategy max-throughput races ONE request at several batch sizes: give it as "
             "--input 1x... (batch 1), not --case signatures"
         )
-    if args.input:
-        from dlopt.cli.cmd_select import parse_input_spec
-
-        shape, _ = parse_input_spec(args.input)
+    if input_shape is not None:
+        shape = input_shape
         if shape[0] != 1:
             one = "x".join(map(str, (1, *shape[1:])))
             raise ConfigurationError(
