@@ -67,6 +67,9 @@ def test_max_throughput_needs_one_request_at_batch_1(capsys, nothing_races, tmp_
     base = ["select", MODEL, "--strategy", "max-throughput"]
     assert main([*base, "--input", "4x16"]) == 2
     assert "ONE request, batch 1 along the first dimension (e.g. 1x16)" in capsys.readouterr().err
+    # --objective max_throughput is the same strategy, checked the same way.
+    assert main(["select", MODEL, "--objective", "max_throughput", "--input", "4x16"]) == 2
+    assert "ONE request, batch 1 along the first dimension (e.g. 1x16)" in capsys.readouterr().err
     assert main([*base, "--case", "b1=1x16@1"]) == 2
     assert "give it as --input 1x... (batch 1), not --case" in capsys.readouterr().err
     # An inputs file of two signatures is not one request.

@@ -37,7 +37,13 @@ from dlopt.cli.preflight import (
     check_weight,
     check_weights,
 )
-from dlopt.cli.strategy import add_strategy_arguments, batched, check_strategy, objective_of
+from dlopt.cli.strategy import (
+    add_strategy_arguments,
+    batched,
+    check_strategy,
+    objective_of,
+    races_batches,
+)
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
 
@@ -285,7 +291,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 "--demo brings its own inputs: drop --inputs/--input/--case, or name your model"
             )
         model, workload = build_demo_model(), demo_workload()
-        if args.strategy == "max-throughput":
+        if races_batches(args):
             workload = workload.first_cases(1)  # its batch-1 request, at every batch size
         workload = attrs.evolve(workload, inputs="the demo's")
     else:

@@ -88,6 +88,12 @@ def objective_of(args: argparse.Namespace, default: str) -> str:
     return args.objective if args.objective is not None else default
 
 
+def races_batches(args: argparse.Namespace) -> bool:
+    """Whether the command races batch sizes: ``--strategy max-throughput`` (or
+    ``--objective max_throughput``, the same objective)."""
+    return objective_of(args, "") == "max_throughput"
+
+
 def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None = None) -> None:
     """Refuse combinations that cannot mean what was typed, before anything is built
     (``input_shape``: the shape ``--input`` gives, when given)."""
@@ -118,13 +124,13 @@ def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None
             f"{MAX_BATCH_SIZE}, e.g. 64"
         )
     sizes_given = args.batch_sizes is not None or args.max_batch_size is not None
-    if sizes_given and args.strategy != "max-throughput":
+    if sizes_given and not races_batches(args):
         raise ConfigurationError(
             "--batch-sizes/--max-batch-size choose the batch sizes --strategy max-throughput "
             "races; add --strategy max-throughput (min-latency and the latency objectives "
             "serve batch 1 or the given shapes)"
         )
-    if args.strategy != "max-throughput":
+    if not races_batches(args):
         return
     if args.case:
         raise ConfigurationError(
@@ -145,7 +151,7 @@ def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None
 def batched(workload: Any, args: argparse.Namespace) -> Any:
     """``workload`` as the batched profile ``--strategy max-throughput`` races: its one
     request repeated to each batch size (``workload`` unchanged for other strategies)."""
-    if args.strategy != "max-throughput":
+    if not races_batches(args):
         return workload
     sizes = parse_batch_sizes(args.batch_sizes) if args.batch_sizes is not None else None
     try:
