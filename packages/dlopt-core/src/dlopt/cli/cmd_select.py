@@ -38,6 +38,13 @@ from dlopt.cli.preflight import (
     check_weight,
     check_weights,
 )
+from dlopt.cli.strategy import (
+    add_strategy_arguments,
+    batched,
+    check_strategy,
+    objective_of,
+    races_batches,
+)
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
 
@@ -247,6 +254,7 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
+    check_strategy(args, parse_input_spec(args.input)[0] if args.input else None)
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -284,9 +292,12 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 "--demo brings its own inputs: drop --inputs/--input/--case, or name your model"
             )
         model, workload = build_demo_model(), demo_workload()
+        if races_batches(args):
+            workload = workload.first_cases(1)  # its batch-1 request, at every batch size
         workload = attrs.evolve(workload, inputs="the demo's")
     else:
         model, workload = workload_from_args(args)
+    workload = batched(workload, args)
     model = _on_target(model, target)
     isolate = isolated(args)
     measurement = (
@@ -295,9 +306,12 @@ def _cmd_select(args: argparse.Namespace) -> int:
         else MeasurementPolicy(max_time_s=args.max_measure_time)
     )
     policy = OptimizationPolicy(
-        objective=args.objective,
+        objective=objective_of(args, str(_default(OptimizationPolicy, "objective"))),
         constraints=DeploymentConstraints(
-            min_speedup=args.min_speedup, expected_calls=args.expected_calls
+            min_speedup=args.min_speedup,
+            expected_calls=args.expected_calls,
+            max_latency_ms=args.max_latency_ms,
+            max_p99_latency_ms=args.max_p99_latency_ms,
         ),
         measurement=measurement,
         include=tuple(args.include) if args.include else None,
@@ -449,10 +463,11 @@ def add_select_command(sub: Any) -> None:
     add_target_arguments(p, "race on")
     p.add_argument(
         "--objective",
-        default=str(_default(OptimizationPolicy, "objective")),
+        default=None,
         choices=OBJECTIVES,
-        help="what the choice minimises (default: %(default)s)",
+        help=f"what the choice optimises (default: {_default(OptimizationPolicy, 'objective')})",
     )
+    add_strategy_arguments(p)
     p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )
