@@ -41,6 +41,7 @@ from dlopt.vocabulary import Objective, Status
 
 
 def build_report(
+    *,
     target: ExecutionTarget,
     policy: OptimizationPolicy,
     workload: WorkloadProfile,
@@ -50,6 +51,8 @@ def build_report(
     outcome: SelectionOutcome,
     expected_calls: int | None,
 ) -> OptimizationReport:
+    """The strict-JSON report of one selection: what ran where, every candidate's
+    evidence, the race's figures and the decision with its reason."""
     runtime = record_providers(
         inspect_runtime(target, with_providers=False),
         [c.status for c in candidates if c.status is not None],
