@@ -84,7 +84,7 @@ def test_calibration_file_is_read_as_tensors_by_the_shared_reader(tmp_path: Path
     assert all(isinstance(t, torch.Tensor) for _, t in entries)
     pickled = tmp_path / "pickled.npz"
     np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
-    with pytest.raises(ProviderBuildError, match="calibration_file .* without pickle"):
+    with pytest.raises(ProviderBuildError, match=r"calibration_file .* without pickle"):
         read_calibration_file(str(pickled))
     complex_ = tmp_path / "complex.npz"
     np.savez(complex_, z=np.ones(2, dtype=np.complex64))

@@ -85,12 +85,18 @@ def policy_to_json(policy: OptimizationPolicy) -> dict[str, Any]:
     return {f.name: to_jsonable(getattr(policy, f.name)) for f in attrs.fields(OptimizationPolicy)}
 
 
-def policy_from_json(data: dict[str, Any]) -> OptimizationPolicy:
-    """The policy :func:`policy_to_json` wrote (its nested policies typed again)."""
+def policy_from_json(data: dict[str, Any], *, user_metrics: bool = True) -> OptimizationPolicy:
+    """The policy :func:`policy_to_json` wrote (its nested policies typed again).
+
+    ``user_metrics=False`` leaves the quality policy's user metrics out: one that a plugin
+    registers is known by name only once the plugins are loaded.
+    """
     from dlopt.api.policy import DeploymentConstraints
     from dlopt.measurement import MeasurementPolicy
     from dlopt.validation import QualityPolicy
 
+    if not user_metrics and isinstance(data.get("quality"), dict):
+        data = {**data, "quality": {**data["quality"], "user_metrics": []}}
     nested = {
         "constraints": DeploymentConstraints,
         "measurement": MeasurementPolicy,
