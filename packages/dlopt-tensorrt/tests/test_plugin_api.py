@@ -4,7 +4,6 @@ declared, and the source imports only ``dlopt.plugin``."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from dlopt.plugin import (
     WorkloadCase,
     WorkloadProfile,
 )
+from dlopt.testing.plugins import imports_beyond_plugin_api
 from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, all_providers
 from dlopt_tensorrt import provider as provider_module
 
@@ -201,10 +201,4 @@ def test_every_plan_declares_the_challenger_role() -> None:
 
 
 def test_the_source_imports_from_dlopt_plugin_only() -> None:
-    deep = re.compile(r"^\s*(from dlopt(?!\.plugin import)[. ]|import dlopt\b)", re.MULTILINE)
-    found = [
-        p.name
-        for p in Path(dlopt_tensorrt.__file__).parent.rglob("*.py")
-        if deep.search(p.read_text())
-    ]
-    assert found == []
+    assert imports_beyond_plugin_api(dlopt_tensorrt) == []
