@@ -42,6 +42,13 @@ def _build(model: nn.Module, workload: WorkloadProfile, tmp_path: Any) -> Any:
     return FxProvider().build(model, context)
 
 
+def _build_equal(model: nn.Module, workload: WorkloadProfile, tmp_path: Any) -> Any:
+    """The fx plan of ``model``, checked to compute what ``model`` does on ``workload``."""
+    plan = _build(model, workload, tmp_path)
+    _check_equal(model, plan, workload)
+    return plan
+
+
 def _check_equal(model: nn.Module, plan: Any, workload: WorkloadProfile) -> None:
     with torch.no_grad():
         for case in workload.cases:
@@ -80,8 +87,7 @@ def test_convnet_folds_and_matches_eager(tmp_path: Any) -> None:
     torch.manual_seed(0)
     model = _randomize_bn(ConvNet())
     workload = _workload((1, 3, 12, 12), (4, 3, 12, 12))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     meta = plan.metadata
     assert meta["rewrites"] == {"dropout": 2, "identity": 1, "conv_bn": 3, "linear_bn": 0}
     assert meta["modules_after"] < meta["modules_before"]
@@ -115,8 +121,7 @@ def test_shared_conv_folds_per_site_and_skips_conv_with_other_users(tmp_path: An
     torch.manual_seed(0)
     model = _randomize_bn(SharedConv())
     workload = _workload((2, 4, 8, 8))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["rewrites"]["conv_bn"] == 2
     assert plan.metadata["rewrites_skipped"] == {"conv_bn_producer_output_has_other_users": 1}
     assert plan.metadata["modules_after"] < plan.metadata["modules_before"]
@@ -145,8 +150,7 @@ def test_shared_bn_and_tied_weights(tmp_path: Any) -> None:
     torch.manual_seed(0)
     model = _randomize_bn(SharedBn())
     workload = _workload((2, 3, 8, 8))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["rewrites"]["conv_bn"] == 2
     assert plan.metadata["modules_after"] < plan.metadata["modules_before"]
 
@@ -167,8 +171,7 @@ def test_linear_bn1d_folds_with_kwargs(tmp_path: Any) -> None:
     torch.manual_seed(0)
     model = _randomize_bn(MlpBn())
     workload = _workload((1, 10), (4, 10), scale=2.5)
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["rewrites"]["linear_bn"] == 2
     assert not any(isinstance(m, nn.BatchNorm1d) for m in plan.runner.modules())
     # Defaults survive tracing: calling without the keyword matches eager too.
@@ -191,8 +194,7 @@ class SeqBn(nn.Module):
 def test_linear_bn1d_on_3d_activations_is_not_folded(tmp_path: Any) -> None:
     model = _randomize_bn(SeqBn())
     workload = _workload((2, 5, 5))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["rewrites"]["linear_bn"] == 0
     assert plan.metadata["rewrites_skipped"] == {"linear_bn_activation_rank_3": 1}
 
@@ -250,8 +252,7 @@ class Optional(nn.Module):
 def test_workload_constants_are_traced_as_guarded_constants(tmp_path: Any) -> None:
     model = Optional().eval()
     workload = _workload((1, 4), (3, 4), relu=False)
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["traced_as_constants"] == ["mask", "relu"]
     x = workload.cases[0].args[0]
     with pytest.raises(AssertionError, match="specialized"):

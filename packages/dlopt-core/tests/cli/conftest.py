@@ -1,4 +1,5 @@
-"""A report written by a real ``dlopt select`` (core's built-in plans, 1 s budget)."""
+"""Shared CLI fixtures: a report written by a real ``dlopt select`` (core's built-in
+plans, 1 s budget), and ``no_work``, which fails a test whose command starts work."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import dlopt.cli.cmd_select as cli_select
 from dlopt.cli import main
 
 
@@ -38,3 +40,16 @@ def report_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     assert code == 0
     return path
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the command imports the model or allocates an input (it must
+    refuse its arguments before any work starts); plugins are not loaded."""
+
+    def too_far(*args: object, **kwargs: object) -> None:
+        pytest.fail("the command started work before refusing its arguments")
+
+    monkeypatch.setattr(cli_select, "load_factory", too_far)
+    monkeypatch.setattr(cli_select, "_random_input", too_far)
+    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")

@@ -28,18 +28,6 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
     }
 
 
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if the command imports the model or allocates an input."""
-
-    def too_far(*args: object, **kwargs: object) -> None:
-        pytest.fail("the command started work before refusing its arguments")
-
-    monkeypatch.setattr(cli_select, "load_factory", too_far)
-    monkeypatch.setattr(cli_select, "_random_input", too_far)
-    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
-
-
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> str:
     """Run ``dlopt argv``; assert exit 2, no traceback and ``root`` unchanged; the message."""
     before = snapshot(root)

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import dlopt.cli.cmd_select as cli_select
 from dlopt.cli import main
 
 MODEL = "dlopt.testing.models:StructuredMLP"
@@ -23,16 +22,6 @@ SETTINGS = settings(
 #: Text of any kind a user might type, control characters and all (no NUL: the OS
 #: refuses it in argv).
 TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=40)
-
-
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    def too_far(*args: object, **kwargs: object) -> None:
-        pytest.fail("an option was accepted and work started")
-
-    monkeypatch.setattr(cli_select, "load_factory", too_far)
-    monkeypatch.setattr(cli_select, "_random_input", too_far)
-    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

@@ -159,25 +159,21 @@ def test_baseline_alone_needs_no_race(fast_policy) -> None:
 def test_traffic_weights_decide_which_plan_is_cheaper(fast_policy) -> None:
     # "b" is 2x faster on the rare case and 20% slower on the common one: slower overall.
     lat = {"a": [1e-3, 4e-3], "b": [1.2e-3, 2e-3]}
-    heavy_common = run_simulated_race(
-        lat,
-        baseline="a",
-        min_speedup=1.0,
-        policy=fast_policy,
-        noise=QUIET,
-        seed=2,
-        weights=[0.95, 0.05],
-    )
+
+    def race(weights: list[float]):
+        return run_simulated_race(
+            lat,
+            baseline="a",
+            min_speedup=1.0,
+            policy=fast_policy,
+            noise=QUIET,
+            seed=2,
+            weights=weights,
+        )
+
+    heavy_common = race([0.95, 0.05])
     assert heavy_common.candidate("b").verdict == "not_faster"
-    heavy_rare = run_simulated_race(
-        lat,
-        baseline="a",
-        min_speedup=1.0,
-        policy=fast_policy,
-        noise=QUIET,
-        seed=2,
-        weights=[0.2, 0.8],
-    )
+    heavy_rare = race([0.2, 0.8])
     assert heavy_rare.candidate("b").verdict == "faster"
     expected = (0.2 * 1 + 0.8 * 4) / (0.2 * 1.2 + 0.8 * 2)
     assert heavy_rare.candidate("b").speedup_vs_baseline.point == pytest.approx(expected, rel=1e-6)
