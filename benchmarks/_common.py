@@ -9,6 +9,7 @@ vs eager is a ratio measured side by side in one run, with its interval.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -178,6 +179,26 @@ def race(
         report = decision.report
         decision.close()
     return report
+
+
+def plan_benchmark_arguments(doc: str, models: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every per-plan benchmark takes: ``--models`` (``models`` by default),
+    ``--rounds``, ``--max-time``, ``--seed`` and ``--settle``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(models))
+    parser.add_argument("--rounds", type=int, default=30, help="race rounds per model")
+    parser.add_argument("--max-time", type=float, default=120.0, help="race time cap (s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle", type=float, default=0.2, help="untimed settling per burst (s)")
+    return parser
+
+
+def race_each_model(args: argparse.Namespace, plans: Sequence[str]) -> None:
+    """Race ``plans`` (and eager fp32) on each of ``args.models``; print each report."""
+    policy = measurement_policy(args.rounds, args.max_time, args.seed, args.settle)
+    for key in args.models:
+        title, model, workload = MODELS[key]()
+        print_report(title, race(model, workload, plans, measurement=policy))
 
 
 # -- reporting ----------------------------------------------------------------------------
