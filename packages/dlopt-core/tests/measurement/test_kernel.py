@@ -298,6 +298,14 @@ def test_page_faults_are_recorded_on_posix() -> None:
     assert faults is not None and faults >= 0 and math.isfinite(faults)
 
 
+def _warmed_against_1ms(call, policy, clock):
+    """Race ``call`` (plan ``a``, the baseline) against a flat 1 ms plan; ``a``'s one case."""
+    result = run_race(
+        {"a": [call], "b": [fixed_latency(clock, 1e-3)]}, [1], "a", 1.02, policy, clock=clock
+    )
+    return result.candidate("a").cases[0]
+
+
 def test_warmup_waits_for_the_trend_to_stop(fast_policy) -> None:
     clock = FakeClock()
     state = {"n": 0}
@@ -306,15 +314,7 @@ def test_warmup_waits_for_the_trend_to_stop(fast_policy) -> None:
         state["n"] += 1
         clock.advance(1e-3 * (1.0 + 4.0 * 0.6 ** state["n"]))
 
-    result = run_race(
-        {"a": [jit_like], "b": [fixed_latency(clock, 1e-3)]},
-        [1],
-        "a",
-        1.02,
-        fast_policy,
-        clock=clock,
-    )
-    a = result.candidate("a").cases[0]
+    a = _warmed_against_1ms(jit_like, fast_policy, clock)
     assert a.warmup_converged and a.warmup_calls >= 8
     assert a.p99_ms < 1.03  # no warm-up call leaked into the timed samples
 
@@ -328,15 +328,7 @@ def test_warmup_is_capped(fast_policy) -> None:
         clock.advance(state["t"] + 1e-4)
 
     policy = evolve(fast_policy, warmup_max_calls=12, max_rounds=4)
-    result = run_race(
-        {"a": [always_improving], "b": [fixed_latency(clock, 1e-3)]},
-        [1],
-        "a",
-        1.02,
-        policy,
-        clock=clock,
-    )
-    a = result.candidate("a").cases[0]
+    a = _warmed_against_1ms(always_improving, policy, clock)
     assert a.warmup_calls == 12 and not a.warmup_converged
 
 
