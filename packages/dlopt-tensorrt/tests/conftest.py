@@ -199,3 +199,19 @@ def sim(monkeypatch: Any) -> types.SimpleNamespace:
         ),
         gpu=lambda capability: fake_gpu(monkeypatch, capability),
     )
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(features).relu()
+
+
+@pytest.fixture
+def net() -> torch.nn.Module:
+    """The small model the faked builds compile: ``features`` (N x 16) -> Linear(16, 4) ->
+    ReLU, in eval mode."""
+    return Net().eval()
