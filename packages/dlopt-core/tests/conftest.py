@@ -1,7 +1,8 @@
 """Shared fixtures and Hypothesis settings for core's tests.
 
 Fixtures: end-to-end selections with fake providers on a fake clock (exact, instant);
-``forge_npz``, which writes an ``.npz`` whose member's header lies about its bytes.
+``forge_npz``, which writes an ``.npz`` whose member's header lies about its bytes;
+``select_argv``, the command line of a quick real ``dlopt select``.
 
 Hypothesis: explore freshly on a developer's machine, replay a fixed set in CI. A property
 test that finds a new counterexample should fail where someone is looking at it, not make
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,25 @@ def forge_npz() -> Callable[[Path, str, bytes], None]:
             archive.writestr("x.npy", data + payload)
 
     return forge
+
+
+@pytest.fixture(scope="session")
+def select_argv() -> Callable[..., list[str]]:
+    """``select_argv(*cases, extra=())``: ``dlopt select`` of the small StructuredMLP on
+    ``cases`` (``"b1=1x16@70"``), with ``native_channels_last`` included (rejected at build:
+    it needs image inputs, so the race is quick) and a 1 s budget, then ``extra``."""
+
+    def argv(*cases: str, extra: Sequence[str] = ()) -> list[str]:
+        case_options = [option for case in cases for option in ("--case", case)]
+        return [
+            "select",
+            "dlopt.testing.models:StructuredMLP",
+            *case_options,
+            "--include",
+            "native_channels_last",
+            "--max-measure-time",
+            "1",
+            *extra,
+        ]
+
+    return argv
