@@ -19,9 +19,8 @@ from dlopt.plugin import (
     ProviderBuildError,
 )
 from dlopt.testing import ProviderContractSuite
-from dlopt.testing.contexts import build_context
+from dlopt.testing.contexts import build_context, plan_gate
 from dlopt.testing.models import Elementwise, SmallConvNet
-from dlopt.validation import validate_outputs
 from dlopt_fx import probes
 from dlopt_fx.providers import InductorProvider, default_providers
 
@@ -66,13 +65,7 @@ def test_bf16_plan_computes_in_bf16_and_passes_the_gate(bf16_plan: Any) -> None:
     for case, out in zip(bf16_plan["context"].cases, bf16_plan["outputs"]):
         assert out.dtype is torch.bfloat16
         assert not torch.equal(out.float(), case.reference)
-        result = validate_outputs(
-            out,
-            case.reference,
-            precision=plan.precision,
-            output_dtype=plan.output_dtype,
-            case_name=case.name,
-        )
+        result = plan_gate(plan, out, case.reference, case.name)
         assert result.passed, result.reason
 
 

@@ -6,6 +6,7 @@
 Each input becomes a prepared case (the model called on it, as the fp32 reference), so a
 build sees what a race gives it: the inputs plans are called with and the outputs they
 must reproduce. An input is a tensor (one positional argument) or ``(args, kwargs)``.
+:func:`plan_gate` checks one of a built plan's outputs as the race's quality gate does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.plugins.contract import PreparedCase, ProviderContext
+from dlopt.plugins.contract import BuiltPlan, PreparedCase, ProviderContext
+from dlopt.validation import CaseValidation, validate_outputs
 
 
 def prepared_cases(model: torch.nn.Module, *inputs: Any) -> tuple[PreparedCase, ...]:
@@ -55,3 +57,15 @@ def _split(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     ):
         return tuple(item[0]), dict(item[1])
     raise TypeError(f"an input is a tensor or (args, kwargs), got {type(item).__name__}")
+
+
+def plan_gate(plan: BuiltPlan, out: Any, reference: Any, case_name: str) -> CaseValidation:
+    """The race's quality gate on ``out``, one output of ``plan``, against ``reference``:
+    at the precision the plan declares, with its declared output dtype."""
+    return validate_outputs(
+        out,
+        reference,
+        precision=plan.precision,
+        output_dtype=plan.output_dtype,
+        case_name=case_name,
+    )

@@ -81,6 +81,7 @@ from dlopt.plugins.contract import (
 )
 from dlopt.plugins.discovery import ENTRY_POINT_GROUP
 from dlopt.precision import Precision
+from dlopt.testing.contexts import plan_gate
 from dlopt.testing.models import SmallConvNet, StructuredMLP
 from dlopt.validation import (
     InputFingerprint,
@@ -89,7 +90,6 @@ from dlopt.validation import (
     ReferenceOutputs,
     capture_reference,
     copy_inputs,
-    validate_outputs,
 )
 
 #: Modules no plugin may import at load time (each provider's SDK).
@@ -533,13 +533,7 @@ class ProviderContractSuite:
 
     def check_outputs(self, plan: BuiltPlan, out: Any, case: Any, name: str) -> None:
         """Fail unless ``out`` passes the race's gate against ``case``'s reference outputs."""
-        result = validate_outputs(
-            out,
-            case.outputs,
-            precision=plan.precision,
-            output_dtype=plan.output_dtype,
-            case_name=case.name,
-        )
+        result = plan_gate(plan, out, case.outputs, case.name)
         if result.passed:
             return
         hint = ""
