@@ -80,31 +80,29 @@ def demo_model() -> tuple[str, nn.Module, WorkloadProfile]:
     return "demo conv net", build_demo_model(), demo_workload()
 
 
+def _batch_1_and_n(name: str, n: int, shape: tuple[int, ...], seed: int) -> WorkloadProfile:
+    """Random inputs of ``shape`` at batch 1 (70 % of calls) and batch ``n`` (30 %)."""
+    gen = torch.Generator().manual_seed(seed)
+    return WorkloadProfile(
+        name=name,
+        cases=tuple(
+            WorkloadCase(f"batch-{b}", args=(torch.randn(b, *shape, generator=gen),), weight=w)
+            for b, w in ((1, 70), (n, 30))
+        ),
+    )
+
+
 def mlp_model(seed: int = 0) -> tuple[str, nn.Module, WorkloadProfile]:
     """An MLP 512-2048-512 at batch 1 (70 %) and batch 32 (30 %)."""
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    workload = WorkloadProfile(
-        name="mlp",
-        cases=(
-            WorkloadCase("batch-1", args=(torch.randn(1, 512, generator=gen),), weight=70),
-            WorkloadCase("batch-32", args=(torch.randn(32, 512, generator=gen),), weight=30),
-        ),
-    )
+    workload = _batch_1_and_n("mlp", 32, (512,), seed + 1)
     return "MLP 512-2048-512", Mlp().eval(), workload
 
 
 def encoder_model(seed: int = 0) -> tuple[str, nn.Module, WorkloadProfile]:
     """The encoder block (d=256, 4 heads, MLP 1024) on 1x64x256 (70 %) and 8x64x256 (30 %)."""
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed + 2)
-    workload = WorkloadProfile(
-        name="encoder",
-        cases=(
-            WorkloadCase("batch-1", args=(torch.randn(1, 64, 256, generator=gen),), weight=70),
-            WorkloadCase("batch-8", args=(torch.randn(8, 64, 256, generator=gen),), weight=30),
-        ),
-    )
+    workload = _batch_1_and_n("encoder", 8, (64, 256), seed + 2)
     return "encoder block d256 seq64", EncoderBlock().eval(), workload
 
 
