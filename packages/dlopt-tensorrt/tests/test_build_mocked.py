@@ -31,9 +31,14 @@ def _workload() -> WorkloadProfile:
     )
 
 
-def _context(tmp_path: Path, workload: WorkloadProfile | None = None) -> ProviderContext:
+def _context(
+    tmp_path: Path, workload: WorkloadProfile | None = None, **kwargs: Any
+) -> ProviderContext:
     return ProviderContext(
-        target=ExecutionTarget("cuda"), workload=workload or _workload(), artifact_dir=tmp_path
+        target=ExecutionTarget("cuda"),
+        workload=workload or _workload(),
+        artifact_dir=tmp_path,
+        **kwargs,
     )
 
 
@@ -125,8 +130,7 @@ def test_save_engine_writes_into_the_plan_dir(
     net: torch.nn.Module, fake_trt: Any, tmp_path: Path
 ) -> None:
     trt = fake_trt()
-    context = _context(tmp_path)
-    context.options = TensorRTOptions(save_engine=True)
+    context = _context(tmp_path, options=TensorRTOptions(save_engine=True))
     plan = TensorRTProvider(Precision.FP16).build(net, context)
     (save,) = trt.save_calls
     path = plan.artifacts["engine"]
@@ -219,8 +223,7 @@ def test_a_saved_program_serves_every_case_shape(
     net: torch.nn.Module, fake_trt: Any, tmp_path: Path
 ) -> None:
     trt = fake_trt()
-    context = _context(tmp_path)
-    context.options = TensorRTOptions(save_engine=True)
+    context = _context(tmp_path, options=TensorRTOptions(save_engine=True))
     model = net
     plan = TensorRTProvider(Precision.FP16).build(model, context)
     (save,) = trt.save_calls
