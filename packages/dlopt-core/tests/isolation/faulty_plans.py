@@ -146,6 +146,18 @@ def isolated_policy(*plans: str, **overrides: object) -> OptimizationPolicy:
     return OptimizationPolicy(**values)  # type: ignore[arg-type]
 
 
+def select_isolated(
+    culprits: tuple[type, ...], seconds: int, events: list[Any]
+) -> tuple[Any, OptimizationPolicy]:
+    """Select for ``tiny_model`` in workers, racing the reference, ``fast`` and
+    ``culprits``, within ``seconds``; every event is appended to ``events``.
+    ``(decision, policy)``."""
+    policy = isolated_policy(*(c.name for c in culprits))
+    with bounded(seconds):
+        optimizer = optimizer_with(*culprits, policy=policy, observers=[events.append])
+        return optimizer.select("faulty_plans:tiny_model"), policy
+
+
 def optimizer_with(
     *culprits: type, policy: OptimizationPolicy, observers: Any = ()
 ) -> InferenceOptimizer:
