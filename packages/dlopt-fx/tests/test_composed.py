@@ -19,7 +19,7 @@ from dlopt.plugin import (
     ProviderBuildError,
 )
 from dlopt.testing import ProviderContractSuite
-from dlopt.testing.contexts import build_context, plan_gate
+from dlopt.testing.contexts import build_context, case_outputs, plan_gate
 from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt_fx import probes
 from dlopt_fx.providers import InductorProvider, default_providers
@@ -48,12 +48,10 @@ def bf16_plan() -> Any:
         model, torch.randn(1, 3, 16, 16, generator=gen), torch.randn(4, 3, 16, 16, generator=gen)
     )
     plan = _plan("inductor_bf16_channels_last_freezing").build(model, context)
-    with torch.inference_mode():
-        outputs = [plan(*case.args) for case in context.cases]
     yield {
         "plan": plan,
         "context": context,
-        "outputs": outputs,
+        "outputs": case_outputs(plan, context),
         "global_freezing": inductor_config.freezing,
     }
     plan.close()

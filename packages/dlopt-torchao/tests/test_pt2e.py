@@ -24,7 +24,7 @@ from dlopt.plugin import (
     ProviderContext,
 )
 from dlopt.testing import ProviderContractSuite
-from dlopt.testing.contexts import build_context
+from dlopt.testing.contexts import build_context, case_outputs
 from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt.validation import validate_outputs
 from dlopt_torchao import pt2e
@@ -150,12 +150,10 @@ def built(tmp_path_factory: Any) -> Any:
         calibration_file=str(calibration),
     )
     plan = PT2EStaticInt8Provider().build(model, context)
-    with torch.inference_mode():
-        outputs = [plan(*case.args) for case in context.cases]
     yield {
         "plan": plan,
         "context": context,
-        "outputs": outputs,
+        "outputs": case_outputs(plan, context),
         "before": before,
         "after": (inductor_config.freezing, inductor_config.pre_grad_custom_pass),
     }
