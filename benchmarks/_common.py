@@ -9,6 +9,7 @@ vs eager is a ratio measured side by side in one run, with its interval.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -79,31 +80,29 @@ def demo_model() -> tuple[str, nn.Module, WorkloadProfile]:
     return "demo conv net", build_demo_model(), demo_workload()
 
 
+def _batch_1_and_n(name: str, n: int, shape: tuple[int, ...], seed: int) -> WorkloadProfile:
+    """Random inputs of ``shape`` at batch 1 (70 % of calls) and batch ``n`` (30 %)."""
+    gen = torch.Generator().manual_seed(seed)
+    return WorkloadProfile(
+        name=name,
+        cases=tuple(
+            WorkloadCase(f"batch-{b}", args=(torch.randn(b, *shape, generator=gen),), weight=w)
+            for b, w in ((1, 70), (n, 30))
+        ),
+    )
+
+
 def mlp_model(seed: int = 0) -> tuple[str, nn.Module, WorkloadProfile]:
     """An MLP 512-2048-512 at batch 1 (70 %) and batch 32 (30 %)."""
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    workload = WorkloadProfile(
-        name="mlp",
-        cases=(
-            WorkloadCase("batch-1", args=(torch.randn(1, 512, generator=gen),), weight=70),
-            WorkloadCase("batch-32", args=(torch.randn(32, 512, generator=gen),), weight=30),
-        ),
-    )
+    workload = _batch_1_and_n("mlp", 32, (512,), seed + 1)
     return "MLP 512-2048-512", Mlp().eval(), workload
 
 
 def encoder_model(seed: int = 0) -> tuple[str, nn.Module, WorkloadProfile]:
     """The encoder block (d=256, 4 heads, MLP 1024) on 1x64x256 (70 %) and 8x64x256 (30 %)."""
     torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed + 2)
-    workload = WorkloadProfile(
-        name="encoder",
-        cases=(
-            WorkloadCase("batch-1", args=(torch.randn(1, 64, 256, generator=gen),), weight=70),
-            WorkloadCase("batch-8", args=(torch.randn(8, 64, 256, generator=gen),), weight=30),
-        ),
-    )
+    workload = _batch_1_and_n("encoder", 8, (64, 256), seed + 2)
     return "encoder block d256 seq64", EncoderBlock().eval(), workload
 
 
@@ -178,6 +177,26 @@ def race(
         report = decision.report
         decision.close()
     return report
+
+
+def plan_benchmark_arguments(doc: str, models: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every per-plan benchmark takes: ``--models`` (``models`` by default),
+    ``--rounds``, ``--max-time``, ``--seed`` and ``--settle``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=list(models))
+    parser.add_argument("--rounds", type=int, default=30, help="race rounds per model")
+    parser.add_argument("--max-time", type=float, default=120.0, help="race time cap (s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settle", type=float, default=0.2, help="untimed settling per burst (s)")
+    return parser
+
+
+def race_each_model(args: argparse.Namespace, plans: Sequence[str]) -> None:
+    """Race ``plans`` (and eager fp32) on each of ``args.models``; print each report."""
+    policy = measurement_policy(args.rounds, args.max_time, args.seed, args.settle)
+    for key in args.models:
+        title, model, workload = MODELS[key]()
+        print_report(title, race(model, workload, plans, measurement=policy))
 
 
 # -- reporting ----------------------------------------------------------------------------

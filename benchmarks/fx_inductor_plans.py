@@ -17,35 +17,25 @@ compiles (what a first deployment pays). Figures are recorded in docs/providers/
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 
 # Before torch._inductor is imported anywhere: cold compiles, not a warm user cache.
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="dlopt-bench-inductor-")
 
-from _common import MODELS, measurement_policy, print_environment, print_report, race
+from _common import plan_benchmark_arguments, print_environment, race_each_model
 
 PLANS = ["fx", "fx_inductor", "inductor", "inductor_freezing"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["demo", "encoder"])
+    parser = plan_benchmark_arguments(__doc__, ["demo", "encoder"])
     parser.add_argument(
         "--max-autotune", action="store_true", help="also race inductor_max_autotune (slow compile)"
     )
-    parser.add_argument("--rounds", type=int, default=30, help="race rounds per model")
-    parser.add_argument("--max-time", type=float, default=120.0, help="race time cap (s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--settle", type=float, default=0.2, help="untimed settling per burst (s)")
     args = parser.parse_args()
-    plans = PLANS + (["inductor_max_autotune"] if args.max_autotune else [])
     print_environment(f"Inductor cache (fresh): {os.environ['TORCHINDUCTOR_CACHE_DIR']}")
-    policy = measurement_policy(args.rounds, args.max_time, args.seed, args.settle)
-    for key in args.models:
-        title, model, workload = MODELS[key]()
-        print_report(title, race(model, workload, plans, measurement=policy))
+    race_each_model(args, PLANS + (["inductor_max_autotune"] if args.max_autotune else []))
 
 
 if __name__ == "__main__":

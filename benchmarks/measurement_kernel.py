@@ -136,31 +136,11 @@ def simulated(races: int) -> None:
     print(row(HEADER, WIDTHS))
     for name, lat, noise, weights, n in scenarios:
         truth = {k: lat["base"][0] / v[0] for k, v in lat.items()}
-        ks = [
-            run_simulated_race(
-                lat,
-                baseline="base",
-                min_speedup=MIN_SPEEDUP,
-                policy=policy,
-                noise=noise,
-                seed=s,
-                weights=weights,
-            )
-            for s in range(n)
-        ]
+        # The same machine and question for the kernel and the fixed protocol.
+        same = {"baseline": "base", "min_speedup": MIN_SPEEDUP, "noise": noise, "weights": weights}
+        ks = [run_simulated_race(lat, policy=policy, seed=s, **same) for s in range(n)]
         fs, f3s = (
-            [
-                run_simulated_fixed(
-                    lat,
-                    baseline="base",
-                    min_speedup=MIN_SPEEDUP,
-                    noise=noise,
-                    seed=s,
-                    weights=weights,
-                    iterations=iterations,
-                )
-                for s in range(n)
-            ]
+            [run_simulated_fixed(lat, seed=s, iterations=iterations, **same) for s in range(n)]
             for iterations in (20, 60)
         )
         k_err = error_rate([served(r) for r in ks], truth)

@@ -14,30 +14,17 @@ docs/providers/onnxruntime.md.
 
 from __future__ import annotations
 
-import argparse
-
-from _common import MODELS, measurement_policy, print_environment, print_report, race
+from _common import plan_benchmark_arguments, print_environment, race_each_model
 
 PLANS = ["onnxruntime_cpu", "onnxruntime_cpu_int8"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--models", nargs="+", choices=sorted(MODELS), default=["demo", "mlp", "encoder"]
-    )
-    parser.add_argument("--rounds", type=int, default=30, help="race rounds per model")
-    parser.add_argument("--max-time", type=float, default=120.0, help="race time cap (s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--settle", type=float, default=0.2, help="untimed settling per burst (s)")
-    args = parser.parse_args()
+    args = plan_benchmark_arguments(__doc__, ["demo", "mlp", "encoder"]).parse_args()
     import onnxruntime
 
     print_environment(f"onnxruntime {onnxruntime.__version__}")
-    policy = measurement_policy(args.rounds, args.max_time, args.seed, args.settle)
-    for key in args.models:
-        title, model, workload = MODELS[key]()
-        print_report(title, race(model, workload, PLANS, measurement=policy))
+    race_each_model(args, PLANS)
 
 
 if __name__ == "__main__":

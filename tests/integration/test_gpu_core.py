@@ -15,7 +15,7 @@ from dlopt.measurement import MeasurementPolicy, time_call, track_peak_memory
 from dlopt.platform.probing import cuda_bf16_native
 from dlopt.plugins.builtin import native_variants
 from dlopt.plugins.contract import ProviderContext
-from dlopt.validation import validate_outputs
+from dlopt.testing.contexts import plan_gate
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,13 +60,7 @@ def test_native_autocast_on_cuda(name: str, tmp_path: Path) -> None:
         for case in _workload("cuda").cases:
             got = plan(*case.args)
             assert got.dtype == plan.output_dtype
-            result = validate_outputs(
-                got,
-                model(*case.args),
-                precision=plan.precision,
-                output_dtype=plan.output_dtype,
-                case_name=case.name,
-            )
+            result = plan_gate(plan, got, model(*case.args), case.name)
             assert result.passed, result
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from benchmarks.suite.timing import (
@@ -13,26 +11,6 @@ from benchmarks.suite.timing import (
     median_interval,
     time_interleaved,
 )
-
-
-class FakeClock:
-    """Seconds that pass only when a fake plan runs."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.log: list[tuple[str, str]] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def plan(self, name: str, case: str, latencies_ms) -> object:
-        values = itertools.cycle(latencies_ms)
-
-        def call() -> None:
-            self.log.append((name, case))
-            self.now += next(values) / 1e3
-
-        return call
 
 
 def test_median_interval_uses_the_binomial_ranks():
@@ -58,8 +36,7 @@ def test_median_interval_refuses_bad_input():
         median_interval([1.0], confidence=1.5)
 
 
-def test_clear_winner_settles_at_min_rounds_with_exact_latencies():
-    clock = FakeClock()
+def test_clear_winner_settles_at_min_rounds_with_exact_latencies(clock):
     plans = {
         "slow": {"a": clock.plan("slow", "a", [2.0])},
         "fast": {"a": clock.plan("fast", "a", [1.0])},
@@ -79,21 +56,17 @@ def test_clear_winner_settles_at_min_rounds_with_exact_latencies():
     assert all(len(set(burst)) == 1 for burst in bursts)
 
 
-def test_plans_are_visited_in_a_fresh_random_order_each_round():
-    clock = FakeClock()
+def test_plans_are_visited_in_a_fresh_random_order_each_round(clock, one_call_bursts):
     names = [f"p{i}" for i in range(5)]
     plans = {n: {"a": clock.plan(n, "a", [1.0 + i])} for i, n in enumerate(names)}
-    settings = OracleSettings(
-        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
-    )
+    settings = one_call_bursts(min_rounds=8, max_rounds=8)
     time_interleaved(plans, {"a": 1.0}, settings, clock=clock, keep=names)
     orders = {tuple(name for name, _ in clock.log[r * 5 : r * 5 + 5]) for r in range(8)}
     assert len(orders) > 1  # not one fixed order
     assert all(sorted(order) == names for order in orders)
 
 
-def test_weighted_cases_give_the_traffic_weighted_latency():
-    clock = FakeClock()
+def test_weighted_cases_give_the_traffic_weighted_latency(clock):
     plans = {
         "x": {"b1": clock.plan("x", "b1", [1.0]), "b8": clock.plan("x", "b8", [5.0])},
         "y": {"b1": clock.plan("y", "b1", [2.0]), "b8": clock.plan("y", "b8", [3.0])},
@@ -106,33 +79,26 @@ def test_weighted_cases_give_the_traffic_weighted_latency():
     assert by_name["x"].case_median_ms == pytest.approx({"b1": 1.0, "b8": 5.0})
 
 
-def test_overlapping_plans_run_to_the_round_cap_and_say_so():
-    clock = FakeClock()
+def test_overlapping_plans_run_to_the_round_cap_and_say_so(clock, one_call_bursts):
     # Medians 1.0 vs 1.05 with a wide spread: intervals overlap, beyond a 1% tie.
     plans = {
         "a": {"c": clock.plan("a", "c", [0.5, 1.0, 1.5])},
         "b": {"c": clock.plan("b", "c", [0.55, 1.05, 1.55])},
     }
-    settings = OracleSettings(
-        min_rounds=3, max_rounds=12, settle_calls=0, settle_time_s=0.0, timed_calls=1
-    )
+    settings = one_call_bursts(min_rounds=3, max_rounds=12)
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert not timing.settled and timing.stop_reason == "max_rounds" and timing.rounds == 12
 
 
-def test_the_time_cap_stops_the_rounds():
-    clock = FakeClock()
+def test_the_time_cap_stops_the_rounds(clock, one_call_bursts):
     plans = {
         "a": {"c": clock.plan("a", "c", [50.0, 100.0, 150.0])},
         "b": {"c": clock.plan("b", "c", [55.0, 105.0, 155.0])},
     }
-    settings = OracleSettings(
+    settings = one_call_bursts(
         min_rounds=2,
         max_rounds=1000,
         max_time_s=5.0,
-        settle_calls=0,
-        settle_time_s=0.0,
-        timed_calls=1,
     )
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert timing.stop_reason == "max_time" and timing.rounds < 1000
@@ -155,34 +121,30 @@ def test_plans_must_cover_the_same_cases():
         time_interleaved({}, {"y": 1.0}, OracleSettings())
 
 
-def test_a_burst_settles_for_its_time_then_times_its_calls():
-    clock = FakeClock()
+def test_a_burst_settles_for_its_time_then_times_its_calls(clock):
     plans = {"a": {"c": clock.plan("a", "c", [10.0])}}
     settings = OracleSettings(
         min_rounds=1, max_rounds=1, settle_calls=2, settle_time_s=0.05, timed_calls=3
     )
     time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert len(clock.log) == 5 + 3  # 5 x 10 ms of settling reach 50 ms, then 3 timed
-    capped = FakeClock()
-    plans = {"a": {"c": capped.plan("a", "c", [10.0])}}
+    clock.log.clear()
+    plans = {"a": {"c": clock.plan("a", "c", [10.0])}}
     settings = OracleSettings(
         min_rounds=1, max_rounds=1, settle_time_s=10.0, settle_max_calls=7, timed_calls=1
     )
-    time_interleaved(plans, {"c": 1.0}, settings, clock=capped)
-    assert len(capped.log) == 7 + 1
+    time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert len(clock.log) == 7 + 1
 
 
-def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept():
-    clock = FakeClock()
+def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept(clock, one_call_bursts):
     plans = {
         "fast": {"c": clock.plan("fast", "c", [1.0, 1.2])},
         "close": {"c": clock.plan("close", "c", [1.1, 1.3])},
         "slow": {"c": clock.plan("slow", "c", [100.0])},
         "slow_pick": {"c": clock.plan("slow_pick", "c", [100.0])},
     }
-    settings = OracleSettings(
-        min_rounds=8, max_rounds=8, settle_calls=0, settle_time_s=0.0, timed_calls=1
-    )
+    settings = one_call_bursts(min_rounds=8, max_rounds=8)
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock, keep={"slow_pick"})
     by_name = {p.name: p for p in timing.plans}
     assert by_name["slow"].dropped_after == 3 and len(by_name["slow"].rounds_ms) == 3
@@ -193,16 +155,12 @@ def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept():
     assert sum(1 for name, _ in clock.log if name == "slow") == 3
 
 
-def test_the_time_cap_holds_before_min_rounds():
-    clock = FakeClock()
+def test_the_time_cap_holds_before_min_rounds(clock, one_call_bursts):
     plans = {"a": {"c": clock.plan("a", "c", [1000.0])}, "b": {"c": clock.plan("b", "c", [1500.0])}}
-    settings = OracleSettings(
+    settings = one_call_bursts(
         min_rounds=15,
         max_rounds=100,
         max_time_s=5.0,
-        settle_calls=0,
-        settle_time_s=0.0,
-        timed_calls=1,
         drop_factor=10.0,
     )
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)

@@ -19,9 +19,8 @@ from dlopt.plugin import (
     ProviderBuildError,
 )
 from dlopt.testing import ProviderContractSuite
-from dlopt.testing.contexts import build_context
+from dlopt.testing.contexts import build_context, case_outputs, plan_gate
 from dlopt.testing.models import Elementwise, SmallConvNet
-from dlopt.validation import validate_outputs
 from dlopt_fx import probes
 from dlopt_fx.providers import InductorProvider, default_providers
 
@@ -49,12 +48,10 @@ def bf16_plan() -> Any:
         model, torch.randn(1, 3, 16, 16, generator=gen), torch.randn(4, 3, 16, 16, generator=gen)
     )
     plan = _plan("inductor_bf16_channels_last_freezing").build(model, context)
-    with torch.inference_mode():
-        outputs = [plan(*case.args) for case in context.cases]
     yield {
         "plan": plan,
         "context": context,
-        "outputs": outputs,
+        "outputs": case_outputs(plan, context),
         "global_freezing": inductor_config.freezing,
     }
     plan.close()
@@ -66,13 +63,7 @@ def test_bf16_plan_computes_in_bf16_and_passes_the_gate(bf16_plan: Any) -> None:
     for case, out in zip(bf16_plan["context"].cases, bf16_plan["outputs"]):
         assert out.dtype is torch.bfloat16
         assert not torch.equal(out.float(), case.reference)
-        result = validate_outputs(
-            out,
-            case.reference,
-            precision=plan.precision,
-            output_dtype=plan.output_dtype,
-            case_name=case.name,
-        )
+        result = plan_gate(plan, out, case.reference, case.name)
         assert result.passed, result.reason
 
 

@@ -42,6 +42,24 @@ def _build(model: nn.Module, workload: WorkloadProfile, tmp_path: Any) -> Any:
     return FxProvider().build(model, context)
 
 
+def _folded(
+    module: type[nn.Module], tmp_path: Any, *shapes: Any, **kwargs: Any
+) -> tuple[nn.Module, WorkloadProfile, Any]:
+    """A fresh ``module()`` with random batch-norm statistics (seed 0), cases of
+    ``shapes``, and its fx plan, checked to compute what the model does on them."""
+    torch.manual_seed(0)
+    model = _randomize_bn(module())
+    workload = _workload(*shapes, **kwargs)
+    return model, workload, _build_equal(model, workload, tmp_path)
+
+
+def _build_equal(model: nn.Module, workload: WorkloadProfile, tmp_path: Any) -> Any:
+    """The fx plan of ``model``, checked to compute what ``model`` does on ``workload``."""
+    plan = _build(model, workload, tmp_path)
+    _check_equal(model, plan, workload)
+    return plan
+
+
 def _check_equal(model: nn.Module, plan: Any, workload: WorkloadProfile) -> None:
     with torch.no_grad():
         for case in workload.cases:
@@ -77,11 +95,7 @@ class ConvNet(nn.Module):
 
 
 def test_convnet_folds_and_matches_eager(tmp_path: Any) -> None:
-    torch.manual_seed(0)
-    model = _randomize_bn(ConvNet())
-    workload = _workload((1, 3, 12, 12), (4, 3, 12, 12))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    model, _, plan = _folded(ConvNet, tmp_path, (1, 3, 12, 12), (4, 3, 12, 12))
     meta = plan.metadata
     assert meta["rewrites"] == {"dropout": 2, "identity": 1, "conv_bn": 3, "linear_bn": 0}
     assert meta["modules_after"] < meta["modules_before"]
@@ -112,11 +126,7 @@ class SharedConv(nn.Module):
 
 
 def test_shared_conv_folds_per_site_and_skips_conv_with_other_users(tmp_path: Any) -> None:
-    torch.manual_seed(0)
-    model = _randomize_bn(SharedConv())
-    workload = _workload((2, 4, 8, 8))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    _, _, plan = _folded(SharedConv, tmp_path, (2, 4, 8, 8))
     assert plan.metadata["rewrites"]["conv_bn"] == 2
     assert plan.metadata["rewrites_skipped"] == {"conv_bn_producer_output_has_other_users": 1}
     assert plan.metadata["modules_after"] < plan.metadata["modules_before"]
@@ -142,11 +152,7 @@ class SharedBn(nn.Module):
 
 
 def test_shared_bn_and_tied_weights(tmp_path: Any) -> None:
-    torch.manual_seed(0)
-    model = _randomize_bn(SharedBn())
-    workload = _workload((2, 3, 8, 8))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    _, _, plan = _folded(SharedBn, tmp_path, (2, 3, 8, 8))
     assert plan.metadata["rewrites"]["conv_bn"] == 2
     assert plan.metadata["modules_after"] < plan.metadata["modules_before"]
 
@@ -164,11 +170,7 @@ class MlpBn(nn.Module):
 
 
 def test_linear_bn1d_folds_with_kwargs(tmp_path: Any) -> None:
-    torch.manual_seed(0)
-    model = _randomize_bn(MlpBn())
-    workload = _workload((1, 10), (4, 10), scale=2.5)
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    model, workload, plan = _folded(MlpBn, tmp_path, (1, 10), (4, 10), scale=2.5)
     assert plan.metadata["rewrites"]["linear_bn"] == 2
     assert not any(isinstance(m, nn.BatchNorm1d) for m in plan.runner.modules())
     # Defaults survive tracing: calling without the keyword matches eager too.
@@ -191,8 +193,7 @@ class SeqBn(nn.Module):
 def test_linear_bn1d_on_3d_activations_is_not_folded(tmp_path: Any) -> None:
     model = _randomize_bn(SeqBn())
     workload = _workload((2, 5, 5))
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["rewrites"]["linear_bn"] == 0
     assert plan.metadata["rewrites_skipped"] == {"linear_bn_activation_rank_3": 1}
 
@@ -250,8 +251,7 @@ class Optional(nn.Module):
 def test_workload_constants_are_traced_as_guarded_constants(tmp_path: Any) -> None:
     model = Optional().eval()
     workload = _workload((1, 4), (3, 4), relu=False)
-    plan = _build(model, workload, tmp_path)
-    _check_equal(model, plan, workload)
+    plan = _build_equal(model, workload, tmp_path)
     assert plan.metadata["traced_as_constants"] == ["mask", "relu"]
     x = workload.cases[0].args[0]
     with pytest.raises(AssertionError, match="specialized"):

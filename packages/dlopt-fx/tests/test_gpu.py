@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dlopt.plugin import ExecutionTarget, PreparedCase, ProviderContext, WorkloadProfile
-from dlopt.validation import validate_outputs
+from dlopt.testing.contexts import plan_gate
 from dlopt_fx.providers import default_providers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -50,11 +50,5 @@ def test_bf16_plan_runs_every_case_on_cuda(name: str, tmp_path: Path) -> None:
         for case in cases:
             out = plan(*case.args)
             assert out.device.type == "cuda" and out.dtype is torch.bfloat16
-            result = validate_outputs(
-                out.cpu(),
-                case.reference,
-                precision=plan.precision,
-                output_dtype=plan.output_dtype,
-                case_name=case.name,
-            )
+            result = plan_gate(plan, out.cpu(), case.reference, case.name)
             assert result.passed, result.reason

@@ -6,7 +6,6 @@ No check here compiles: Inductor plans compile on their first call, never in ``b
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from dlopt.plugin import (
     WorkloadCase,
     WorkloadProfile,
 )
+from dlopt.testing.plugins import imports_beyond_plugin_api
 from dlopt_fx import providers as providers_module
 from dlopt_fx.providers import FxProvider, InductorOptions, InductorProvider, default_providers
 
@@ -154,8 +154,4 @@ def test_every_plan_declares_the_challenger_role() -> None:
 
 
 def test_the_source_imports_from_dlopt_plugin_only() -> None:
-    deep = re.compile(r"^\s*(from dlopt(?!\.plugin import)[. ]|import dlopt\b)", re.MULTILINE)
-    found = [
-        p.name for p in Path(dlopt_fx.__file__).parent.rglob("*.py") if deep.search(p.read_text())
-    ]
-    assert found == []
+    assert imports_beyond_plugin_api(dlopt_fx) == []

@@ -257,6 +257,24 @@ def test_unexportable_model_is_rejected_with_exporter_messages(tmp_path: Path) -
     assert "zeta" in message
 
 
+def _two_batch_sizes_on_cpu(
+    model: torch.nn.Module, first: int, second: int, *, seed: int, artifact_dir: Path
+) -> tuple[WorkloadProfile, Any]:
+    """Cases ``a`` and ``b`` of 4 features at batch ``first`` and ``second``, and the
+    ``onnxruntime_cpu`` plan built for them."""
+    gen = torch.Generator().manual_seed(seed)
+    workload = WorkloadProfile(
+        cases=tuple(
+            WorkloadCase(name, args=(torch.randn(batch, 4, generator=gen),))
+            for name, batch in (("a", first), ("b", second))
+        )
+    )
+    plan = _provider("onnxruntime_cpu").build(
+        model, ProviderContext(workload=workload, artifact_dir=artifact_dir)
+    )
+    return workload, plan
+
+
 def test_falls_back_to_torchscript_when_dynamo_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,16 +283,7 @@ def test_falls_back_to_torchscript_when_dynamo_fails(
 
     monkeypatch.setitem(export_module._EXPORT_FUNCS, "dynamo", broken)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()
-    gen = torch.Generator().manual_seed(0)
-    workload = WorkloadProfile(
-        cases=(
-            WorkloadCase("a", args=(torch.randn(2, 4, generator=gen),)),
-            WorkloadCase("b", args=(torch.randn(7, 4, generator=gen),)),
-        )
-    )
-    plan = _provider("onnxruntime_cpu").build(
-        model, ProviderContext(workload=workload, artifact_dir=tmp_path)
-    )
+    workload, plan = _two_batch_sizes_on_cpu(model, 2, 7, seed=0, artifact_dir=tmp_path)
     try:
         assert plan.metadata["exporter"] == "torchscript"
         assert "simulated torch.export failure" in plan.metadata["export_fallback_error"]
@@ -302,16 +311,7 @@ def test_export_serving_only_one_shape_falls_back(
 
     monkeypatch.setitem(export_module._EXPORT_FUNCS, "dynamo", first_shape_only)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
-    gen = torch.Generator().manual_seed(1)
-    workload = WorkloadProfile(
-        cases=(
-            WorkloadCase("a", args=(torch.randn(2, 4, generator=gen),)),
-            WorkloadCase("b", args=(torch.randn(5, 4, generator=gen),)),
-        )
-    )
-    plan = _provider("onnxruntime_cpu").build(
-        model, ProviderContext(workload=workload, artifact_dir=tmp_path)
-    )
+    workload, plan = _two_batch_sizes_on_cpu(model, 2, 5, seed=1, artifact_dir=tmp_path)
     try:
         assert plan.metadata["exporter"] == "torchscript"
         assert "output shapes" in plan.metadata["export_fallback_error"] or (

@@ -4,6 +4,7 @@ every probe state and the option translation are checked against fakes."""
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import types
 from collections import namedtuple
 from collections.abc import Callable
@@ -19,59 +20,32 @@ from dlopt_tensorrt import provider as provider_module
 Features = namedtuple("Features", ["dynamo_frontend", "torch_tensorrt_runtime"])
 
 
-def _new_api(
-    exported_program: Any,
-    inputs: Any = None,
-    *,
-    arg_inputs: Any = None,
-    kwarg_inputs: Any = None,
-    device: Any = None,
-    disable_tf32: bool = False,
-    min_block_size: int = 5,
-    enable_autocast: bool = False,
-    autocast_low_precision_type: Any = None,
-    workspace_size: int = 0,
-    optimization_level: int | None = None,
-    timing_cache_path: str = "/tmp/torch_tensorrt_engine_cache/timing_cache.bin",
-    **kwargs: Any,
-) -> Any:
-    """Signature of a strongly typed release (no enabled_precisions)."""
+def _release_compile(*options: str) -> Callable[..., Any]:
+    """A stand-in for one release's ``torch_tensorrt.dynamo.compile``: its signature takes
+    ``options`` by keyword (dlopt reads only the parameter names)."""
+
+    def compile(exported_program: Any, inputs: Any = None, **kwargs: Any) -> Any:
+        """Never called: the fake module's own ``compile`` records the calls."""
+
+    *positional, var_keyword = inspect.signature(compile).parameters.values()
+    keyword = [inspect.Parameter(o, inspect.Parameter.KEYWORD_ONLY, default=None) for o in options]
+    compile.__signature__ = inspect.Signature([*positional, *keyword, var_keyword])  # type: ignore[attr-defined]
+    return compile
 
 
-def _legacy_api(
-    exported_program: Any,
-    inputs: Any = None,
-    *,
-    arg_inputs: Any = None,
-    kwarg_inputs: Any = None,
-    device: Any = None,
-    disable_tf32: bool = False,
-    enabled_precisions: Any = None,
-    use_explicit_typing: bool = False,
-    min_block_size: int = 5,
-    workspace_size: int = 0,
-    optimization_level: int | None = None,
-    timing_cache_path: str = "/tmp/torch_tensorrt_engine_cache/timing_cache.bin",
-    **kwargs: Any,
-) -> Any:
-    """Signature of a weakly typed release (precision through enabled_precisions)."""
-
-
-def _minimal_api(
-    exported_program: Any,
-    inputs: Any = None,
-    *,
-    device: Any = None,
-    disable_tf32: bool = False,
-    enable_autocast: bool = False,
-    autocast_low_precision_type: Any = None,
-    min_block_size: int = 5,
-    **kwargs: Any,
-) -> Any:
-    """A release without the builder's workspace and optimization-level options."""
-
-
-_APIS = {"new": _new_api, "legacy": _legacy_api, "minimal": _minimal_api}
+_INPUTS = ("arg_inputs", "kwarg_inputs", "device", "disable_tf32")
+_BUILDER = ("workspace_size", "optimization_level", "timing_cache_path")
+_AUTOCAST = ("enable_autocast", "autocast_low_precision_type")
+_APIS = {
+    # A strongly typed release (no enabled_precisions).
+    "new": _release_compile(*_INPUTS, "min_block_size", *_AUTOCAST, *_BUILDER),
+    # A weakly typed release (precision through enabled_precisions).
+    "legacy": _release_compile(
+        *_INPUTS, "enabled_precisions", "use_explicit_typing", "min_block_size", *_BUILDER
+    ),
+    # A release without the builder's workspace and optimization-level options.
+    "minimal": _release_compile("device", "disable_tf32", *_AUTOCAST, "min_block_size"),
+}
 
 
 class FakeInput:
@@ -225,3 +199,19 @@ def sim(monkeypatch: Any) -> types.SimpleNamespace:
         ),
         gpu=lambda capability: fake_gpu(monkeypatch, capability),
     )
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(features).relu()
+
+
+@pytest.fixture
+def net() -> torch.nn.Module:
+    """The small model the faked builds compile: ``features`` (N x 16) -> Linear(16, 4) ->
+    ReLU, in eval mode."""
+    return Net().eval()

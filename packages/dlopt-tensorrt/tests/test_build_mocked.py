@@ -20,15 +20,6 @@ from dlopt.plugin import (
 from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, load_engine, precision_kwargs
 
 
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(16, 4)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(features).relu()
-
-
 def _workload() -> WorkloadProfile:
     return WorkloadProfile(
         (
@@ -40,15 +31,22 @@ def _workload() -> WorkloadProfile:
     )
 
 
-def _context(tmp_path: Path, workload: WorkloadProfile | None = None) -> ProviderContext:
+def _context(
+    tmp_path: Path, workload: WorkloadProfile | None = None, **kwargs: Any
+) -> ProviderContext:
     return ProviderContext(
-        target=ExecutionTarget("cuda"), workload=workload or _workload(), artifact_dir=tmp_path
+        target=ExecutionTarget("cuda"),
+        workload=workload or _workload(),
+        artifact_dir=tmp_path,
+        **kwargs,
     )
 
 
-def test_compile_gets_dynamo_ir_and_a_shape_range(fake_trt: Any, tmp_path: Path) -> None:
+def test_compile_gets_dynamo_ir_and_a_shape_range(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt(api="new")
-    model = Net().eval()
+    model = net
     plan = TensorRTProvider(Precision.FP16).build(model, _context(tmp_path))
     (call,) = trt.compile_calls
     assert call["ir"] == "dynamo"
@@ -80,9 +78,11 @@ def test_compile_gets_dynamo_ir_and_a_shape_range(fake_trt: Any, tmp_path: Path)
         plan(x)
 
 
-def test_legacy_release_gets_enabled_precisions(fake_trt: Any, tmp_path: Path) -> None:
+def test_legacy_release_gets_enabled_precisions(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt(api="legacy")
-    plan = TensorRTProvider(Precision.BF16).build(Net().eval(), _context(tmp_path))
+    plan = TensorRTProvider(Precision.BF16).build(net, _context(tmp_path))
     (call,) = trt.compile_calls
     assert call["enabled_precisions"] == {torch.float32, torch.bfloat16}
     # Recorded as strict JSON: the set as a sorted list of dtype names.
@@ -95,38 +95,43 @@ def test_legacy_release_gets_enabled_precisions(fake_trt: Any, tmp_path: Path) -
     ("precision", "disable_tf32"), [(Precision.FP32, True), (Precision.TF32, False)]
 )
 def test_fp32_and_tf32_toggle_tf32(
-    fake_trt: Any, tmp_path: Path, precision: Precision, disable_tf32: bool
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path, precision: Precision, disable_tf32: bool
 ) -> None:
     trt = fake_trt(api="new")
-    plan = TensorRTProvider(precision).build(Net().eval(), _context(tmp_path))
+    plan = TensorRTProvider(precision).build(net, _context(tmp_path))
     assert trt.compile_calls[0]["disable_tf32"] is disable_tf32
     assert plan.output_dtype is None
     assert plan.metadata["precision_api"] == "fp32"
 
 
-def test_static_workload_gives_a_static_input(fake_trt: Any, tmp_path: Path) -> None:
+def test_static_workload_gives_a_static_input(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
     workload = WorkloadProfile.single(torch.randn(2, 16))
-    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, workload))
+    TensorRTProvider(Precision.FP16).build(net, _context(tmp_path, workload))
     (spec,) = trt.compile_calls[0]["inputs"]
     example = spec.kwargs.pop("torch_tensor")
     assert spec.kwargs == {"shape": (2, 16), "dtype": torch.float32, "name": "features"}
     assert example is workload.cases[0].args[0]
 
 
-def test_extra_compile_options_pass_through(fake_trt: Any, tmp_path: Path) -> None:
+def test_extra_compile_options_pass_through(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
     provider = TensorRTProvider(Precision.FP16, compile_options={"truncate_double": True})
-    provider.build(Net().eval(), _context(tmp_path))
+    provider.build(net, _context(tmp_path))
     call = trt.compile_calls[0]
     assert call["truncate_double"] is True and call["min_block_size"] == 1
 
 
-def test_save_engine_writes_into_the_plan_dir(fake_trt: Any, tmp_path: Path) -> None:
+def test_save_engine_writes_into_the_plan_dir(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
-    context = _context(tmp_path)
-    context.options = TensorRTOptions(save_engine=True)
-    plan = TensorRTProvider(Precision.FP16).build(Net().eval(), context)
+    context = _context(tmp_path, options=TensorRTOptions(save_engine=True))
+    plan = TensorRTProvider(Precision.FP16).build(net, context)
     (save,) = trt.save_calls
     path = plan.artifacts["engine"]
     assert path == tmp_path / "tensorrt_fp16" / "trt_program.ep" and path.exists()
@@ -135,34 +140,40 @@ def test_save_engine_writes_into_the_plan_dir(fake_trt: Any, tmp_path: Path) -> 
     assert example.shape == (32, 16)
 
 
-def test_compile_failure_is_a_build_error(fake_trt: Any, tmp_path: Path) -> None:
+def test_compile_failure_is_a_build_error(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
     trt.fail_with = RuntimeError("Unsupported operator aten.foo")
     with pytest.raises(
         ProviderBuildError,
         match=r"torch_tensorrt\.compile failed: RuntimeError: Unsupported operator",
     ):
-        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+        TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
 
 
-def test_workload_is_required(fake_trt: Any, tmp_path: Path) -> None:
+def test_workload_is_required(net: torch.nn.Module, fake_trt: Any, tmp_path: Path) -> None:
     fake_trt()
     context = ProviderContext(target=ExecutionTarget("cuda"), artifact_dir=tmp_path)
     with pytest.raises(ProviderBuildError, match="pass a workload"):
-        TensorRTProvider(Precision.FP16).build(Net().eval(), context)
+        TensorRTProvider(Precision.FP16).build(net, context)
 
 
-def test_unservable_workload_is_a_build_error(fake_trt: Any, tmp_path: Path) -> None:
+def test_unservable_workload_is_a_build_error(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     fake_trt()
     workload = WorkloadProfile.single(torch.randn(2, 16), 3)
     with pytest.raises(ProviderBuildError, match="tensor arguments only"):
-        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, workload))
+        TensorRTProvider(Precision.FP16).build(net, _context(tmp_path, workload))
 
 
-def test_build_refuses_with_the_probe_reason(fake_trt: Any, tmp_path: Path) -> None:
+def test_build_refuses_with_the_probe_reason(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     fake_trt(capability=(6, 1))
     with pytest.raises(ProviderBuildError, match=r"compute capability 6\.1 is below"):
-        TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+        TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
 
 
 def test_precision_kwargs_without_any_precision_api() -> None:
@@ -182,20 +193,22 @@ def test_precision_kwargs_without_any_precision_api() -> None:
 
 
 def test_target_cuda_without_an_index_builds_on_the_current_device(
-    fake_trt: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trt = fake_trt()
-    plan = TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    plan = TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
     (call,) = trt.compile_calls
     assert call["device"] == torch.device("cuda", 0)
     assert plan.metadata["compile_options"]["device"] == "cuda:0"
 
 
-def test_an_explicit_index_is_kept(fake_trt: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_an_explicit_index_is_kept(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
     trt = fake_trt()
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     TensorRTProvider(Precision.FP16).build(
-        Net().eval(),
+        net,
         ProviderContext(
             target=ExecutionTarget("cuda:1"), workload=_workload(), artifact_dir=tmp_path
         ),
@@ -206,11 +219,12 @@ def test_an_explicit_index_is_kept(fake_trt: Any, tmp_path: Path, monkeypatch: A
 # a saved program keeps its dynamic batch -----------------------------------------
 
 
-def test_a_saved_program_serves_every_case_shape(fake_trt: Any, tmp_path: Path) -> None:
+def test_a_saved_program_serves_every_case_shape(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
-    context = _context(tmp_path)
-    context.options = TensorRTOptions(save_engine=True)
-    model = Net().eval()
+    context = _context(tmp_path, options=TensorRTOptions(save_engine=True))
+    model = net
     plan = TensorRTProvider(Precision.FP16).build(model, context)
     (save,) = trt.save_calls
     assert save["retrace"] is False
@@ -224,14 +238,18 @@ def test_a_saved_program_serves_every_case_shape(fake_trt: Any, tmp_path: Path) 
 # the timing cache belongs to the plan ---------------------------------------------
 
 
-def test_the_timing_cache_lives_in_the_plan_directory(fake_trt: Any, tmp_path: Path) -> None:
+def test_the_timing_cache_lives_in_the_plan_directory(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
-    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
     path = Path(trt.compile_calls[0]["timing_cache_path"])
     assert path.parent == tmp_path / "tensorrt_fp16"
 
 
-def test_a_release_without_the_option_is_not_given_it(fake_trt: Any, tmp_path: Path) -> None:
+def test_a_release_without_the_option_is_not_given_it(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt(api="minimal")
-    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path))
+    TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
     assert "timing_cache_path" not in trt.compile_calls[0]

@@ -4,7 +4,6 @@ declared, and the source imports only ``dlopt.plugin``."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +25,9 @@ from dlopt.plugin import (
     WorkloadCase,
     WorkloadProfile,
 )
+from dlopt.testing.plugins import imports_beyond_plugin_api
 from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, all_providers
 from dlopt_tensorrt import provider as provider_module
-
-
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = torch.nn.Linear(16, 4)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(features).relu()
 
 
 def _prepared(*batches: tuple[int, float]) -> tuple[PreparedCase, ...]:
@@ -60,11 +51,13 @@ def _context(tmp_path: Path, cases: tuple[PreparedCase, ...], **kwargs: Any) -> 
     )
 
 
-def test_compile_gets_the_prepared_inputs(fake_trt: Any, tmp_path: Path) -> None:
+def test_compile_gets_the_prepared_inputs(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     trt = fake_trt()
     cases = _prepared((1, 1.0), (8, 5.0), (32, 1.0))
     options = TensorRTOptions(save_engine=True)
-    TensorRTProvider(Precision.FP16).build(Net().eval(), _context(tmp_path, cases, options=options))
+    TensorRTProvider(Precision.FP16).build(net, _context(tmp_path, cases, options=options))
     (call,) = trt.compile_calls
     (spec,) = call["inputs"]
     assert spec.kwargs["min_shape"] == (1, 16)
@@ -78,11 +71,11 @@ def test_compile_gets_the_prepared_inputs(fake_trt: Any, tmp_path: Path) -> None
 
 
 def test_a_static_signature_is_traced_with_its_prepared_input(
-    fake_trt: Any, tmp_path: Path
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
 ) -> None:
     trt = fake_trt()
     cases = _prepared((4, 1.0))
-    TensorRTProvider(Precision.FP32).build(Net().eval(), _context(tmp_path, cases))
+    TensorRTProvider(Precision.FP32).build(net, _context(tmp_path, cases))
     (spec,) = trt.compile_calls[0]["inputs"]
     assert spec.kwargs["shape"] == (4, 16)
     assert spec.kwargs["torch_tensor"] is cases[0].args[0]
@@ -111,7 +104,7 @@ def test_each_input_is_traced_with_its_largest_prepared_tensor_or_one_made_besid
 
 
 def test_build_uses_the_race_probe_instead_of_probing_again(
-    fake_trt: Any, tmp_path: Path, monkeypatch: Any
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
     fake_trt()
     provider = TensorRTProvider(Precision.FP16)
@@ -124,28 +117,28 @@ def test_build_uses_the_race_probe_instead_of_probing_again(
     monkeypatch.setattr(provider_module, "check_distribution", probed)
     monkeypatch.setattr(provider_module, "check_torch_pairing", probed)
     context = _context(tmp_path, _prepared((2, 1.0)), availability=availability)
-    plan = provider.build(Net().eval(), context)
+    plan = provider.build(net, context)
     assert plan.metadata["compute_capability"] == "9.0"
     assert plan.metadata["torch_tensorrt_version"] == "2.13.0"
 
 
-def test_build_refuses_with_the_race_probe_reason(fake_trt: Any, tmp_path: Path) -> None:
+def test_build_refuses_with_the_race_probe_reason(
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
+) -> None:
     fake_trt()
     refused = ProviderAvailability.unavailable("GPU compute capability 6.1 is too old")
     context = _context(tmp_path, _prepared((2, 1.0)), availability=refused)
     with pytest.raises(ProviderBuildError, match=r"tensorrt_fp16 cannot build here: GPU comp"):
-        TensorRTProvider(Precision.FP16).build(Net().eval(), context)
+        TensorRTProvider(Precision.FP16).build(net, context)
 
 
-def test_options_reach_the_compile(fake_trt: Any, tmp_path: Path) -> None:
+def test_options_reach_the_compile(net: torch.nn.Module, fake_trt: Any, tmp_path: Path) -> None:
     trt = fake_trt()
     options = TensorRTOptions(
         workspace_size_mb=512, optimization_level=5, min_block_size=3, opt_shape="largest"
     )
     cases = _prepared((1, 1.0), (8, 5.0), (32, 1.0))
-    plan = TensorRTProvider(Precision.FP16).build(
-        Net().eval(), _context(tmp_path, cases, options=options)
-    )
+    plan = TensorRTProvider(Precision.FP16).build(net, _context(tmp_path, cases, options=options))
     call = trt.compile_calls[0]
     assert call["workspace_size"] == 512 * 2**20
     assert call["optimization_level"] == 5
@@ -156,13 +149,13 @@ def test_options_reach_the_compile(fake_trt: Any, tmp_path: Path) -> None:
 
 
 def test_an_option_this_torch_tensorrt_lacks_is_a_clear_build_error(
-    fake_trt: Any, tmp_path: Path
+    net: torch.nn.Module, fake_trt: Any, tmp_path: Path
 ) -> None:
     fake_trt(api="minimal")  # a release without optimization_level
     options = TensorRTOptions(optimization_level=2)
     with pytest.raises(ProviderBuildError, match=r"has no optimization_level.*unset"):
         TensorRTProvider(Precision.FP16).build(
-            Net().eval(), _context(tmp_path, _prepared((2, 1.0)), options=options)
+            net, _context(tmp_path, _prepared((2, 1.0)), options=options)
         )
 
 
@@ -182,7 +175,7 @@ def test_every_option_has_a_default_and_help() -> None:
     ],
 )
 def test_a_bad_option_is_refused_before_the_race_naming_the_plan(
-    values: dict[str, Any], message: str
+    net: torch.nn.Module, values: dict[str, Any], message: str
 ) -> None:
     optimizer = InferenceOptimizer(
         "cpu",
@@ -191,7 +184,7 @@ def test_a_bad_option_is_refused_before_the_race_naming_the_plan(
         registry=load_providers(entry_points=[]),
     )
     with pytest.raises(ConfigurationError, match=message):
-        optimizer.select(Net().eval(), [WorkloadCase("b2", args=(torch.randn(2, 16),))])
+        optimizer.select(net, [WorkloadCase("b2", args=(torch.randn(2, 16),))])
 
 
 def test_every_plan_declares_the_challenger_role() -> None:
@@ -201,10 +194,4 @@ def test_every_plan_declares_the_challenger_role() -> None:
 
 
 def test_the_source_imports_from_dlopt_plugin_only() -> None:
-    deep = re.compile(r"^\s*(from dlopt(?!\.plugin import)[. ]|import dlopt\b)", re.MULTILINE)
-    found = [
-        p.name
-        for p in Path(dlopt_tensorrt.__file__).parent.rglob("*.py")
-        if deep.search(p.read_text())
-    ]
-    assert found == []
+    assert imports_beyond_plugin_api(dlopt_tensorrt) == []

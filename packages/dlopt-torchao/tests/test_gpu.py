@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dlopt.plugin import ExecutionTarget, ProviderContext, WorkloadCase, WorkloadProfile
-from dlopt.validation import validate_outputs
+from dlopt.testing.contexts import plan_gate
 from dlopt_torchao import Scheme, TorchAOProvider
 
 pytestmark = pytest.mark.gpu
@@ -51,12 +51,6 @@ def test_scheme_runs_every_case_on_cuda(scheme: Scheme, compiled: bool, tmp_path
         for case in workload.cases:
             got = plan(*case.args)
             assert got.device.type == "cuda"
-            result = validate_outputs(
-                got,
-                model(*case.args),
-                precision=plan.precision,
-                output_dtype=plan.output_dtype,
-                case_name=case.name,
-            )
+            result = plan_gate(plan, got, model(*case.args), case.name)
             assert result.passed, result
     assert plan.metadata.get("config"), plan.metadata

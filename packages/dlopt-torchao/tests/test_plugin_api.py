@@ -7,7 +7,6 @@ not read at build (the race validates the plan on them).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from dlopt.plugin import (
     Role,
     WorkloadCase,
 )
+from dlopt.testing.plugins import imports_beyond_plugin_api
 from dlopt_torchao import Scheme, TorchAOProvider
 from dlopt_torchao import provider as provider_module
 from dlopt_torchao.provider import TorchAOInt4Options, TorchAOOptions
@@ -163,10 +163,4 @@ def test_every_plan_declares_the_challenger_role() -> None:
 
 
 def test_the_source_imports_from_dlopt_plugin_only() -> None:
-    deep = re.compile(r"^\s*(from dlopt(?!\.plugin import)[. ]|import dlopt\b)", re.MULTILINE)
-    found = [
-        p.name
-        for p in Path(dlopt_torchao.__file__).parent.rglob("*.py")
-        if deep.search(p.read_text())
-    ]
-    assert found == []
+    assert imports_beyond_plugin_api(dlopt_torchao) == []

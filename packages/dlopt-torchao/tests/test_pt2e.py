@@ -24,7 +24,7 @@ from dlopt.plugin import (
     ProviderContext,
 )
 from dlopt.testing import ProviderContractSuite
-from dlopt.testing.contexts import build_context
+from dlopt.testing.contexts import build_context, case_outputs
 from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt.validation import validate_outputs
 from dlopt_torchao import pt2e
@@ -73,24 +73,26 @@ def test_options_refuse_bad_values() -> None:
         PT2EOptions(calibration_file="inputs.pt")
 
 
-def test_calibration_file_is_read_without_pickle(tmp_path: Path) -> None:
+def test_calibration_file_is_read_as_tensors_by_the_shared_reader(tmp_path: Path) -> None:
+    """The file's checks are ``dlopt.plugin.read_npz``'s (tested in dlopt-core); here:
+    entries come back as tensors, and what is refused is a build error that names the
+    option, complex numbers and empty archives included."""
     good = tmp_path / "good.npz"
     np.savez(good, a=np.ones((2, 3), dtype=np.float32), b=np.zeros((1, 3), dtype=np.float32))
     entries = read_calibration_file(str(good))
     assert [(key, tuple(t.shape)) for key, t in entries] == [("a", (2, 3)), ("b", (1, 3))]
+    assert all(isinstance(t, torch.Tensor) for _, t in entries)
     pickled = tmp_path / "pickled.npz"
     np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
-    with pytest.raises(ProviderBuildError, match="cannot be read without pickle"):
+    with pytest.raises(ProviderBuildError, match=r"calibration_file .* without pickle"):
         read_calibration_file(str(pickled))
-    with pytest.raises(ProviderBuildError, match="cannot be read"):
-        read_calibration_file(str(tmp_path / "missing.npz"))
-    (tmp_path / "dir.npz").mkdir()
-    with pytest.raises(ProviderBuildError, match="is not a regular file"):
-        read_calibration_file(str(tmp_path / "dir.npz"))
-    text = tmp_path / "text.npz"
-    text.write_text("not a zip")
-    with pytest.raises(ProviderBuildError, match=r"not a readable \.npz archive"):
-        read_calibration_file(str(text))
+    complex_ = tmp_path / "complex.npz"
+    np.savez(complex_, z=np.ones(2, dtype=np.complex64))
+    with pytest.raises(ProviderBuildError, match="entry 'z' has dtype complex64"):
+        read_calibration_file(str(complex_))
+    np.savez(tmp_path / "empty.npz")
+    with pytest.raises(ProviderBuildError, match="holds no arrays"):
+        read_calibration_file(str(tmp_path / "empty.npz"))
 
 
 def test_calibration_file_needs_a_single_tensor_input(tmp_path: Path) -> None:
@@ -148,12 +150,10 @@ def built(tmp_path_factory: Any) -> Any:
         calibration_file=str(calibration),
     )
     plan = PT2EStaticInt8Provider().build(model, context)
-    with torch.inference_mode():
-        outputs = [plan(*case.args) for case in context.cases]
     yield {
         "plan": plan,
         "context": context,
-        "outputs": outputs,
+        "outputs": case_outputs(plan, context),
         "before": before,
         "after": (inductor_config.freezing, inductor_config.pre_grad_custom_pass),
     }

@@ -39,6 +39,7 @@ from dlopt.errors import (
 )
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
+from dlopt.platform.npz import read_npz
 from dlopt.platform.probing import (
     CapturedOutput,
     base_version,
@@ -104,6 +105,7 @@ __all__ = [
     "is_plain_name",
     "iter_tensors",
     "map_tensors",
+    "read_npz",
     "strict_jsonable",
     "strip_ansi",
     "try_import",

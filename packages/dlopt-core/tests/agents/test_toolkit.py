@@ -59,6 +59,22 @@ def in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
     return thread, box
 
 
+def _held_race(make_toolkit: Any) -> tuple[Any, dict[str, Any], Any, threading.Thread, list[Any]]:
+    """An OPTIMIZE of ``w`` running in a thread, held in the gated ``fast`` plan's build:
+    ``(toolkit, providers, gated, thread, box)``."""
+    toolkit, _, providers = make_toolkit(gated=True)
+    gated = providers["fast"]
+    thread, box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
+    assert gated.started.wait(20)
+    return toolkit, providers, gated, thread, box
+
+
+def _release(gated: Any, thread: threading.Thread) -> None:
+    """Let the held build go on and wait for the call to return."""
+    gated.gate.set()
+    thread.join(20)
+
+
 # -- structured errors ----------------------------------------------------------------
 
 
@@ -306,16 +322,12 @@ def test_a_call_past_the_hosts_time_limit_stops(make_toolkit) -> None:
 
 
 def test_two_concurrent_optimize_calls_for_one_workload_run_one_race(make_toolkit) -> None:
-    toolkit, _, providers = make_toolkit(gated=True)
-    gated = providers["fast"]
-    first, first_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
-    assert gated.started.wait(20)
+    toolkit, _, gated, first, first_box = _held_race(make_toolkit)
     second, second_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, '{"workload": "w"}'))
     wait_until(lambda: toolkit.in_flight() == {"w": 1})  # the second call is waiting
     listed = toolkit.invoke(LIST_WORKLOADS)["result"]["workloads"]
     assert listed[0]["optimizing"] is True
-    gated.gate.set()
-    first.join(20)
+    _release(gated, first)
     second.join(20)
     (one,), (two,) = first_box, second_box
     assert gated.inner.builds == 1  # one race
@@ -325,30 +337,22 @@ def test_two_concurrent_optimize_calls_for_one_workload_run_one_race(make_toolki
 
 
 def test_a_concurrent_call_with_other_settings_is_told_busy(make_toolkit) -> None:
-    toolkit, _, providers = make_toolkit(gated=True)
-    gated = providers["fast"]
-    first, box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
-    assert gated.started.wait(20)
+    toolkit, _, gated, first, box = _held_race(make_toolkit)
     busy = toolkit.invoke(OPTIMIZE, {"workload": "w", "min_speedup": 1.2})
     assert error_code(busy) == "busy"
     with pytest.raises(ConfigurationError, match="being optimized"):
         toolkit.register_workload("w", StructuredMLP(), torch.randn(4, 16))
-    gated.gate.set()
-    first.join(20)
+    _release(gated, first)
     assert checked(box[0])["ok"] and gated.inner.builds == 1
 
 
 def test_the_host_cancels_a_running_call_and_its_plans_are_closed(make_toolkit) -> None:
-    toolkit, _, providers = make_toolkit(gated=True)
-    gated = providers["fast"]
-    first, first_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
-    assert gated.started.wait(20)
+    toolkit, providers, gated, first, first_box = _held_race(make_toolkit)
     second, second_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
     wait_until(lambda: toolkit.in_flight() == {"w": 1})
     assert toolkit.cancel("other") == 0
     assert toolkit.cancel("w") == 1
-    gated.gate.set()
-    first.join(20)
+    _release(gated, first)
     second.join(20)
     assert error_code(first_box[0]) == "cancelled"
     assert error_code(second_box[0]) == "cancelled"  # the joined call shares the outcome
@@ -364,8 +368,7 @@ def test_a_cancel_before_the_race_builds_no_more_plans(make_toolkit) -> None:
     first, box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
     assert gated.started.wait(20)
     assert toolkit.cancel("w") == 1
-    gated.gate.set()
-    first.join(20)
+    _release(gated, first)
     assert error_code(box[0]) == "cancelled"
     assert "before" in box[0]["error"]["message"]
     assert providers["fast"].builds == 0 and gated.inner.closes == 1
@@ -447,21 +450,16 @@ def test_a_call_waiting_for_another_workloads_race_can_be_cancelled(make_toolkit
     assert toolkit.cancel("w2") == 1
     second.join(20)
     assert error_code(second_box[0]) == "cancelled"  # it never raced
-    gated.gate.set()
-    first.join(20)
+    _release(gated, first)
     assert checked(first_box[0])["ok"] and gated.inner.builds == 1
 
 
 def test_inspecting_waits_for_a_running_race(make_toolkit) -> None:
-    toolkit, _, providers = make_toolkit(gated=True)
-    gated = providers["fast"]
-    race, race_box = in_thread(lambda: toolkit.invoke(OPTIMIZE, {"workload": "w"}))
-    assert gated.started.wait(20)
+    toolkit, _, gated, race, race_box = _held_race(make_toolkit)
     inspect, inspect_box = in_thread(lambda: toolkit.invoke(INSPECT_RUNTIME))
     inspect.join(0.5)
     assert inspect_box == []  # no probe runs while plans are being built and timed
-    gated.gate.set()
-    race.join(20)
+    _release(gated, race)
     inspect.join(20)
     assert checked(race_box[0])["ok"] and checked(inspect_box[0])["ok"]
 

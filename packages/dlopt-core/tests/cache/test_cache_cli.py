@@ -89,23 +89,9 @@ def test_a_bad_age_is_a_usage_error(two_records, capsys):
     assert "30d" in capsys.readouterr().err
 
 
-def test_select_with_a_cache_dir_misses_then_hits(tmp_path, capsys, monkeypatch):
+def test_select_with_a_cache_dir_misses_then_hits(tmp_path, capsys, monkeypatch, select_argv):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    argv = [
-        "select",
-        "dlopt.testing.models:StructuredMLP",
-        "--case",
-        "b2=2x16",
-        "--include",
-        "native_channels_last",
-        "--max-measure-time",
-        "1",
-        "--seed",
-        "3",
-        "--plain",
-        "--cache-dir",
-        str(tmp_path),
-    ]
+    argv = select_argv("b2=2x16", extra=["--seed", "3", "--plain", "--cache-dir", str(tmp_path)])
     assert main(argv) == 0
     assert "cache: miss" in capsys.readouterr().out
     assert main(argv) == 0

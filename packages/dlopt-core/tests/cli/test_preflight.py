@@ -28,18 +28,6 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
     }
 
 
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if the command imports the model or allocates an input."""
-
-    def too_far(*args: object, **kwargs: object) -> None:
-        pytest.fail("the command started work before refusing its arguments")
-
-    monkeypatch.setattr(cli_select, "load_factory", too_far)
-    monkeypatch.setattr(cli_select, "_random_input", too_far)
-    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
-
-
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str], root: Path) -> str:
     """Run ``dlopt argv``; assert exit 2, no traceback and ``root`` unchanged; the message."""
     before = snapshot(root)
@@ -207,16 +195,6 @@ def test_workload_numbers_are_refused_before_work(tmp_path, capsys, no_work, arg
 
 
 # -- .npz headers -----------------------------------------------------------------------
-def _forge_npz(path: Path, header_shape: str, payload: bytes) -> None:
-    import zipfile
-
-    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {header_shape}, }}"
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"
-    data = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + payload
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("x.npy", data)
-
-
 @pytest.mark.parametrize(
     ("shape", "payload", "message"),
     [
@@ -225,11 +203,11 @@ def _forge_npz(path: Path, header_shape: str, payload: bytes) -> None:
     ],
 )
 def test_an_npz_member_whose_header_lies_is_refused_without_allocating(
-    tmp_path, capsys, monkeypatch, shape, payload, message
+    tmp_path, capsys, monkeypatch, forge_npz, shape, payload, message
 ):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
     inputs = tmp_path / "in.npz"
-    _forge_npz(inputs, shape, payload)
+    forge_npz(inputs, shape, payload)
     err = refused(["select", MODEL, "--inputs", str(inputs)], capsys, tmp_path)
     assert message in err and "pickle" not in err
 

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import dlopt.cli.cmd_select as cli_select
 from dlopt.cli import main
 
 MODEL = "dlopt.testing.models:StructuredMLP"
@@ -23,16 +22,6 @@ SETTINGS = settings(
 #: Text of any kind a user might type, control characters and all (no NUL: the OS
 #: refuses it in argv).
 TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=40)
-
-
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    def too_far(*args: object, **kwargs: object) -> None:
-        pytest.fail("an option was accepted and work started")
-
-    monkeypatch.setattr(cli_select, "load_factory", too_far)
-    monkeypatch.setattr(cli_select, "_random_input", too_far)
-    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -71,39 +60,43 @@ def _runnable_device(text: str) -> bool:
     return (device.index or 0) < count
 
 
+#: Values no float option takes: not positive, not finite, not a number.
+BAD_FLOATS = st.one_of(
+    st.floats(max_value=0),
+    st.just(math.inf),
+    st.just(math.nan),
+    TEXT.filter(lambda t: not _is_number(t)),
+)
+#: Values no integer option takes: negative, past 64 bits, a float, not a number.
+BAD_INTEGERS = st.one_of(
+    st.integers(max_value=-1),
+    st.integers(min_value=2**63),
+    st.floats(allow_nan=True).map(str),
+    TEXT.filter(lambda t: not _is_number(t)),
+)
+
+
+def select_refuses(option: str, value: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """``dlopt select`` of the small model with ``option value`` exits 2 (see :func:`run`)."""
+    run(["select", MODEL, "--case", "b=1x16", option, str(value)], capsys)
+
+
 @SETTINGS
 @given(option=st.sampled_from(["--report", "--bundle", "--artifacts", "--inputs"]), text=TEXT)
 def test_select_paths(tmp_path, capsys, no_work, option, text):
-    path = _under_a_file(tmp_path, text)
-    run(["select", MODEL, "--case", "b=1x16", option, path], capsys)
+    select_refuses(option, _under_a_file(tmp_path, text), capsys)
 
 
 @SETTINGS
-@given(
-    option=st.sampled_from(["--min-speedup", "--max-measure-time"]),
-    value=st.one_of(
-        st.floats(max_value=0),
-        st.just(math.inf),
-        st.just(math.nan),
-        TEXT.filter(lambda t: not _is_number(t)),
-    ),
-)
+@given(option=st.sampled_from(["--min-speedup", "--max-measure-time"]), value=BAD_FLOATS)
 def test_select_float_options(tmp_path, capsys, no_work, option, value):
-    run(["select", MODEL, "--case", "b=1x16", option, str(value)], capsys)
+    select_refuses(option, value, capsys)
 
 
 @SETTINGS
-@given(
-    option=st.sampled_from(["--expected-calls", "--seed"]),
-    value=st.one_of(
-        st.integers(max_value=-1),
-        st.integers(min_value=2**63),
-        st.floats(allow_nan=True).map(str),
-        TEXT.filter(lambda t: not _is_number(t)),
-    ),
-)
+@given(option=st.sampled_from(["--expected-calls", "--seed"]), value=BAD_INTEGERS)
 def test_select_integer_options(tmp_path, capsys, no_work, option, value):
-    run(["select", MODEL, "--case", "b=1x16", option, str(value)], capsys)
+    select_refuses(option, value, capsys)
 
 
 @SETTINGS

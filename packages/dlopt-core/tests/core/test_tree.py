@@ -137,13 +137,19 @@ def test_tensors_in_leaf_order(obj):
     assert [id(t) for t in iter_tensors(obj)] == [id(t) for t in tensors]
 
 
-pytree_trees = st.recursive(
-    leaves,
-    lambda children: st.one_of(
+def _containers(children: Any, keys: Any) -> list[Any]:
+    """Tuples, lists and dicts (keyed by ``keys``) of up to three ``children``."""
+    return [
         st.lists(children, max_size=3).map(tuple),
         st.lists(children, max_size=3),
         st.dictionaries(keys, children, max_size=3),
-        st.tuples(children, children).map(lambda t: Pair(*t)),
+    ]
+
+
+pytree_trees = st.recursive(
+    leaves,
+    lambda children: st.one_of(
+        *_containers(children, keys), st.tuples(children, children).map(lambda t: Pair(*t))
     ),
     max_leaves=12,
 )
@@ -244,11 +250,7 @@ def _described_before(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 plain_trees = st.recursive(
     leaves,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3).map(tuple),
-        st.lists(children, max_size=3),
-        st.dictionaries(keys, children, max_size=3),
-    ),
+    lambda children: st.one_of(*_containers(children, keys)),
     max_leaves=10,
 )
 

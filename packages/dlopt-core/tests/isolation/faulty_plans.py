@@ -95,44 +95,23 @@ class FastPlan(FaultyPlan):
     name = "fast"
 
 
-class SegfaultsWhenCalled(FaultyPlan):
-    name = "segfaults_when_called"
-    fault = "call:segfault"
+#: The faulty plans: class name (what a worker imports) -> (plan name, ``stage:how``).
+FAULTS = {
+    "SegfaultsWhenCalled": ("segfaults_when_called", "call:segfault"),
+    "AbortsInBuild": ("aborts_in_build", "build:abort"),
+    "ExitsInBuild": ("exits_in_build", "build:exit"),
+    "SystemExitInBuild": ("systemexit_in_build", "build:systemexit"),
+    "SegfaultsInProbe": ("segfaults_in_probe", "probe:segfault"),
+    "HangsInProbe": ("hangs_in_probe", "probe:hang"),
+    "HangsInBuild": ("hangs_in_build", "build:hang"),
+    "HangsWhenCalled": ("hangs_when_called", "call:hang"),
+}
 
-
-class AbortsInBuild(FaultyPlan):
-    name = "aborts_in_build"
-    fault = "build:abort"
-
-
-class ExitsInBuild(FaultyPlan):
-    name = "exits_in_build"
-    fault = "build:exit"
-
-
-class SystemExitInBuild(FaultyPlan):
-    name = "systemexit_in_build"
-    fault = "build:systemexit"
-
-
-class SegfaultsInProbe(FaultyPlan):
-    name = "segfaults_in_probe"
-    fault = "probe:segfault"
-
-
-class HangsInProbe(FaultyPlan):
-    name = "hangs_in_probe"
-    fault = "probe:hang"
-
-
-class HangsInBuild(FaultyPlan):
-    name = "hangs_in_build"
-    fault = "build:hang"
-
-
-class HangsWhenCalled(FaultyPlan):
-    name = "hangs_when_called"
-    fault = "call:hang"
+# One module-level class per fault, so a worker rebuilds each by ``faulty_plans:<class>``.
+for _class_name, (_name, _fault) in FAULTS.items():
+    globals()[_class_name] = type(
+        _class_name, (FaultyPlan,), {"name": _name, "fault": _fault, "__module__": __name__}
+    )
 
 
 @contextlib.contextmanager
@@ -165,6 +144,18 @@ def isolated_policy(*plans: str, **overrides: object) -> OptimizationPolicy:
     }
     values.update(overrides)
     return OptimizationPolicy(**values)  # type: ignore[arg-type]
+
+
+def select_isolated(
+    culprits: tuple[type, ...], seconds: int, events: list[Any]
+) -> tuple[Any, OptimizationPolicy]:
+    """Select for ``tiny_model`` in workers, racing the reference, ``fast`` and
+    ``culprits``, within ``seconds``; every event is appended to ``events``.
+    ``(decision, policy)``."""
+    policy = isolated_policy(*(c.name for c in culprits))
+    with bounded(seconds):
+        optimizer = optimizer_with(*culprits, policy=policy, observers=[events.append])
+        return optimizer.select("faulty_plans:tiny_model"), policy
 
 
 def optimizer_with(

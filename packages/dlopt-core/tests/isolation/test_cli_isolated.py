@@ -62,13 +62,19 @@ def _dlopt(
     )
 
 
-@pytest.mark.slow
-def test_providers_returns_with_a_hanging_and_a_crashing_probe_installed(tmp_path):
-    env = _install_hostile_plugin(tmp_path)
-    env["HOSTILE_PLANS"] = "HangsInProbe,SegfaultsInProbe,FastPlan"
+def _providers_isolated(tmp_path: Path, **hostile: str) -> dict:
+    """``dlopt providers --isolate --json`` with the hostile plugin set up by ``hostile``
+    (environment variables); it must exit 0; its JSON."""
+    env = {**_install_hostile_plugin(tmp_path), **hostile}
     done = _dlopt(["providers", "--isolate", "--json"], env, tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr
-    statuses = {s["name"]: s for s in json.loads(done.stdout)["providers"]}
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_providers_returns_with_a_hanging_and_a_crashing_probe_installed(tmp_path):
+    data = _providers_isolated(tmp_path, HOSTILE_PLANS="HangsInProbe,SegfaultsInProbe,FastPlan")
+    statuses = {s["name"]: s for s in data["providers"]}
     assert statuses["fast"]["availability"]["available"] is True
     assert statuses["eager_fp32"]["availability"]["available"] is True
     # Either the probe stage's own limit answered and the worker's exit ended the probe,
@@ -82,11 +88,7 @@ def test_providers_returns_with_a_hanging_and_a_crashing_probe_installed(tmp_pat
 
 @pytest.mark.slow
 def test_a_plugin_that_crashes_at_import_is_that_plugins_failure(tmp_path):
-    env = _install_hostile_plugin(tmp_path)
-    env["HOSTILE_CRASH_AT_IMPORT"] = "1"
-    done = _dlopt(["providers", "--isolate", "--json"], env, tmp_path, timeout=240)
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
+    data = _providers_isolated(tmp_path, HOSTILE_CRASH_AT_IMPORT="1")
     (failure,) = [f for f in data["plugin_failures"] if f["plugin"] == "hostile"]
     assert failure["stage"] == "load" and "crashed at load (SIGSEGV)" in failure["error"]
     assert any(s["name"] == "eager_fp32" for s in data["providers"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import faulty_plans
 import pytest
-from faulty_plans import bounded, isolated_policy, optimizer_with
+from faulty_plans import select_isolated
 
 from dlopt.events import EventKind
 from dlopt.evidence.report import report_from_json
@@ -23,12 +23,8 @@ CRASHERS = (
 
 @pytest.mark.slow
 def test_every_crash_is_survived_named_and_the_decision_unchanged(plain_decision_plan):
-    events = []
-    policy = isolated_policy(*(c.name for c in CRASHERS))
-    with bounded(240):
-        decision = optimizer_with(*CRASHERS, policy=policy, observers=[events.append]).select(
-            "faulty_plans:tiny_model"
-        )
+    events: list = []
+    decision, _ = select_isolated(CRASHERS, 240, events)
     report = report_from_json(decision.report.to_json())  # strict JSON round trip
     assert decision.selected_plan == plain_decision_plan == "fast"
     faults = {c.name: c.fault for c in report.candidates if c.fault is not None}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import faulty_plans
 import pytest
-from faulty_plans import bounded, isolated_policy, optimizer_with
+from faulty_plans import select_isolated
 
 from dlopt.events import EventKind
 from dlopt.isolation.worker import PROBE_WATCHDOG_GRACE_S
@@ -17,12 +17,8 @@ HANGERS = (faulty_plans.HangsInBuild, faulty_plans.HangsWhenCalled, faulty_plans
 
 @pytest.mark.slow
 def test_every_hang_is_killed_named_and_the_decision_unchanged(plain_decision_plan):
-    events = []
-    policy = isolated_policy(*(h.name for h in HANGERS))
-    with bounded(200):
-        decision = optimizer_with(*HANGERS, policy=policy, observers=[events.append]).select(
-            "faulty_plans:tiny_model"
-        )
+    events: list = []
+    decision, policy = select_isolated(HANGERS, 200, events)
     report = decision.report
     assert decision.selected_plan == plain_decision_plan == "fast"
     build = report.candidate("hangs_in_build").fault

@@ -172,25 +172,21 @@ def test_measure_alone_times_a_lone_baseline_for_the_minimum_rounds(fast_policy)
 def test_traffic_weights_decide_which_plan_is_cheaper(fast_policy) -> None:
     # "b" is 2x faster on the rare case and 20% slower on the common one: slower overall.
     lat = {"a": [1e-3, 4e-3], "b": [1.2e-3, 2e-3]}
-    heavy_common = run_simulated_race(
-        lat,
-        baseline="a",
-        min_speedup=1.0,
-        policy=fast_policy,
-        noise=QUIET,
-        seed=2,
-        weights=[0.95, 0.05],
-    )
+
+    def race(weights: list[float]):
+        return run_simulated_race(
+            lat,
+            baseline="a",
+            min_speedup=1.0,
+            policy=fast_policy,
+            noise=QUIET,
+            seed=2,
+            weights=weights,
+        )
+
+    heavy_common = race([0.95, 0.05])
     assert heavy_common.candidate("b").verdict == "not_faster"
-    heavy_rare = run_simulated_race(
-        lat,
-        baseline="a",
-        min_speedup=1.0,
-        policy=fast_policy,
-        noise=QUIET,
-        seed=2,
-        weights=[0.2, 0.8],
-    )
+    heavy_rare = race([0.2, 0.8])
     assert heavy_rare.candidate("b").verdict == "faster"
     expected = (0.2 * 1 + 0.8 * 4) / (0.2 * 1.2 + 0.8 * 2)
     assert heavy_rare.candidate("b").speedup_vs_baseline.point == pytest.approx(expected, rel=1e-6)
@@ -315,6 +311,14 @@ def test_page_faults_are_recorded_on_posix() -> None:
     assert faults is not None and faults >= 0 and math.isfinite(faults)
 
 
+def _warmed_against_1ms(call, policy, clock):
+    """Race ``call`` (plan ``a``, the baseline) against a flat 1 ms plan; ``a``'s one case."""
+    result = run_race(
+        {"a": [call], "b": [fixed_latency(clock, 1e-3)]}, [1], "a", 1.02, policy, clock=clock
+    )
+    return result.candidate("a").cases[0]
+
+
 def test_warmup_waits_for_the_trend_to_stop(fast_policy) -> None:
     clock = FakeClock()
     state = {"n": 0}
@@ -323,15 +327,7 @@ def test_warmup_waits_for_the_trend_to_stop(fast_policy) -> None:
         state["n"] += 1
         clock.advance(1e-3 * (1.0 + 4.0 * 0.6 ** state["n"]))
 
-    result = run_race(
-        {"a": [jit_like], "b": [fixed_latency(clock, 1e-3)]},
-        [1],
-        "a",
-        1.02,
-        fast_policy,
-        clock=clock,
-    )
-    a = result.candidate("a").cases[0]
+    a = _warmed_against_1ms(jit_like, fast_policy, clock)
     assert a.warmup_converged and a.warmup_calls >= 8
     assert a.p99_ms < 1.03  # no warm-up call leaked into the timed samples
 
@@ -345,15 +341,7 @@ def test_warmup_is_capped(fast_policy) -> None:
         clock.advance(state["t"] + 1e-4)
 
     policy = evolve(fast_policy, warmup_max_calls=12, max_rounds=4)
-    result = run_race(
-        {"a": [always_improving], "b": [fixed_latency(clock, 1e-3)]},
-        [1],
-        "a",
-        1.02,
-        policy,
-        clock=clock,
-    )
-    a = result.candidate("a").cases[0]
+    a = _warmed_against_1ms(always_improving, policy, clock)
     assert a.warmup_calls == 12 and not a.warmup_converged
 
 

@@ -6,6 +6,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from attrs import evolve
@@ -24,6 +26,11 @@ from dlopt.measurement import (
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 WINDOW = 0.002
+
+
+def _twins(call: Callable[[], object], policy: MeasurementPolicy, **kw: Any) -> RaceResult:
+    """Race two plans that make the same ``call`` (``a`` the baseline, 1.5x to beat)."""
+    return run_race({"a": [call], "b": [call]}, [1], "a", 1.5, policy, **kw)
 
 
 def _policy(fast_policy: MeasurementPolicy, **kw: object) -> MeasurementPolicy:
@@ -99,7 +106,7 @@ def test_one_wait_is_exactly_the_busy_time_plus_one_window(fast_policy) -> None:
     # The process is busy for 5 windows before the race starts: only the first warm-up waits.
     cpu.spin(5 * WINDOW)
     policy = _policy(fast_policy, quiesce_max_s=1.0)
-    result = run_race({"a": [call], "b": [call]}, [1], "a", 1.5, policy, clock=clock, cpu=cpu)
+    result = _twins(call, policy, clock=clock, cpu=cpu)
     assert cpu.sleeps == N_WAITS + 5
     assert result.quiet_wait_s == pytest.approx((N_WAITS + 5) * WINDOW, abs=1e-12)
     first = max(result.candidates, key=lambda c: c.quiet_wait_s)
@@ -117,7 +124,7 @@ def test_cap_is_honoured_and_counted(fast_policy) -> None:
     cap = 5 * WINDOW
     cpu.spin(1e9)  # background threads never stop
     policy = _policy(fast_policy, quiesce_max_s=cap)
-    result = run_race({"a": [call], "b": [call]}, [1], "a", 1.5, policy, clock=clock, cpu=cpu)
+    result = _twins(call, policy, clock=clock, cpu=cpu)
     assert sum(c.quiet_waits_capped for c in result.candidates) == N_WAITS
     assert result.quiet_wait_s == pytest.approx(N_WAITS * cap, abs=1e-12)
     assert all("quiet-wait hit its 10 ms cap" in c.note for c in result.candidates)
@@ -132,15 +139,8 @@ def test_zero_cap_disables_the_wait(fast_policy) -> None:
     clock = FakeClock()
     cpu = FakeCpuTime(clock)
     cpu.spin(1e9)
-    calls = [lambda: clock.advance(1e-3)]
-    result = run_race(
-        {"a": calls, "b": calls},
-        [1],
-        "a",
-        1.5,
-        _policy(fast_policy, quiesce_max_s=0.0),
-        clock=clock,
-        cpu=cpu,
+    result = _twins(
+        lambda: clock.advance(1e-3), _policy(fast_policy, quiesce_max_s=0.0), clock=clock, cpu=cpu
     )
     assert cpu.sleeps == 0 and result.quiet_wait_s == 0.0
     assert all(c.quiet_wait_s == 0.0 and c.quiet_waits_capped == 0 for c in result.candidates)
@@ -148,8 +148,7 @@ def test_zero_cap_disables_the_wait(fast_policy) -> None:
 
 def test_fake_clock_without_cpu_source_never_waits(fast_policy) -> None:
     clock = FakeClock()
-    calls = [lambda: clock.advance(1e-3)]
-    result = run_race({"a": calls, "b": calls}, [1], "a", 1.5, _policy(fast_policy), clock=clock)
+    result = _twins(lambda: clock.advance(1e-3), _policy(fast_policy), clock=clock)
     assert result.quiet_wait_s == 0.0
     # Only the calls moved the clock.
     n_calls = result.timed_calls + result.untimed_calls
@@ -224,14 +223,6 @@ def test_process_cpu_time_sees_another_thread_and_never_decreases() -> None:
 
 
 def test_real_clock_gets_the_process_source_by_default(fast_policy) -> None:
-    calls = [lambda: None]
-    result = run_race(
-        {"a": calls, "b": calls},
-        [1],
-        "a",
-        1.5,
-        _policy(fast_policy, quiesce_max_s=0.05),
-        clock=MonotonicClock(),
-    )
+    result = _twins(lambda: None, _policy(fast_policy, quiesce_max_s=0.05), clock=MonotonicClock())
     assert result.quiet_wait_s > 0
     assert result.total_time_s >= result.quiet_wait_s

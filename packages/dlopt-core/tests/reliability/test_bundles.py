@@ -275,6 +275,15 @@ def _saved(report, tmp_path, *, options=None):
     return _decision(owned, {"scale": source}).save_bundle(tmp_path / "bundle")
 
 
+def _refused_before_any_load(bundle: Path, error: type[Exception], match: str) -> None:
+    """``load_bundle`` refuses ``bundle`` with ``error`` saying ``match``, before the
+    plan's provider is asked to load anything."""
+    provider = LoadableFast()
+    with pytest.raises(error, match=match):
+        load_bundle(bundle, registry=_registry(provider))
+    assert provider.calls == []
+
+
 def _registry(*providers):
     return load_providers(
         PluginSettings(autoload=False),
@@ -306,10 +315,7 @@ def test_load_bundle_returns_a_ready_decision(report, tmp_path):
 def test_a_tampered_bundle_is_refused_before_any_probe_or_load(report, tmp_path):
     bundle = _saved(report, tmp_path)
     (bundle / "artifacts" / "fast" / "scale.txt").write_text("1000")
-    provider = LoadableFast()
-    with pytest.raises(BundleError, match=r"scale\.txt does not match the SHA-256"):
-        load_bundle(bundle, registry=_registry(provider))
-    assert provider.calls == []
+    _refused_before_any_load(bundle, BundleError, r"scale\.txt does not match the SHA-256")
 
 
 def test_a_plan_whose_plugin_is_not_installed_names_the_distribution(report, tmp_path):
@@ -355,10 +361,7 @@ def test_a_plan_rebuilt_from_the_model_comes_back_with_it(report, tmp_path):
 
 def test_recorded_options_that_no_longer_fit_are_refused_naming_the_plan(report, tmp_path):
     bundle = _saved(report, tmp_path, options={"factor": 2.0, "gone": True})
-    provider = LoadableFast()
-    with pytest.raises(BundleLoadError, match=r"'fast'.*gone"):
-        load_bundle(bundle, registry=_registry(provider))
-    assert provider.calls == []
+    _refused_before_any_load(bundle, BundleLoadError, r"'fast'.*gone")
 
 
 def test_a_failing_load_is_reported_naming_the_plan_and_distribution(report, tmp_path):

@@ -198,3 +198,64 @@ def _all_messages(exc: BaseException) -> str:
     if exc.__cause__ is not None:
         parts.append(_all_messages(exc.__cause__))
     return " | ".join(parts)
+
+
+def test_reading_a_policy_never_loads_plugins(monkeypatch):
+    """Plugins' metrics are registered by loading the plugins, never by reading a name."""
+    from dlopt.plugins import discovery
+
+    loads: list[object] = []
+    monkeypatch.setattr(discovery, "load_providers", lambda *a, **k: loads.append(a))
+    with pytest.raises(Exception) as info:
+        from_jsonable(
+            parse_strict_json(_policy_json({"metric": "not_loaded_yet", "params": {}})),
+            QualityPolicy,
+        )
+    assert loads == []
+    assert "dlopt.load_providers()" in _all_messages(info.value)
+
+
+@attrs.frozen
+class CountBelow:
+    """Another plugin's metric, registered only inside an isolated worker."""
+
+    threshold: float = 0.0
+
+    def __call__(self, candidate, reference) -> float:
+        return float((candidate < self.threshold).float().mean())
+
+
+def test_the_isolated_worker_reads_a_plugin_metric_once_its_plugins_are_loaded(
+    monkeypatch, tmp_path
+):
+    from dlopt.api.policy import OptimizationPolicy
+    from dlopt.api.target import ExecutionTarget
+    from dlopt.isolation.journal import Heartbeat
+    from dlopt.isolation.transfer import WorkerSpec, policy_to_json
+    from dlopt.isolation.worker import start_worker
+    from dlopt.plugins import discovery
+
+    real = discovery.load_providers
+    plugin = plugin_module("below_plugin", metrics={"count_below_worker": CountBelow})
+
+    def load_with_plugin(settings=None, **kwargs):
+        return real(
+            PluginSettings(autoload=False), extra_plugins=[("below_plugin", plugin)], **kwargs
+        )
+
+    monkeypatch.setattr(discovery, "load_providers", load_with_plugin)
+    policy = policy_to_json(OptimizationPolicy())
+    fn = {"metric": "count_below_worker", "params": {"threshold": 0.5}}
+    policy["quality"]["user_metrics"] = [json.loads(_policy_json(fn))["user_metrics"][0]]
+    Heartbeat(tmp_path / "heartbeat", create=True)
+    spec = WorkerSpec(
+        target=ExecutionTarget("cpu"),
+        policy=policy,
+        journal=str(tmp_path / "journal"),
+        heartbeat=str(tmp_path / "heartbeat"),
+        result=str(tmp_path / "result.json"),
+    )
+    assert "count_below_worker" not in known_metrics()
+    read, watched, _ = start_worker(spec)
+    assert read.quality.user_metrics[0].fn == CountBelow(0.5)
+    assert watched.policy is read

@@ -122,20 +122,12 @@ def test_the_directory_goes_at_interpreter_exit(tmp_path):
     assert list(root.iterdir()) == []
 
 
-def test_select_twice_leaves_no_new_directory_in_the_temp_dir(private_tmp, tmp_path, monkeypatch):
+def test_select_twice_leaves_no_new_directory_in_the_temp_dir(
+    private_tmp, tmp_path, monkeypatch, select_argv
+):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    argv = [
-        "select",
-        "dlopt.testing.models:StructuredMLP",
-        "--case",
-        "b1=1x16",
-        "--include",
-        "native_channels_last",  # rejected at build: only eager races, quickly
-        "--max-measure-time",
-        "1",
-        "--report",
-        str(tmp_path / "r.json"),
-    ]
+    # native_channels_last is rejected at build: only eager races, quickly.
+    argv = select_argv("b1=1x16", extra=["--report", str(tmp_path / "r.json")])
     before = sorted(private_tmp.iterdir())
     for _ in range(2):
         assert main(argv) == 0

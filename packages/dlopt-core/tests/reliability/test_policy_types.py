@@ -37,61 +37,57 @@ def test_target_accepts_good_values():
     assert ExecutionTarget(threads=None).threads is None
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"expected_calls": 2.5}, "expected_calls"),
-        ({"expected_calls": True}, "expected_calls"),
-        ({"expected_calls": -1}, "expected_calls"),
-        ({"expected_calls": "10"}, "expected_calls"),
-        ({"min_speedup": True}, "min_speedup"),
-        ({"min_speedup": "1.1"}, "min_speedup"),
-        ({"min_speedup": math.inf}, "min_speedup"),
-        ({"max_setup_time_s": False}, "max_setup_time_s"),
-        ({"max_latency_ms": math.nan}, "max_latency_ms"),
-    ],
-)
-def test_deployment_constraints(kwargs, field):
-    with pytest.raises(ConfigurationError, match=rf"DeploymentConstraints.{field}"):
-        DeploymentConstraints(**kwargs)
+#: (DeploymentConstraints arguments, the field its error must name)
+BAD_CONSTRAINTS = [
+    ({"expected_calls": 2.5}, "expected_calls"),
+    ({"expected_calls": True}, "expected_calls"),
+    ({"expected_calls": -1}, "expected_calls"),
+    ({"expected_calls": "10"}, "expected_calls"),
+    ({"min_speedup": True}, "min_speedup"),
+    ({"min_speedup": "1.1"}, "min_speedup"),
+    ({"min_speedup": math.inf}, "min_speedup"),
+    ({"max_setup_time_s": False}, "max_setup_time_s"),
+    ({"max_latency_ms": math.nan}, "max_latency_ms"),
+]
+
+#: (OptimizationPolicy arguments, the field its error must name)
+BAD_POLICY = [
+    ({"constraints": {"min_speedup": 1.1}}, "constraints"),
+    ({"measurement": {"seed": 1}}, "measurement"),
+    ({"quality": {}}, "quality"),
+    ({"include": [3]}, "include"),
+    ({"include": ["ok", None]}, "include"),
+    ({"include": 5}, "include"),
+    ({"exclude": [b"eager"]}, "exclude"),
+    ({"objective": 3}, "objective"),
+]
+
+#: (MeasurementPolicy arguments, the field its error must name)
+BAD_MEASUREMENT = [
+    ({"seed": "abc"}, "seed"),
+    ({"seed": 1.5}, "seed"),
+    ({"seed": True}, "seed"),
+    ({"seed": -1}, "seed"),
+    ({"max_time_s": True}, "max_time_s"),
+    ({"confidence": True}, "confidence"),
+    ({"min_rounds": 4.0}, "min_rounds"),
+    ({"settle_tolerance": True}, "settle_tolerance"),
+    ({"futility_confidence": True}, "futility_confidence"),
+    ({"family_wise": 1}, "family_wise"),
+]
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
+    ("cls", "kwargs", "field"),
     [
-        ({"constraints": {"min_speedup": 1.1}}, "constraints"),
-        ({"measurement": {"seed": 1}}, "measurement"),
-        ({"quality": {}}, "quality"),
-        ({"include": [3]}, "include"),
-        ({"include": ["ok", None]}, "include"),
-        ({"include": 5}, "include"),
-        ({"exclude": [b"eager"]}, "exclude"),
-        ({"objective": 3}, "objective"),
+        *((DeploymentConstraints, *bad) for bad in BAD_CONSTRAINTS),
+        *((OptimizationPolicy, *bad) for bad in BAD_POLICY),
+        *((MeasurementPolicy, *bad) for bad in BAD_MEASUREMENT),
     ],
 )
-def test_optimization_policy(kwargs, field):
-    with pytest.raises(ConfigurationError, match=rf"OptimizationPolicy.{field}"):
-        OptimizationPolicy(**kwargs)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"seed": "abc"}, "seed"),
-        ({"seed": 1.5}, "seed"),
-        ({"seed": True}, "seed"),
-        ({"seed": -1}, "seed"),
-        ({"max_time_s": True}, "max_time_s"),
-        ({"confidence": True}, "confidence"),
-        ({"min_rounds": 4.0}, "min_rounds"),
-        ({"settle_tolerance": True}, "settle_tolerance"),
-        ({"futility_confidence": True}, "futility_confidence"),
-        ({"family_wise": 1}, "family_wise"),
-    ],
-)
-def test_measurement_policy(kwargs, field):
-    with pytest.raises(ConfigurationError, match=rf"MeasurementPolicy.{field}"):
-        MeasurementPolicy(**kwargs)
+def test_a_bad_policy_value_names_its_field(cls, kwargs, field):
+    with pytest.raises(ConfigurationError, match=rf"{cls.__name__}.{field}"):
+        cls(**kwargs)
 
 
 @pytest.mark.parametrize(

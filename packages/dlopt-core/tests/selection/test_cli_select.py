@@ -11,29 +11,13 @@ from dlopt.cli.cmd_select import parse_case_spec, parse_input_spec
 from dlopt.errors import WorkloadError
 
 
-def test_select_races_writes_a_strict_report_and_report_reprints_it(tmp_path, capsys, monkeypatch):
+def test_select_races_writes_a_strict_report_and_report_reprints_it(
+    tmp_path, capsys, monkeypatch, select_argv
+):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
     report = tmp_path / "report.json"
-    code = main(
-        [
-            "select",
-            "dlopt.testing.models:StructuredMLP",
-            "--case",
-            "b1=1x16@70",
-            "--case",
-            "b4=4x16@30",
-            "--include",
-            "native_channels_last",
-            "--max-measure-time",
-            "1",
-            "--seed",
-            "3",
-            "--report",
-            str(report),
-            "--bundle",
-            str(tmp_path / "bundle"),
-        ]
-    )
+    extra = ["--seed", "3", "--report", str(report), "--bundle", str(tmp_path / "bundle")]
+    code = main(select_argv("b1=1x16@70", "b4=4x16@30", extra=extra))
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "selected: eager_fp32" in captured.out

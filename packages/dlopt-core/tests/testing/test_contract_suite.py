@@ -135,6 +135,23 @@ def suite(provider: type[Provider], base: type = FullSuite, **attributes: Any) -
     return type("Suite", (base,), namespace)()
 
 
+def _gate_check_fails(provider: type[Provider], match: str, tmp_path: Path) -> None:
+    """The suite's build-and-gate check fails on ``provider``, saying ``match``."""
+    with pytest.raises(FAILED, match=match):
+        suite(provider).test_build_serves_every_case_through_the_gate(tmp_path)
+
+
+def _passes_the_gate_but_not(
+    provider: type[Provider], check: str, error: Any, match: str, tmp_path: Path
+) -> None:
+    """``provider`` passes the build-and-gate check, then fails the suite's ``check``
+    with ``error`` saying ``match``."""
+    instance = suite(provider)
+    instance.test_build_serves_every_case_through_the_gate(tmp_path / "gate")
+    with pytest.raises(error, match=match):
+        getattr(instance, check)(tmp_path / check)
+
+
 def run_checks(instance: Any, tmp_path: Path, names: tuple[str, ...] = BUILD_CHECKS) -> None:
     for name in names:
         getattr(instance, name)(tmp_path / name)
@@ -225,8 +242,9 @@ def test_bf16_outputs_without_output_dtype_fail(tmp_path):
         def compute(self, model, args, kwargs):
             return model(*args, **kwargs).to(torch.bfloat16)
 
-    with pytest.raises(FAILED, match=r"validation gate.*dtype.*output_dtype=torch.bfloat16"):
-        suite(Bf16Undeclared).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(
+        Bf16Undeclared, r"validation gate.*dtype.*output_dtype=torch.bfloat16", tmp_path
+    )
 
 
 def test_nested_outputs_with_the_wrong_inner_structure_fail(tmp_path):
@@ -249,8 +267,7 @@ def test_outputs_off_by_more_than_the_precisions_limits_fail(tmp_path):
         def compute(self, model, args, kwargs):
             return model(*args, **kwargs) * 1.15
 
-    with pytest.raises(FAILED, match=r"\(int8\) failed the validation gate"):
-        suite(FifteenPercentOff).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(FifteenPercentOff, r"\(int8\) failed the validation gate", tmp_path)
 
 
 def test_outputs_on_another_device_than_the_inputs_fail(tmp_path):
@@ -258,8 +275,7 @@ def test_outputs_on_another_device_than_the_inputs_fail(tmp_path):
         def compute(self, model, args, kwargs):
             return model(*args, **kwargs).to("meta")
 
-    with pytest.raises(FAILED, match=r"output tensor 0 on meta for inputs on cpu"):
-        suite(OnMeta).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(OnMeta, r"output tensor 0 on meta for inputs on cpu", tmp_path)
 
 
 def test_keyword_inputs_that_are_ignored_fail(tmp_path):
@@ -281,10 +297,9 @@ def test_a_plan_that_serves_only_the_shapes_it_was_built_for_fails(tmp_path):
             out = model(*args, **kwargs)
             return out if tuple(args[0].shape) in self.shapes else torch.zeros_like(out)
 
-    instance = suite(StaticShapes)
-    instance.test_build_serves_every_case_through_the_gate(tmp_path / "seen")
-    with pytest.raises(FAILED, match="unseen-batch-5"):
-        instance.test_dynamic_shapes(tmp_path / "unseen")
+    _passes_the_gate_but_not(
+        StaticShapes, "test_dynamic_shapes", FAILED, "unseen-batch-5", tmp_path
+    )
 
 
 # ----------------------------------------------------------------- inputs and model
@@ -297,8 +312,9 @@ def test_a_plan_that_writes_into_its_inputs_fails(tmp_path):
             args[0].mul_(0)
             return out
 
-    with pytest.raises(FAILED, match=r"wrote into its inputs on case 'batch-1' \(args\[0\]"):
-        suite(MutatesInputs).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(
+        MutatesInputs, r"wrote into its inputs on case 'batch-1' \(args\[0\]", tmp_path
+    )
 
 
 def test_a_build_that_changes_the_callers_model_fails(tmp_path):
@@ -308,8 +324,9 @@ def test_a_build_that_changes_the_callers_model_fails(tmp_path):
                 model.conv.weight.mul_(2)
             return super().build(model, context)
 
-    with pytest.raises(FAILED, match=r"mutated the user's model during build: .*conv.weight"):
-        suite(FoldsInPlace).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(
+        FoldsInPlace, r"mutated the user's model during build: .*conv.weight", tmp_path
+    )
 
 
 def test_a_plan_that_changes_the_callers_model_when_called_fails(tmp_path):
@@ -324,8 +341,9 @@ def test_a_plan_that_changes_the_callers_model_when_called_fails(tmp_path):
             plan.runner = runner
             return plan
 
-    with pytest.raises(FAILED, match=r"mutated the user's model during first_call: .*bn"):
-        suite(CountsIntoTheModel).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(
+        CountsIntoTheModel, r"mutated the user's model during first_call: .*bn", tmp_path
+    )
 
 
 # ----------------------------------------------------------------- close
@@ -339,8 +357,9 @@ def test_a_plan_whose_on_close_raises_fails(tmp_path):
 
             return super().make_plan(plan_model, on_close=on_close, **fields)
 
-    with pytest.raises(FAILED, match=r"on_close raised RuntimeError: npu handle already freed"):
-        suite(OnCloseRaises).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(
+        OnCloseRaises, r"on_close raised RuntimeError: npu handle already freed", tmp_path
+    )
 
 
 def test_a_plan_whose_close_is_not_idempotent_fails(tmp_path):
@@ -361,8 +380,7 @@ def test_a_plan_whose_close_is_not_idempotent_fails(tmp_path):
                 on_close=plan.on_close,
             )
 
-    with pytest.raises(FAILED, match=r"on_close ran 2 times over two close\(\) calls"):
-        suite(NotIdempotent).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(NotIdempotent, r"on_close ran 2 times over two close\(\) calls", tmp_path)
 
 
 def test_a_provider_that_cannot_build_after_a_close_fails(tmp_path):
@@ -384,10 +402,9 @@ def test_a_provider_that_cannot_build_after_a_close_fails(tmp_path):
                 raise RuntimeError("session closed")
             return model(*args, **kwargs)
 
-    instance = suite(SharedSession)
-    instance.test_build_serves_every_case_through_the_gate(tmp_path / "once")
-    with pytest.raises(RuntimeError, match="session closed"):
-        instance.test_build_and_close_twice(tmp_path / "twice")
+    _passes_the_gate_but_not(
+        SharedSession, "test_build_and_close_twice", RuntimeError, "session closed", tmp_path
+    )
 
 
 # ----------------------------------------------------------------- plan values
@@ -402,8 +419,7 @@ def test_artifacts_outside_the_plan_directory_fail(tmp_path):
             plan.artifacts = {"weights": stray}
             return plan
 
-    with pytest.raises(FAILED, match=r"outside the plan's directory"):
-        suite(WritesBesideItsDirectory).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(WritesBesideItsDirectory, r"outside the plan's directory", tmp_path)
 
 
 def test_a_plan_in_another_precision_than_its_provider_declares_fails(tmp_path):
@@ -411,8 +427,7 @@ def test_a_plan_in_another_precision_than_its_provider_declares_fails(tmp_path):
         def make_plan(self, plan_model, **fields):
             return super().make_plan(plan_model, **{**fields, "precision": Precision.BF16})
 
-    with pytest.raises(FAILED, match=r"computes in bf16 but the provider declares fp32"):
-        suite(Bf16Plan).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(Bf16Plan, r"computes in bf16 but the provider declares fp32", tmp_path)
 
 
 def test_metadata_that_is_not_strict_json_fails(tmp_path):
@@ -422,8 +437,7 @@ def test_metadata_that_is_not_strict_json_fails(tmp_path):
             plan.metadata = {"compile_ms": float("nan")}
             return plan
 
-    with pytest.raises(FAILED, match="metadata is not strict JSON"):
-        suite(NanMetadata).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(NanMetadata, "metadata is not strict JSON", tmp_path)
 
 
 def test_a_plan_that_does_not_reload_from_its_saved_artifacts_fails(tmp_path):
@@ -588,8 +602,7 @@ def test_an_asynchronous_runner_without_synchronize_fails(tmp_path):
             plan.synchronize = None
             return plan
 
-    with pytest.raises(FAILED, match="non-finite"):
-        suite(NoSynchronize).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(NoSynchronize, "non-finite", tmp_path)
 
 
 @pytest.mark.parametrize("reading", [float("nan"), -1.0, "12 MiB"])
@@ -598,8 +611,7 @@ def test_a_device_memory_reading_that_is_not_mib_fails(tmp_path, reading):
         def make_plan(self, plan_model, **fields):
             return super().make_plan(plan_model, device_memory_mb=lambda: reading, **fields)
 
-    with pytest.raises(FAILED, match=r"device_memory_mb\(\) returned"):
-        suite(BadReading).test_build_serves_every_case_through_the_gate(tmp_path)
+    _gate_check_fails(BadReading, r"device_memory_mb\(\) returned", tmp_path)
 
 
 def test_a_device_memory_reading_in_mib_passes(tmp_path):

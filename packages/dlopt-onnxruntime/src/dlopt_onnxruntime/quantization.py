@@ -25,7 +25,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from dlopt.plugin import PreparedCase, ProviderBuildError, iter_tensors
+from dlopt.plugin import PreparedCase, ProviderBuildError, iter_tensors, read_npz
 from dlopt_onnxruntime.export import InputLayout, model_files, summarize_error
 
 #: Float ops that carry a model's multiply-accumulate work (what int8 could take over).
@@ -248,8 +248,6 @@ def calibration_set(
 
 
 def _read_calibration_file(path: Path, layout: InputLayout) -> list[Any]:
-    import numpy as np
-
     option = f"calibration_file {str(path)!r}"
     if len(layout.names) != 1:
         raise ProviderBuildError(
@@ -257,39 +255,21 @@ def _read_calibration_file(path: Path, layout: InputLayout) -> list[Any]:
             f"takes {len(layout.names)} ({', '.join(layout.names)}). Add calibration cases "
             "to the workload instead (every case is calibrated on)"
         )
-    if not path.is_file():
-        raise ProviderBuildError(f"{option}: no such file")
     dtype, shape = layout.dtypes[0], layout.shapes[0]
+    expected = ", ".join("any" if s is None else str(s) for s in shape)
     arrays = []
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ProviderBuildError(
-                    f"{option} is a single .npy array; save an archive with "
-                    "numpy.savez(path, batch_name=array)"
-                )
-            for key in archive.files:
-                try:
-                    array = archive[key]
-                except ValueError:  # an object array needs pickle: refused
-                    raise ProviderBuildError(
-                        f"{option}: entry {key!r} is not a numeric array (it needs pickle, "
-                        "which is never used); save numeric arrays only"
-                    ) from None
-                expected = ", ".join("any" if s is None else str(s) for s in shape)
-                fits = array.ndim == len(shape) and all(
-                    s is None or s == n for s, n in zip(shape, array.shape)
-                )
-                if array.dtype.name != dtype or not fits:
-                    raise ProviderBuildError(
-                        f"{option}: entry {key!r} is {array.dtype.name} of shape "
-                        f"{tuple(array.shape)}, but the model's input is {dtype} of shape "
-                        f"({expected}) over this workload; save batches like the "
-                        "workload's inputs (array.astype(...) for the dtype)"
-                    )
-                arrays.append(np.ascontiguousarray(array))
-    except (OSError, EOFError) as exc:
-        raise ProviderBuildError(f"{option} is not a readable .npz file: {exc}") from None
+    for key, array in read_npz(path, where=option, error=ProviderBuildError):
+        fits = array.ndim == len(shape) and all(
+            s is None or s == n for s, n in zip(shape, array.shape)
+        )
+        if array.dtype.name != dtype or not fits:
+            raise ProviderBuildError(
+                f"{option}: entry {key!r} is {array.dtype.name} of shape "
+                f"{tuple(array.shape)}, but the model's input is {dtype} of shape "
+                f"({expected}) over this workload; save batches like the "
+                "workload's inputs (array.astype(...) for the dtype)"
+            )
+        arrays.append(array)
     if not arrays:
         raise ProviderBuildError(f"{option} holds no arrays; save one entry per batch")
     return arrays

@@ -18,9 +18,6 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
-import os
-import stat
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +39,7 @@ from dlopt.plugin import (
     cpu_info,
     distribution_version,
     iter_tensors,
+    read_npz,
     try_import,
 )
 from dlopt_torchao.provider import (
@@ -115,42 +113,15 @@ def read_calibration_file(path_text: str) -> list[tuple[str, torch.Tensor]]:
     Raises :class:`ProviderBuildError` saying what is wrong: not a regular file, not an
     ``.npz`` archive, an entry that needs pickle or is not numeric.
     """
-    import numpy as np
-
-    path = Path(path_text)
-    where = f"calibration_file {str(path)!r}"
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise ProviderBuildError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise ProviderBuildError(f"{where} is not a regular file; give a .npz file")
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise ProviderBuildError(f"{where} is not a readable .npz archive: {exc}") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ProviderBuildError(
-            f"{where} holds a single array; save an archive: numpy.savez(path, a=..., b=...)"
-        )
-    tensors = []
-    with archive:
-        for key in archive.files:
-            try:
-                array = archive[key]
-            except ValueError as exc:  # an object array needs pickle: refused
-                raise ProviderBuildError(
-                    f"{where}: entry {key!r} cannot be read without pickle ({exc}); save "
-                    "numeric arrays only"
-                ) from None
-            if array.dtype.kind not in "biuf":
-                raise ProviderBuildError(
-                    f"{where}: entry {key!r} has dtype {array.dtype}; save numeric arrays"
-                )
-            tensors.append((key, torch.from_numpy(array.copy())))
-    if not tensors:
-        raise ProviderBuildError(f"{where} holds no arrays")
-    return tensors
+    arrays = read_npz(
+        path_text,
+        where=f"calibration_file {path_text!r}",
+        error=ProviderBuildError,
+        kinds="biuf",
+    )
+    if not arrays:
+        raise ProviderBuildError(f"calibration_file {path_text!r} holds no arrays")
+    return [(key, torch.from_numpy(array)) for key, array in arrays]
 
 
 def _module_present(name: str) -> bool:

@@ -261,14 +261,14 @@ class InferenceOptimizer:
             )
             checks.check_model_after_race(model, guard)
             report = build_report(
-                self.target,
-                self.policy,
-                workload,
-                registry.failures,
-                candidates,
-                raced.result,
-                outcome,
-                expected_calls,
+                target=self.target,
+                policy=self.policy,
+                workload=workload,
+                plugin_failures=registry.failures,
+                candidates=candidates,
+                race=raced.result,
+                outcome=outcome,
+                expected_calls=expected_calls,
             )
             if found is not None:
                 report = attrs.evolve(

@@ -147,9 +147,7 @@ def load_factory(spec: str) -> tuple[Any, Any]:
     exception, or ``SystemExit``) is the user's code failing, reported as a
     :class:`ConfigurationError` naming the exception.
     """
-    import torch
-
-    from dlopt.api.workload import WorkloadProfile
+    from dlopt.isolation.transfer import call_factory
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -169,29 +167,7 @@ def load_factory(spec: str) -> tuple[Any, Any]:
     factory = getattr(module, attr, None)
     if factory is None:
         raise ConfigurationError(f"{module_name!r} has no attribute {attr!r}")
-    result = factory
-    if callable(factory) and not isinstance(factory, torch.nn.Module):
-        try:
-            result = factory()
-        except (Exception, SystemExit) as exc:
-            raise ConfigurationError(
-                f"the model factory {spec} raised {_describe(exc)}; call it in Python to "
-                "see the traceback"
-            ) from exc
-    workload = None
-    if isinstance(result, tuple) and len(result) == 2:
-        result, workload = result
-        if not isinstance(workload, WorkloadProfile):
-            raise ConfigurationError(
-                f"{spec} returned a pair whose second item is {type(workload).__name__}; "
-                "return (model, dlopt.WorkloadProfile(...)) or the model alone"
-            )
-    if not isinstance(result, torch.nn.Module):
-        raise ConfigurationError(
-            f"{spec} returned {type(result).__name__}, expected a torch.nn.Module or a "
-            "(model, WorkloadProfile) pair"
-        )
-    return result.eval(), workload
+    return call_factory(factory, spec)
 
 
 def _working_directory_last_on_path() -> None:

@@ -9,8 +9,6 @@ tensors only. A model that takes several arguments gets its cases from its facto
 
 from __future__ import annotations
 
-import math
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -51,84 +49,18 @@ def check_input_file(path: Path) -> None:
         ) from None
 
 
-def _npz_member_sizes(path: Path) -> list[tuple[str, int]]:
-    """``(entry, bytes)`` for each ``.npy`` member, read from its header alone.
-
-    A header is checked against the bytes its member really holds before any array is
-    allocated: a header that claims 10**15 elements, or a truncated member, is refused
-    here with what it claims and what is there (numpy would try to allocate, or blame
-    pickle).
-    """
-    import numpy as np
-
-    sizes = []
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            key = info.filename.removesuffix(".npy")
-            with archive.open(info) as member:
-                try:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, _, dtype = read_header(member)
-                except (ValueError, EOFError) as exc:
-                    raise ConfigurationError(
-                        f"--inputs {path}: entry {key!r} is not a readable .npy array ({exc}); "
-                        "save it again with numpy.savez"
-                    ) from None
-                if dtype.hasobject:
-                    raise ConfigurationError(
-                        f"--inputs {path}: entry {key!r} holds Python objects, which cannot be "
-                        "read without pickle; save numeric arrays only"
-                    )
-                claimed = math.prod(shape) * dtype.itemsize
-                held = info.file_size - member.tell()
-            if claimed != held:
-                raise ConfigurationError(
-                    f"--inputs {path}: entry {key!r} claims shape {tuple(shape)} {dtype} "
-                    f"({claimed} bytes) but holds {held} bytes: the file is truncated or "
-                    "corrupt; save it again with numpy.savez"
-                )
-            sizes.append((key, claimed))
-    return sizes
-
-
 def _read_npz(path: Path) -> list[tuple[str, Any]]:
-    import numpy as np
     import torch
 
-    try:
-        if zipfile.is_zipfile(path):
-            _check_fits_in_memory(path, _npz_member_sizes(path))
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise ConfigurationError(
-                    f"--inputs {path} is a single .npy array, not an .npz archive: save it "
-                    "with numpy.savez(path, case_name=array)"
-                )
-            entries = []
-            for key in archive.files:
-                try:
-                    array = archive[key]
-                except ValueError as exc:  # an object array needs pickle: refused
-                    raise ConfigurationError(
-                        f"--inputs {path}: entry {key!r} cannot be read without pickle "
-                        f"({exc}); save numeric arrays only"
-                    ) from None
-                if array.dtype.kind not in "biufc":
-                    raise ConfigurationError(
-                        f"--inputs {path}: entry {key!r} has dtype {array.dtype}, not a "
-                        "number type a model takes"
-                    )
-                entries.append((key, torch.from_numpy(np.array(array, copy=True))))
-            return entries
-    except ConfigurationError:
-        raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ConfigurationError(f"--inputs {path} is not a readable .npz file: {exc}") from None
+    from dlopt.platform.npz import read_npz
+
+    arrays = read_npz(
+        path,
+        where=f"--inputs {path}",
+        error=ConfigurationError,
+        check_sizes=lambda sizes: _check_fits_in_memory(path, sizes),
+    )
+    return [(key, torch.from_numpy(array)) for key, array in arrays]
 
 
 def _check_fits_in_memory(path: Path, sizes: list[tuple[str, int]]) -> None:

@@ -22,7 +22,6 @@ from dlopt.evidence.report import (
     CaseSignature,
     LatencyEvidence,
     LifecycleEvidence,
-    MeasurementSummary,
     MemoryEvidence,
     ObjectiveEvidence,
     OptimizationReport,
@@ -43,6 +42,7 @@ from dlopt.vocabulary import Objective, Status
 
 
 def build_report(
+    *,
     target: ExecutionTarget,
     policy: OptimizationPolicy,
     workload: WorkloadProfile,
@@ -52,6 +52,8 @@ def build_report(
     outcome: SelectionOutcome,
     expected_calls: int | None,
 ) -> OptimizationReport:
+    """The strict-JSON report of one selection: what ran where, every candidate's
+    evidence, the race's figures and the decision with its reason."""
     runtime = record_providers(
         inspect_runtime(target, with_providers=False),
         [c.status for c in candidates if c.status is not None],
@@ -83,25 +85,7 @@ def build_report(
         selected_plan=outcome.selected,
         selection_reason=outcome.reason,
         candidates=evidence,
-        measurement=MeasurementSummary(
-            seed=race.seed,
-            rounds=race.rounds,
-            stop_reason=race.stop_reason,
-            total_time_s=race.total_time_s,
-            timed_calls=race.timed_calls,
-            untimed_calls=race.untimed_calls,
-            confidence=race.confidence,
-            policy=race.policy,
-            longest_call_s=race.longest_call[1] if race.longest_call[0] else None,
-            longest_call_plan=race.longest_call[0],
-            budget_s=race.budget_s,
-            warmup_time_s=race.warmup_time_s,
-            family_size=race.family_size,
-            leader=race.leader,
-            regret_bound=race.regret_bound,
-            open_comparisons=race.open_comparisons,
-            allocator=race.allocator,
-        ),
+        measurement=race.summary(),
         plugin_failures=tuple(plugin_failures),
         batch_size=outcome.batch_size,
         throughput=throughput_evidence(policy, workload, candidates, outcome),

@@ -16,10 +16,8 @@ from dlopt.api.policy import DeploymentConstraints
 from dlopt.api.target import ExecutionTarget
 from dlopt.evidence.provenance import RuntimeInfo
 from dlopt.measurement import (
-    AllocatorRegime,
     LatencyStats,
-    MeasurementPolicy,
-    OpenComparison,
+    RaceSummary,
     RatioInterval,
 )
 from dlopt.pipeline.state import StageError
@@ -34,7 +32,7 @@ from dlopt.platform.serialization import (
 from dlopt.plugins.records import PluginFailure
 from dlopt.selection.throughput import BatchPoint
 from dlopt.validation import CaseValidation, ValidationResult
-from dlopt.vocabulary import Objective, Status, StopReason, Verdict
+from dlopt.vocabulary import Objective, Status, Verdict
 
 #: Bumped whenever a field changes meaning or is removed (adding a field is compatible).
 SCHEMA_VERSION = 2
@@ -373,32 +371,8 @@ class WorkloadSummary:
     inputs: str | None = None
 
 
-@frozen
-class MeasurementSummary:
-    seed: int
-    rounds: int
-    stop_reason: StopReason
-    total_time_s: float
-    timed_calls: int
-    untimed_calls: int
-    confidence: float
-    policy: MeasurementPolicy
-    #: The longest single call of the race and the plan that made it.
-    longest_call_s: float | None = None
-    longest_call_plan: str | None = None
-    #: The measurement budget the race had (fixed, or scaled to the model's call cost).
-    budget_s: float | None = None
-    warmup_time_s: float | None = None
-    #: Comparisons in the error family the boundary was set for.
-    family_size: int | None = None
-    #: The plan ranked first on all rounds among those in contention, and an upper bound
-    #: (ratio) of how much faster any other surviving plan may still be.
-    leader: str | None = None
-    regret_bound: float | None = None
-    #: Comparisons the race left open, with the budget that would close them.
-    open_comparisons: tuple[OpenComparison, ...] = ()
-    #: The heap allocator's regime during the race, and advice for deployments.
-    allocator: AllocatorRegime | None = None
+#: The report's ``measurement`` field: the race-wide figures of the race that decided.
+MeasurementSummary = RaceSummary
 
 
 @frozen

@@ -90,12 +90,18 @@ def policy_to_json(policy: OptimizationPolicy) -> dict[str, Any]:
     return {f.name: to_jsonable(getattr(policy, f.name)) for f in attrs.fields(OptimizationPolicy)}
 
 
-def policy_from_json(data: dict[str, Any]) -> OptimizationPolicy:
-    """The policy :func:`policy_to_json` wrote (its nested policies typed again)."""
+def policy_from_json(data: dict[str, Any], *, user_metrics: bool = True) -> OptimizationPolicy:
+    """The policy :func:`policy_to_json` wrote (its nested policies typed again).
+
+    ``user_metrics=False`` leaves the quality policy's user metrics out: one that a plugin
+    registers is known by name only once the plugins are loaded.
+    """
     from dlopt.api.policy import DeploymentConstraints
     from dlopt.measurement import MeasurementPolicy
     from dlopt.validation import QualityPolicy
 
+    if not user_metrics and isinstance(data.get("quality"), dict):
+        data = {**data, "quality": {**data["quality"], "user_metrics": []}}
     nested = {
         "constraints": DeploymentConstraints,
         "measurement": MeasurementPolicy,
@@ -235,25 +241,37 @@ def resolve_reference(ref: str) -> Any:
     return obj
 
 
-def build_model(ref: str, device: str) -> tuple[torch.nn.Module, Any]:
+def build_model(ref: str, device: str) -> tuple[torch.nn.Module, WorkloadProfile | None]:
     """Import ``module:factory`` and call it: ``(model on device, workload or None)``."""
-    try:
-        made = resolve_reference(ref)
-        if callable(made) and not isinstance(made, torch.nn.Module):
-            made = made()
-    except ConfigurationError:
-        raise
-    except (Exception, SystemExit) as exc:  # the user's code failing, not dlopt's
-        raise ConfigurationError(
-            f"the model factory {ref} raised {type(exc).__name__}: {exc}; call it in Python "
-            "to see the traceback"
-        ) from exc
+    model, workload = call_factory(resolve_reference(ref), ref)
+    return model.to(device), workload
+
+
+def call_factory(factory: Any, spec: str) -> tuple[torch.nn.Module, WorkloadProfile | None]:
+    """What the model factory ``spec`` gives: ``factory`` is called unless it is a module
+    already; it returns a model or a ``(model, WorkloadProfile)`` pair. ``(model in eval
+    mode, workload or None)``; the user's code failing is a :class:`ConfigurationError`."""
+    made = factory
+    if callable(factory) and not isinstance(factory, torch.nn.Module):
+        try:
+            made = factory()
+        except (Exception, SystemExit) as exc:  # the user's code failing, not dlopt's
+            message = str(exc)
+            raised = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+            raise ConfigurationError(
+                f"the model factory {spec} raised {raised}; call it in Python to see the traceback"
+            ) from exc
     workload = None
     if isinstance(made, tuple) and len(made) == 2:
         made, workload = made
+        if not isinstance(workload, WorkloadProfile):
+            raise ConfigurationError(
+                f"{spec} returned a pair whose second item is {type(workload).__name__}; "
+                "return (model, dlopt.WorkloadProfile(...)) or the model alone"
+            )
     if not isinstance(made, torch.nn.Module):
         raise ConfigurationError(
-            f"{ref} returned {type(made).__name__}, expected a torch.nn.Module or a "
+            f"{spec} returned {type(made).__name__}, expected a torch.nn.Module or a "
             "(model, WorkloadProfile) pair"
         )
-    return made.eval().to(device), workload
+    return made.eval(), workload

@@ -157,7 +157,9 @@ def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
 
     journal = JournalWriter(spec.journal)
     heartbeat = Heartbeat(spec.heartbeat)
-    policy = policy_from_json(spec.policy)
+    # The policy may name a metric a plugin registers, known once the plugins are loaded:
+    # until then its limits serve without the user metrics.
+    policy = policy_from_json(spec.policy, user_metrics=False)
     watched = Watched(policy, journal, heartbeat)
     journal.append({"kind": "start", "pid": os.getpid(), "attempt": spec.attempt}, durable=True)
 
@@ -176,6 +178,7 @@ def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
     }
     settings = attrs.evolve(settings, deny=settings.deny | lost_plugins)
     registry = load_providers(settings, on_plugin=on_plugin)
+    policy = watched.policy = policy_from_json(spec.policy)
     registry.providers[:] = [
         attrs.evolve(info, provider=WatchedProvider(info.provider, watched))
         for info in registry.providers

@@ -27,6 +27,7 @@ from dlopt.measurement.results import (
     CandidateMeasurement,
     OpenComparison,
     RaceResult,
+    RaceSummary,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval
 
@@ -45,6 +46,7 @@ __all__ = [
     "PeakMemory",
     "ProcessCpuTime",
     "RaceResult",
+    "RaceSummary",
     "RatioInterval",
     "run_race",
     "time_call",

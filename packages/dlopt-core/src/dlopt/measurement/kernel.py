@@ -605,6 +605,7 @@ class _Race:
         out = [self._measurement(plan, scores, final) for plan in self.plans]
         timed = sum(c.timed_calls for plan in self.plans for c in plan.cases)
         untimed = sum(c.untimed_calls + c.warmup_calls for plan in self.plans for c in plan.cases)
+        slowest = max(out, key=lambda c: c.longest_call_s, default=None)
         return RaceResult(
             baseline=self.baseline_name,
             min_speedup=self.min_speedup,
@@ -615,6 +616,8 @@ class _Race:
             total_time_s=elapsed,
             timed_calls=timed,
             untimed_calls=untimed,
+            longest_call_s=slowest.longest_call_s if slowest else None,
+            longest_call_plan=slowest.name if slowest else None,
             case_names=self.case_names,
             weights=self.weights,
             candidates=tuple(out),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 from attrs import field, frozen
 
 from dlopt.measurement.policy import MeasurementPolicy
@@ -135,45 +136,70 @@ class CandidateMeasurement:
 
 
 @frozen
-class RaceResult:
-    """The outcome of ``run_race``: every plan's measurement plus how the race went.
+class RaceSummary:
+    """How a race went, in the figures a report keeps (its ``measurement`` field).
 
-    ``budget_s``: the measurement budget the race had (``policy.max_time_s``, or the one
-    scaled to the model's per-call cost). ``leader``: the plan ranked first on all rounds
-    among those still in contention; ``regret_bound``: an upper confidence bound of how
-    much faster (as a ratio) any other surviving plan may be than the leader (1.0 when the
-    leader is identified within the indifference zone's resolution).
+    ``longest_call_s``: the longest single call of the race, by ``longest_call_plan``.
+    ``budget_s``: the measurement budget the race had (fixed, or scaled to the model's
+    call cost). ``family_size``: comparisons in the error family the boundary was set for.
+    ``leader``: the plan ranked first on all rounds among those in contention;
+    ``regret_bound``: an upper confidence bound of how much faster (as a ratio) any other
+    surviving plan may be than the leader (1.0 when the leader is identified within the
+    indifference zone's resolution). ``open_comparisons``: those the race left open, with
+    the budget that would close them; ``allocator``: the heap allocator's regime during
+    the race, and advice for deployments.
+
+    Fields a report written before they existed lacks read as ``None``.
     """
 
-    baseline: str
-    min_speedup: float
-    confidence: float
     seed: int
     rounds: int
     stop_reason: StopReason
     total_time_s: float
     timed_calls: int
     untimed_calls: int
+    confidence: float
+    policy: MeasurementPolicy
+    longest_call_s: float | None = None
+    longest_call_plan: str | None = None
+    budget_s: float | None = None
+    warmup_time_s: float | None = None
+    family_size: int | None = None
+    leader: str | None = None
+    regret_bound: float | None = None
+    open_comparisons: tuple[OpenComparison, ...] = ()
+    allocator: AllocatorRegime | None = None
+
+
+@frozen(kw_only=True)
+class RaceResult(RaceSummary):
+    """The outcome of ``run_race``: the race's summary plus every plan's measurement.
+
+    ``final``: ``False`` for a snapshot taken while the race runs.
+    """
+
+    baseline: str
+    min_speedup: float
     case_names: tuple[str, ...]
     weights: tuple[float, ...]
     candidates: tuple[CandidateMeasurement, ...]
     policy: MeasurementPolicy = field(factory=MeasurementPolicy)
     final: bool = True
     quiet_wait_s: float = 0.0
+    # A race always knows these (a summary read from an older report may not).
     budget_s: float = 0.0
     warmup_time_s: float = 0.0
-    #: Comparisons in the error family (challengers x references they may be judged by).
     family_size: int = 1
-    leader: str | None = None
-    regret_bound: float | None = None
-    open_comparisons: tuple[OpenComparison, ...] = ()
-    allocator: AllocatorRegime | None = None
     #: The pooled residual variance of the last look (plans, rounds, value, degrees of
     #: freedom): pairs inside the pool are compared with it after the race too.
     pooled_plans: tuple[str, ...] = ()
     pooled_rounds: tuple[int, ...] = ()
     pooled_variance: float | None = None
     pooled_df: int | None = None
+
+    def summary(self) -> RaceSummary:
+        """The race-wide figures alone, as the report keeps them."""
+        return RaceSummary(**{a.name: getattr(self, a.name) for a in attrs.fields(RaceSummary)})
 
     def candidate(self, name: str) -> CandidateMeasurement:
         """The measurement of candidate ``name``."""
@@ -196,10 +222,7 @@ class RaceResult:
     @property
     def longest_call(self) -> tuple[str | None, float]:
         """The plan that made the race's longest single call, and that call's seconds."""
-        if not self.candidates:
-            return None, 0.0
-        slowest = max(self.candidates, key=lambda c: c.longest_call_s)
-        return slowest.name, slowest.longest_call_s
+        return self.longest_call_plan, self.longest_call_s or 0.0
 
     def budget_overrun(self) -> str | None:
         """Why the time budget ran out, when one call took a large share of it."""

@@ -6,6 +6,7 @@ or the whole new one, never a part, and a crash leaves no half-written file behi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -13,7 +14,9 @@ import stat
 import tempfile
 import threading
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _UMASK_LOCK = threading.Lock()
 
@@ -130,6 +133,21 @@ def _refuse_irregular(path: str | os.PathLike[str], mode: int) -> None:
     )
 
 
+@contextlib.contextmanager
+def open_regular_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open ``path`` for reading, refusing anything but a regular file.
+
+    Opened non-blocking, so a FIFO with no writer cannot hang the open, and checked on
+    the open descriptor, so it cannot be swapped in between: :class:`NotRegularFileError`
+    for a FIFO, a device or a socket, ``IsADirectoryError``; ``OSError`` (a missing file)
+    propagates.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        _refuse_irregular(path, os.fstat(fd).st_mode)
+        yield handle
+
+
 def read_bytes_capped(path: str | os.PathLike[str], cap: int) -> bytes:
     """Read at most ``cap`` bytes of ``path``; :class:`FileTooLargeError` if there is more.
 
@@ -139,9 +157,7 @@ def read_bytes_capped(path: str | os.PathLike[str], cap: int) -> bytes:
     ``cap + 1`` bytes at most, so a huge file costs no more than the cap. ``OSError``
     (missing file, a directory) propagates.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        _refuse_irregular(path, os.fstat(fd).st_mode)
+    with open_regular_file(path) as handle:
         data = handle.read(cap + 1)
     if len(data) > cap:
         raise FileTooLargeError(

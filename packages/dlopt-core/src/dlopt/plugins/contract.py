@@ -11,7 +11,7 @@ import enum
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from attrs import define, field, frozen
 
@@ -47,14 +47,7 @@ class Role(str, enum.Enum):
     @classmethod
     def of(cls, provider: object) -> Role:
         """The role ``provider`` declares (``challenger`` when it declares none)."""
-        declared = getattr(provider, "role", cls.CHALLENGER)
-        try:
-            return cls(getattr(declared, "value", declared))
-        except ValueError:
-            raise TypeError(
-                f"provider {getattr(provider, 'name', provider)!r} declares role "
-                f"{declared!r}; use one of {', '.join(r.value for r in cls)}"
-            ) from None
+        return _declared(cls, provider, "role", getattr(provider, "role", cls.CHALLENGER))
 
 
 class Comeback(str, enum.Enum):
@@ -79,13 +72,22 @@ class Comeback(str, enum.Enum):
         declared = getattr(provider, "comes_back", None)
         if declared is None:
             return cls.LOAD if callable(getattr(provider, "load", None)) else cls.REBUILD
-        try:
-            return cls(getattr(declared, "value", declared))
-        except ValueError:
-            raise TypeError(
-                f"provider {getattr(provider, 'name', provider)!r} declares comes_back "
-                f"{declared!r}; use one of {', '.join(c.value for c in cls)}"
-            ) from None
+        return _declared(cls, provider, "comes_back", declared)
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _declared(kind: type[_E], provider: object, attribute: str, declared: object) -> _E:
+    """``declared`` (a member or its value) as a member of ``kind``; a ``TypeError`` that
+    names the provider, the attribute and the choices when it is none of them."""
+    try:
+        return kind(getattr(declared, "value", declared))
+    except ValueError:
+        raise TypeError(
+            f"provider {getattr(provider, 'name', provider)!r} declares {attribute} "
+            f"{declared!r}; use one of {', '.join(str(k.value) for k in kind)}"
+        ) from None
 
 
 def api_version_problem(declared: object) -> str | None:

@@ -50,7 +50,6 @@ from dlopt.validation.metric_registry import (
     add_plugin_metrics,
     check_metric_registration,
     known_metrics,
-    set_discovery,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +122,10 @@ def load_providers(
     on_plugin: Callable[[str | None], None] | None = None,
 ) -> ProviderRegistry:
     """Load core's built-ins and every wanted ``dlopt.providers`` plugin.
+
+    Each plugin registers its providers (into the returned registry) and its user metrics
+    (known by name from then on, ``dlopt.validation.metric_registry``); this call is the
+    only thing that registers them.
 
     ``entry_points`` replaces discovery (tests); ``extra_plugins`` adds in-process
     ``(name, plugin_object)`` pairs (e.g. a provider module under development).
@@ -355,7 +358,3 @@ def _core_version() -> str | None:
     from dlopt.platform.probing import distribution_version
 
     return distribution_version("dlopt-core")
-
-
-# A policy file may name a metric a plugin registers: finding it means loading the plugins.
-set_discovery(load_providers)

@@ -6,6 +6,8 @@
 Each input becomes a prepared case (the model called on it, as the fp32 reference), so a
 build sees what a race gives it: the inputs plans are called with and the outputs they
 must reproduce. An input is a tensor (one positional argument) or ``(args, kwargs)``.
+:func:`case_outputs` calls a built plan on every prepared case, and :func:`plan_gate` checks
+one of its outputs as the race's quality gate does.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 import torch
 
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.plugins.contract import PreparedCase, ProviderContext
+from dlopt.plugins.contract import BuiltPlan, PreparedCase, ProviderContext
+from dlopt.validation import CaseValidation, validate_outputs
 
 
 def prepared_cases(model: torch.nn.Module, *inputs: Any) -> tuple[PreparedCase, ...]:
@@ -55,3 +58,22 @@ def _split(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     ):
         return tuple(item[0]), dict(item[1])
     raise TypeError(f"an input is a tensor or (args, kwargs), got {type(item).__name__}")
+
+
+def case_outputs(plan: BuiltPlan, context: ProviderContext) -> list[Any]:
+    """``plan`` called on each of ``context``'s prepared cases, in inference mode: the
+    outputs, in case order."""
+    with torch.inference_mode():
+        return [plan(*case.args, **case.kwargs) for case in context.cases]
+
+
+def plan_gate(plan: BuiltPlan, out: Any, reference: Any, case_name: str) -> CaseValidation:
+    """The race's quality gate on ``out``, one output of ``plan``, against ``reference``:
+    at the precision the plan declares, with its declared output dtype."""
+    return validate_outputs(
+        out,
+        reference,
+        precision=plan.precision,
+        output_dtype=plan.output_dtype,
+        case_name=case_name,
+    )

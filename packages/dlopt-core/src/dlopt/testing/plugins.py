@@ -5,12 +5,17 @@ entry point) to exercise the loader exactly as an installed plugin would::
 
     module = plugin_module("npu", MyNpuProvider(), metrics={"npu_score": NpuScore})
     registry = load_providers(PluginSettings(autoload=False), extra_plugins=[("npu", module)])
+
+:func:`imports_beyond_plugin_api` checks that a plugin's sources import only from
+``dlopt.plugin``, the one module a provider author imports from.
 """
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from dlopt.plugins.contract import PLUGIN_API_VERSION
 from dlopt.plugins.hookspecs import hookimpl
@@ -49,3 +54,18 @@ def plugin_module(
 
         module.dlopt_register_metrics = dlopt_register_metrics  # type: ignore[attr-defined]
     return module
+
+
+#: A line importing from ``dlopt`` other than ``from dlopt.plugin import ...``.
+_DEEP_IMPORT = re.compile(r"^\s*(from dlopt(?!\.plugin import)[. ]|import dlopt\b)", re.MULTILINE)
+
+
+def imports_beyond_plugin_api(package: types.ModuleType) -> list[str]:
+    """The source files of ``package`` (a plugin's top-level package) that import from
+    ``dlopt`` anything but ``dlopt.plugin``: ``[]`` for a plugin that keeps to it."""
+    root = Path(package.__file__ or "").parent
+    return sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if _DEEP_IMPORT.search(path.read_text(encoding="utf-8"))
+    )

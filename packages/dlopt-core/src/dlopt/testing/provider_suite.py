@@ -81,6 +81,7 @@ from dlopt.plugins.contract import (
 )
 from dlopt.plugins.discovery import ENTRY_POINT_GROUP
 from dlopt.precision import Precision
+from dlopt.testing.contexts import plan_gate
 from dlopt.testing.models import SmallConvNet, StructuredMLP
 from dlopt.validation import (
     InputFingerprint,
@@ -89,7 +90,6 @@ from dlopt.validation import (
     ReferenceOutputs,
     capture_reference,
     copy_inputs,
-    validate_outputs,
 )
 
 #: Modules no plugin may import at load time (each provider's SDK).
@@ -533,13 +533,7 @@ class ProviderContractSuite:
 
     def check_outputs(self, plan: BuiltPlan, out: Any, case: Any, name: str) -> None:
         """Fail unless ``out`` passes the race's gate against ``case``'s reference outputs."""
-        result = validate_outputs(
-            out,
-            case.outputs,
-            precision=plan.precision,
-            output_dtype=plan.output_dtype,
-            case_name=case.name,
-        )
+        result = plan_gate(plan, out, case.outputs, case.name)
         if result.passed:
             return
         hint = ""
@@ -633,24 +627,24 @@ class ProviderContractSuite:
         return loaded
 
     # -- discovery and loading --------------------------------------------------------
-    def test_distribution_installed_and_registers_entry_point(self) -> None:
+    def claimed_entry_point(self, skip_reason: str) -> Any:
+        """The plugin's entry point, checked to be the distribution's (skip with
+        ``skip_reason`` for an in-process provider, which has none)."""
         if self.entry_point is None:
-            pytest.skip("in-process provider: no entry point to resolve")
-        assert distribution_version(self.distribution), f"{self.distribution} is not installed"
-        check_entry_point_claims(
+            pytest.skip(f"in-process provider: {skip_reason}")
+        return check_entry_point_claims(
             self.entry_point,
             self.distribution,
             importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
         )
 
+    def test_distribution_installed_and_registers_entry_point(self) -> None:
+        if self.entry_point is not None:
+            assert distribution_version(self.distribution), f"{self.distribution} is not installed"
+        self.claimed_entry_point("no entry point to resolve")
+
     def test_plugin_declares_compatible_api_version(self) -> None:
-        if self.entry_point is None:
-            pytest.skip("in-process provider: no plugin module")
-        ep = check_entry_point_claims(
-            self.entry_point,
-            self.distribution,
-            importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
-        )
+        ep = self.claimed_entry_point("no plugin module")
         plugin = ep.load()
         problem = api_version_problem(getattr(plugin, "DLOPT_PLUGIN_API_VERSION", None))
         assert problem is None, problem
@@ -676,13 +670,7 @@ class ProviderContractSuite:
         assert result["loaded"] == [], f"loading the plugin imported {result['loaded']}"
 
     def test_plugin_imports_only_dlopt_plugin(self) -> None:
-        if self.entry_point is None:
-            pytest.skip("in-process provider: no plugin package to read")
-        ep = check_entry_point_claims(
-            self.entry_point,
-            self.distribution,
-            importlib_metadata.entry_points(group=ENTRY_POINT_GROUP, name=self.entry_point),
-        )
+        ep = self.claimed_entry_point("no plugin package to read")
         problems = deep_core_imports(ep.value.partition(":")[0].split(".")[0])
         assert not problems, (
             "a plugin imports from dlopt.plugin only (the API that stays stable); found: "
@@ -772,14 +760,32 @@ class ProviderContractSuite:
         assert availability.install_hint, "tell the user how to install what is missing"
 
     # -- build ------------------------------------------------------------------------
-    def test_build_serves_every_case_through_the_gate(self, tmp_path: Path) -> None:
-        setup = self.prepare(tmp_path)
-        plan = self.build(setup)
+    def serve_or_close(self, setup: BuildSetup, plan: BuiltPlan) -> None:
+        """:meth:`serve` ``plan``, closing it when a check fails (the failure propagates)."""
         try:
             self.serve(setup, plan)
         except BaseException:
             plan.close()
             raise
+
+    def serve_declared(
+        self,
+        tmp_path: Path,
+        capability: str,
+        make_model: Callable[[], torch.nn.Module],
+        make_workload: Callable[[], WorkloadProfile],
+    ) -> None:
+        """Build and serve the model of a declared ``supports_*`` capability (else skip)."""
+        if not getattr(self, capability):
+            pytest.skip(f"{capability} is not declared")
+        setup = self.prepare(tmp_path, make_model=make_model, make_workload=make_workload)
+        with self.build(setup) as plan:
+            self.serve(setup, plan)
+
+    def test_build_serves_every_case_through_the_gate(self, tmp_path: Path) -> None:
+        setup = self.prepare(tmp_path)
+        plan = self.build(setup)
+        self.serve_or_close(setup, plan)
         self.check_close(plan, f"plan {setup.provider.name!r}")
 
     def test_build_and_close_twice(self, tmp_path: Path) -> None:
@@ -787,11 +793,7 @@ class ProviderContractSuite:
         setup = self.prepare(tmp_path)
         for attempt in (1, 2):
             plan = self.build(setup)
-            try:
-                self.serve(setup, plan)
-            except BaseException:
-                plan.close()
-                raise
+            self.serve_or_close(setup, plan)
             self.check_close(plan, f"plan {setup.provider.name!r} (build {attempt} of 2)")
 
     def test_dynamic_shapes(self, tmp_path: Path) -> None:
@@ -810,22 +812,14 @@ class ProviderContractSuite:
             self.serve(setup, plan, unseen)
 
     def test_keyword_inputs(self, tmp_path: Path) -> None:
-        if not self.supports_keyword_inputs:
-            pytest.skip("supports_keyword_inputs is not declared")
-        setup = self.prepare(
-            tmp_path, make_model=self.make_keyword_model, make_workload=self.make_keyword_workload
+        self.serve_declared(
+            tmp_path, "supports_keyword_inputs", self.make_keyword_model, self.make_keyword_workload
         )
-        with self.build(setup) as plan:
-            self.serve(setup, plan)
 
     def test_nested_outputs(self, tmp_path: Path) -> None:
-        if not self.supports_nested_outputs:
-            pytest.skip("supports_nested_outputs is not declared")
-        setup = self.prepare(
-            tmp_path, make_model=self.make_nested_model, make_workload=self.make_nested_workload
+        self.serve_declared(
+            tmp_path, "supports_nested_outputs", self.make_nested_model, self.make_nested_workload
         )
-        with self.build(setup) as plan:
-            self.serve(setup, plan)
 
     def test_saved_plan_reloads(self, tmp_path: Path) -> None:
         declared = self.supports_save_load
@@ -835,17 +829,9 @@ class ProviderContractSuite:
             pytest.skip("supports_save_load is not declared (the provider has no load method)")
         setup = self.prepare(tmp_path)
         plan = self.build(setup)
-        try:
-            self.serve(setup, plan)
-        except BaseException:
-            plan.close()
-            raise
+        self.serve_or_close(setup, plan)
         loaded = self.reload(setup, plan, tmp_path)
-        try:
-            self.serve(setup, loaded)
-        except BaseException:
-            loaded.close()
-            raise
+        self.serve_or_close(setup, loaded)
         self.check_close(loaded, f"reloaded plan {setup.provider.name!r}")
 
 

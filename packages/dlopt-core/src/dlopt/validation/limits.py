@@ -109,53 +109,25 @@ class LimitOverride:
 # Defaults per precision class, set from benchmarks/validation_limits.py (see
 # docs/validation.md): above what correct plans of the class showed on small real
 # architectures, with margin, and below what broken plans showed.
-_FP32 = QualityLimits(
-    atol=1e-5,
-    rtol=1e-4,
-    max_outside_fraction=0.0,
-    max_rel_l2=1e-5,
-    min_cosine=0.999999,
-    max_mismatch_fraction=0.0,
+_DEFAULT_COLUMNS = (
+    "atol",
+    "rtol",
+    "max_outside_fraction",
+    "max_rel_l2",
+    "min_cosine",
+    "max_mismatch_fraction",
 )
-_FP16 = QualityLimits(
-    atol=1e-3,
-    rtol=1e-2,
-    max_outside_fraction=0.01,
-    max_rel_l2=5e-3,
-    min_cosine=0.99999,
-    max_mismatch_fraction=0.01,
-)
-_BF16 = QualityLimits(
-    atol=1e-2,
-    rtol=5e-2,
-    max_outside_fraction=0.02,
-    max_rel_l2=3e-2,
-    min_cosine=0.9995,
-    max_mismatch_fraction=0.03,
-)
-_INT8 = QualityLimits(
-    atol=5e-2,
-    rtol=1e-1,
-    max_outside_fraction=0.05,
-    max_rel_l2=8e-2,
-    min_cosine=0.995,
-    max_mismatch_fraction=0.1,
-)
-_FP8 = QualityLimits(
-    atol=5e-2,
-    rtol=1e-1,
-    max_outside_fraction=0.05,
-    max_rel_l2=0.12,
-    min_cosine=0.993,
-    max_mismatch_fraction=0.1,
-)
-_INT4 = QualityLimits(
-    atol=1e-1,
-    rtol=2e-1,
-    max_outside_fraction=0.1,
-    max_rel_l2=0.25,
-    min_cosine=0.97,
-    max_mismatch_fraction=0.2,
+_FP32, _FP16, _BF16, _INT8, _FP8, _INT4 = (
+    QualityLimits(**dict(zip(_DEFAULT_COLUMNS, row, strict=True)))
+    # atol  rtol  outside rel_l2 min_cosine mismatch
+    for row in (
+        (1e-5, 1e-4, 0.0, 1e-5, 0.999999, 0.0),
+        (1e-3, 1e-2, 0.01, 5e-3, 0.99999, 0.01),
+        (1e-2, 5e-2, 0.02, 3e-2, 0.9995, 0.03),
+        (5e-2, 1e-1, 0.05, 8e-2, 0.995, 0.1),
+        (5e-2, 1e-1, 0.05, 0.12, 0.993, 0.1),
+        (1e-1, 2e-1, 0.1, 0.25, 0.97, 0.2),
+    )
 )
 
 DEFAULT_LIMITS: Mapping[Precision, QualityLimits] = {

@@ -1,15 +1,16 @@
 """User metrics by name: the registry that JSON files refer to (torch-free leaf).
 
 dlopt's own metrics (``dlopt.validation.user_metrics``) and the ones plugins register
-through the ``dlopt_register_metrics`` hook land here. The plugin loader fills it and
-installs itself as the *discovery* step (:func:`set_discovery`), so a name that is not
-known yet can be looked up by loading the installed plugins, without this module (or
-the validation that uses it) importing the loader: the dependency points one way.
+through the ``dlopt_register_metrics`` hook land here. Plugins' metrics are added by the
+plugin loader while it loads them (:func:`add_plugin_metrics`, called from
+``dlopt.load_providers``), never as a side effect of importing a module: code that reads
+a policy naming a plugin's metric loads the plugins first. This module (and the
+validation that uses it) never imports the loader: the dependency points one way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import attrs
 
@@ -18,8 +19,6 @@ from dlopt.platform.names import is_plain_name
 
 _builtin: dict[str, type] = {}
 _plugin: dict[str, tuple[type, str]] = {}  # name -> (class, plugin)
-_discover: Callable[[], object] | None = None
-_discovered = False
 
 
 def register_builtin(name: str, metric_class: type) -> None:
@@ -30,23 +29,6 @@ def register_builtin(name: str, metric_class: type) -> None:
 def known_metrics() -> dict[str, type]:
     """Every registered metric, by name: dlopt's own, then those plugins registered."""
     return {**_builtin, **{name: cls for name, (cls, _) in _plugin.items()}}
-
-
-def set_discovery(discover: Callable[[], object]) -> None:
-    """What loads the installed plugins (and so their metrics): set by the plugin loader."""
-    global _discover
-    _discover = discover
-
-
-def discover_once() -> bool:
-    """Run the discovery step once per process; ``False`` when no loader installed one."""
-    global _discovered
-    if _discover is None:
-        return False
-    if not _discovered:
-        _discovered = True
-        _discover()
-    return True
 
 
 def check_metric_registration(

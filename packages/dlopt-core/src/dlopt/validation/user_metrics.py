@@ -20,7 +20,6 @@ placeholder.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -32,13 +31,7 @@ from attrs import frozen
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import NotJsonableError, converter, strict_jsonable
 from dlopt.validation.limits import Direction, UserMetric
-from dlopt.validation.metric_registry import (
-    discover_once,
-    known_metrics,
-    register_builtin,
-)
-
-log = logging.getLogger(__name__)
+from dlopt.validation.metric_registry import known_metrics, register_builtin
 
 
 def _float64(value: Any) -> torch.Tensor:
@@ -120,19 +113,12 @@ for _name, _cls in BUILTIN_METRICS.items():
 
 def _metric_class(name: str) -> type:
     metrics = known_metrics()
-    loaded = True
     if name not in metrics:
-        try:
-            loaded = discover_once()  # load the installed plugins: one may register it
-        except Exception:  # strict plugin mode, say: the unknown-name error still follows
-            log.warning("loading plugins to find their metrics failed", exc_info=True)
-        metrics = known_metrics()
-    if name not in metrics:
-        hint = "" if loaded else " (plugins are not loaded yet: call dlopt.load_providers() first)"
         raise ConfigurationError(
-            f"unknown user metric {name!r}; registered metrics: {', '.join(sorted(metrics))}"
-            f"{hint}. A plugin can register more (dlopt_register_metrics hook); any other "
-            "function is passed in code as UserMetric(name, fn, limit)"
+            f"unknown user metric {name!r}; registered metrics: {', '.join(sorted(metrics))}. "
+            "A plugin's metrics (its dlopt_register_metrics hook) are registered when the "
+            "plugins are loaded: call dlopt.load_providers() before reading a policy that "
+            "names one; any other function is passed in code as UserMetric(name, fn, limit)"
         )
     return metrics[name]
 
