@@ -150,6 +150,35 @@ def test_include_order_does_not_change_the_key():
     assert key(policy=one) == key(policy=other)
 
 
+def test_the_isolated_workers_watchdog_wrapper_keeps_the_key(tmp_path):
+    """An isolated worker wraps every provider to watch it; the key names the provider's
+    own class, so a record an isolated selection (a fleet race) stored is found by a
+    serving process selecting in process."""
+    from dlopt.isolation.journal import Heartbeat, JournalWriter
+    from dlopt.isolation.worker import Watched, WatchedProvider
+
+    policy = OptimizationPolicy(include=("native_channels_last",))
+    registry = load_providers(PluginSettings(autoload=False))
+    candidates = choose_plans(registry, (), policy)
+    watched = Watched(policy, JournalWriter(tmp_path / "j"), Heartbeat(tmp_path / "h", create=True))
+    wrapped = [
+        attrs.evolve(c.info, provider=WatchedProvider(c.info.provider, watched)) for c in candidates
+    ]
+
+    def key_with(infos):
+        ingredients = cache_ingredients(
+            model(),
+            workload(),
+            policy,
+            ExecutionTarget("cpu"),
+            infos,
+            [c.options for c in candidates],
+        )
+        return key_of(ingredients)
+
+    assert key_with(wrapped) == key_with([c.info for c in candidates])
+
+
 def test_the_thread_count_changes_the_key():
     previous = torch.get_num_threads()
     try:

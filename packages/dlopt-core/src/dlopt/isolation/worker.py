@@ -97,6 +97,9 @@ class WatchedProvider:
     def __init__(self, inner: ExecutionProvider, watched: Watched) -> None:
         self._inner = inner
         self._watched = watched
+        #: The provider itself, for what is keyed by its class (the plan cache): an
+        #: isolated selection and one in process must find the same record.
+        self.__wrapped__ = inner
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
