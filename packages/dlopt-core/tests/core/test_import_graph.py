@@ -67,6 +67,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cache", ("dlopt.cache",)),
     ("api", ("dlopt.api", "dlopt.bundle", "dlopt.isolation")),
     ("reporting", ("dlopt.reporting",)),
+    ("fleet", ("dlopt.fleet",)),
     ("surfaces", ("dlopt.cli", "dlopt.agents", "dlopt.testing", "dlopt.__main__", "dlopt")),
 )
 
