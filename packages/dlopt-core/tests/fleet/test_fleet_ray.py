@@ -9,6 +9,7 @@ start and end of every race on it. Waits are bounded (the run's own time limit).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -22,9 +23,9 @@ ray = pytest.importorskip("ray", reason="the fleet extra is not installed (dlopt
 import fleet_models  # noqa: E402
 
 from dlopt.cli import main  # noqa: E402
+from dlopt.fleet.result_store import ResultStore  # noqa: E402
 from dlopt.fleet.runner import run_fleet  # noqa: E402
 from dlopt.fleet.spec import load_spec  # noqa: E402
-from dlopt.fleet.store import ResultStore  # noqa: E402
 
 QUICK_POLICY = """
 [jobs.policy]
@@ -125,7 +126,7 @@ def test_races_never_overlap_on_a_node(fleet):
         by_node.setdefault(result.node_id, []).append(result)
     for races in by_node.values():
         races.sort(key=lambda r: r.started_at)
-        for earlier, later in zip(races, races[1:]):
+        for earlier, later in itertools.pairwise(races):
             assert earlier.ended_at <= later.started_at, (earlier, later)
 
 

@@ -106,8 +106,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace, *, reports: bool) -> tuple[Any, list[Any]]:
+    from dlopt.fleet.result_store import ResultStore
     from dlopt.fleet.spec import read_spec
-    from dlopt.fleet.store import ResultStore
     from dlopt.fleet.summary import entries
 
     # status and report import nothing: the models need not be resolvable here.

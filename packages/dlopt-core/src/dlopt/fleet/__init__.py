@@ -9,9 +9,9 @@ inside the functions that talk to it. docs/fleet.md is the user's guide.
 Modules:
 
 - ``spec``: the fleet spec (TOML), read strictly; models named through the
-  ``dlopt.models`` entry points (``models``), machine kinds as labels or resources.
-- ``models``: the ``dlopt.models`` entry-point group (no import to list or name one).
-- ``store``: the result store (a directory or an fsspec URL): plan cache records and
+  ``dlopt.models`` entry points (``factories``), machine kinds as labels or resources.
+- ``factories``: the ``dlopt.models`` entry-point group (no import to list or name one).
+- ``result_store``: the result store (a directory or an fsspec URL): plan cache records and
   each run's evidence (``FleetResult``).
 - ``task``: what one Ray task runs on its node: the isolated selection, its evidence.
 - ``runner``: ``dlopt fleet run``: Ray started or joined, one task per (job, kind),

@@ -19,14 +19,14 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
 
 from dlopt.errors import ConfigurationError
+from dlopt.fleet.result_store import FleetResult, ResultStore
 from dlopt.fleet.spec import RACE_RESOURCE, FleetSpec, ResolvedJob
-from dlopt.fleet.store import FleetResult, ResultStore
 from dlopt.platform.serialization import from_jsonable
 
 INSTALL_HINT = "pip install 'dlopt-core[fleet]'"
@@ -127,6 +127,45 @@ def connect(address: str, spec: FleetSpec) -> Any:
     return ray
 
 
+def kinds_without_a_node(
+    spec: FleetSpec, kinds: Sequence[str], nodes: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The machine kinds among ``kinds`` that no live node of ``nodes`` (``ray.nodes()``)
+    can race now: none has one ``dlopt_race`` unit, the kind's resources and its labels. A
+    label value in Ray's selector syntax (``!v``, ``in(a,b)``) is left to Ray."""
+
+    def fits(node: Mapping[str, Any], name: str) -> bool:
+        kind = spec.kinds[name]
+        have = node.get("Resources") or {}
+        labels = node.get("Labels") or {}
+        wanted = {RACE_RESOURCE: 1.0, **kind.resources}
+        return all(have.get(r, 0.0) >= amount for r, amount in wanted.items()) and all(
+            labels.get(key) == value
+            for key, value in kind.labels.items()
+            if _plain_label_value(value)
+        )
+
+    alive = [node for node in nodes if node.get("Alive", True)]
+    return [name for name in kinds if not any(fits(node, name) for node in alive)]
+
+
+def _warn_about_missing_nodes(
+    ray: Any, spec: FleetSpec, kinds: Sequence[str], echo: Callable[[str], None]
+) -> None:
+    try:
+        nodes = ray.nodes()
+    except Exception:  # the check is advice; the races are scheduled either way
+        return
+    for name in kinds_without_a_node(spec, kinds, nodes):
+        kind = spec.kinds[name]
+        wanted = f"labels {kind.labels}" if kind.labels else f"resources {dict(kind.resources)}"
+        echo(
+            f"dlopt fleet: no node of kind {name} is up ({wanted} and one {RACE_RESOURCE!r}); "
+            f"its races wait until one joins (start it with `ray start ... --resources "
+            f"'{{\"{RACE_RESOURCE}\": 1}}'`, docs/fleet.md), or Ctrl-C / --timeout"
+        )
+
+
 def payloads(
     spec: FleetSpec, jobs: Sequence[ResolvedJob], *, allow_imports: bool
 ) -> list[dict[str, Any]]:
@@ -185,6 +224,8 @@ def run_fleet(
         pending[remote.options(**options).remote(payload)] = payload
     total = len(pending)
     echo(f"dlopt fleet: {total} races ({len(jobs)} jobs) scheduled; results in {store.location}")
+    used = list(dict.fromkeys(p["kind"] for p in pending.values()))
+    _warn_about_missing_nodes(ray, spec, used, echo)
     finished: list[FleetResult] = []
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:

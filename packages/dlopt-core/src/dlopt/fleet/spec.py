@@ -43,7 +43,7 @@ from cattrs.errors import (
 )
 
 from dlopt.errors import ConfigurationError
-from dlopt.fleet.models import model_factory
+from dlopt.fleet.factories import model_factory
 from dlopt.platform.names import NAME_RULE, is_plain_name
 from dlopt.platform.serialization import converter as _base_converter
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from attrs import frozen
 
 from dlopt.evidence.report import OptimizationReport
+from dlopt.fleet.result_store import FleetResult, ResultStore
 from dlopt.fleet.spec import FleetSpec
-from dlopt.fleet.store import FleetResult, ResultStore
 from dlopt.reporting.export import Run, to_csv
 from dlopt.reporting.tables import NOWRAP, WRAP, Table, interval_text, number
 
@@ -73,7 +73,8 @@ FLEET_COLUMNS = (
 def fleet_table(found: Sequence[Entry]) -> Table:
     """One row per (job, kind): the selected plan, its speedup interval, the regret bound,
     the time to decision and the plans that failed, each with its culprit."""
-    rows, styles = [], []
+    rows: list[tuple[str | None, ...]] = []
+    styles: list[str | None] = []
     for entry in found:
         r = entry.result
         if r is None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlopt.errors import ConfigurationError
-from dlopt.fleet.store import Failure, FleetResult, ResultStore
+from dlopt.fleet.result_store import Failure, FleetResult, ResultStore
 from dlopt.vocabulary import Status
 
 #: The environment variable Ray sets in its workers to the task's CPU count. torch reads
