@@ -150,20 +150,28 @@ def test_include_order_does_not_change_the_key():
     assert key(policy=one) == key(policy=other)
 
 
-def test_the_isolated_workers_watchdog_wrapper_keeps_the_key(tmp_path):
+@pytest.mark.parametrize("lost", [(), ("native_channels_last",)], ids=["watched", "lost"])
+def test_the_isolated_workers_wrapper_keeps_the_key(tmp_path, lost):
     """An isolated worker wraps every provider to watch it; the key names the provider's
     own class, so a record an isolated selection (a fleet race) stored is found by a
-    serving process selecting in process."""
+    serving process selecting in process. A resumed worker keeps a plan lost to a crash
+    chosen, answering its probe "unavailable" without running it: its record is keyed by
+    the plan set the selection asked for, so the same selection finds it."""
     from dlopt.isolation.journal import Heartbeat, JournalWriter
     from dlopt.isolation.worker import Watched, WatchedProvider
 
     policy = OptimizationPolicy(include=("native_channels_last",))
     registry = load_providers(PluginSettings(autoload=False))
     candidates = choose_plans(registry, (), policy)
-    watched = Watched(policy, JournalWriter(tmp_path / "j"), Heartbeat(tmp_path / "h", create=True))
+    journal, heartbeat = JournalWriter(tmp_path / "j"), Heartbeat(tmp_path / "h", create=True)
+    watched = Watched(policy, journal, heartbeat, frozenset(lost))
     wrapped = [
         attrs.evolve(c.info, provider=WatchedProvider(c.info.provider, watched)) for c in candidates
     ]
+    assert [i.name for i in wrapped] == ["eager_fp32", "native_channels_last"]
+    if lost:  # answered by the wrapper: the provider is never asked
+        answer = wrapped[1].provider.probe(None)
+        assert not answer.available and "earlier isolated worker" in answer.reason
 
     def key_with(infos):
         ingredients = cache_ingredients(

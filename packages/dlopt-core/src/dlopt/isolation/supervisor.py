@@ -491,9 +491,11 @@ def with_faults(
         note=RESUME_NOTE if len(attempts) > 1 else None,
         attempts=tuple(attempts),
     )
+    # The last worker kept each lost plan in its plan set, unavailable: its fault replaces it.
+    kept = tuple(c for c in report.candidates if c.name not in faults)
     return attrs.evolve(
         report,
-        candidates=report.candidates + lost,
+        candidates=kept + lost,
         plugin_failures=report.plugin_failures + broken_plugins,
         isolation=summary,
     )

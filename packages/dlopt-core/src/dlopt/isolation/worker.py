@@ -32,7 +32,7 @@ from dlopt.isolation.transfer import (
     read_workload,
     resolve_reference,
 )
-from dlopt.plugins.contract import BuiltPlan, ExecutionProvider
+from dlopt.plugins.contract import BuiltPlan, ExecutionProvider, ProviderAvailability
 from dlopt.vocabulary import Stage
 
 #: A probe past its own time limit is answered "unavailable" by the probe stage, but its
@@ -47,11 +47,19 @@ class Watched:
     """What the worker knows of each plan's calls, shared by its wrapped providers."""
 
     def __init__(
-        self, policy: OptimizationPolicy, journal: JournalWriter, heartbeat: Heartbeat
+        self,
+        policy: OptimizationPolicy,
+        journal: JournalWriter,
+        heartbeat: Heartbeat,
+        lost: frozenset[str] = frozenset(),
     ) -> None:
         self.policy = policy
         self.journal = journal
         self.heartbeat = heartbeat
+        #: Plans that crashed or hung in an earlier worker: they stay in the selection's
+        #: plan set (its cache key is the one the whole set gives, so a record stored after
+        #: a fault is found again by the same selection) but are never run again.
+        self.lost = lost
         self.stage_of: dict[str, str] = {}
         self.fastest_call: dict[str, float] = {}
         self._marked: set[tuple[str, str]] = set()
@@ -110,6 +118,10 @@ class WatchedProvider:
 
     def probe(self, context: Any) -> Any:
         watched = self._watched
+        if self.name in watched.lost:
+            return ProviderAvailability.unavailable(
+                "crashed or hung in an earlier isolated worker; not run again"
+            )
         watched.running(self.name, Stage.PROBE.value)
         # The probe's own thread limit answers first; the watchdog then ends the probe
         # for good, with the worker (a thread cannot be killed).
@@ -161,7 +173,8 @@ def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
     journal = JournalWriter(spec.journal)
     heartbeat = Heartbeat(spec.heartbeat)
     policy = policy_from_json(spec.policy)
-    watched = Watched(policy, journal, heartbeat)
+    lost = frozenset(n for n in spec.excluded if not n.startswith(PLUGIN_PREFIX))
+    watched = Watched(policy, journal, heartbeat, lost)
     journal.append({"kind": "start", "pid": os.getpid(), "attempt": spec.attempt}, durable=True)
 
     def on_plugin(name: str | None) -> None:
@@ -196,11 +209,9 @@ def run_selection(spec: WorkerSpec) -> None:
     assert spec.workload is not None
     model, _ = build_model(spec.model, spec.target.input_device)
     workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
-    policy = attrs.evolve(
-        policy,
-        isolation="in_process",
-        exclude=tuple(dict.fromkeys((*policy.exclude, *spec.excluded))),
-    )
+    # The plans lost to a fault stay chosen (the cache key stays the whole set's) and
+    # answer their probe "unavailable" (Watched.lost): none of them runs again.
+    policy = attrs.evolve(policy, isolation="in_process")
     optimizer = InferenceOptimizer(
         spec.target,
         policy,
