@@ -12,6 +12,8 @@ from pathlib import Path
 
 import faulty_plans
 
+from dlopt.cli.demo import demo_mlp
+
 #: The file whose absence makes :func:`killed_once` kill its process (set by the tests
 #: before Ray starts, so every Ray worker inherits it).
 KILL_MARKER_ENV = "DLOPT_TEST_FLEET_KILL_MARKER"
@@ -23,10 +25,11 @@ def tiny():
 
 
 def killed_once():
-    """The tiny model, but the first call ever kills the calling process outright (as
-    the OOM killer would a Ray worker); the marker file remembers it happened."""
+    """``demo_mlp``'s model and workload, but the first call ever kills the calling
+    process outright (as the OOM killer would a Ray worker); the marker file remembers
+    it happened."""
     marker = Path(os.environ[KILL_MARKER_ENV])
     if not marker.exists():
         marker.write_text(str(os.getpid()))
         os._exit(1)
-    return faulty_plans.tiny_model()
+    return demo_mlp()

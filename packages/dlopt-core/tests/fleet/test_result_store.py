@@ -96,3 +96,14 @@ def test_pull_skips_a_record_still_being_uploaded(tmp_path):
 def test_pull_needs_a_url_store(tmp_path):
     with pytest.raises(ConfigurationError, match="point plan_cache_dir at it directly"):
         pull(ResultStore.open(str(tmp_path)), str(tmp_path / "cache"))
+
+
+def test_attempts_are_counted_per_run(tmp_path):
+    store = ResultStore.open(str(tmp_path))
+    assert store.attempts("s", "j", "k", "run-1") == 0
+    assert store.begin_attempt("s", "j", "k", "run-1") == 1
+    assert store.begin_attempt("s", "j", "k", "run-1") == 2  # Ray retried it
+    assert store.attempts("s", "j", "k", "run-1") == 2
+    assert store.begin_attempt("s", "j", "k", "run-2") == 1  # a new run counts afresh
+    store.write_text("fleet/s/j/k/attempt.json", "{damaged")
+    assert store.begin_attempt("s", "j", "k", "run-2") == 1

@@ -8,6 +8,7 @@ records::
 
     fleet/<spec>/<job>/<kind>/result.json   FleetResult: where, when, what was selected
     fleet/<spec>/<job>/<kind>/report.json   the full report (faults and culprits included)
+    fleet/<spec>/<job>/<kind>/attempt.json  which run last started it, and how many times
 
 Every file is written whole or not at all: a temporary name, then a rename (an object
 store's single PUT). Reading parses strict JSON only.
@@ -39,6 +40,7 @@ from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 FLEET_DIR = "fleet"
 RESULT_NAME = "result.json"
 REPORT_NAME = "report.json"
+ATTEMPT_NAME = "attempt.json"
 #: Bumped when result.json changes shape.
 RESULT_VERSION = 1
 
@@ -59,6 +61,8 @@ class FleetResult:
 
     ``status``: ``done`` (a decision), ``failed`` (``error`` says why). Times are Unix
     seconds on the node (``started_at``/``ended_at``: the races on one node never overlap).
+    ``attempt``: how many times this run started the race (more than 1: Ray retried it
+    after its process died; a provider's crash is never a reason).
     """
 
     spec: str
@@ -79,6 +83,7 @@ class FleetResult:
     cache_hit: bool | None = None
     failures: tuple[Failure, ...] = ()
     error: str | None = None
+    attempt: int = 1
     result_version: int = RESULT_VERSION
 
 
@@ -125,6 +130,27 @@ class ResultStore:
             raise ConfigurationError(
                 f"{self.location}/{path} is not a fleet result: {exc}"
             ) from None
+
+    def begin_attempt(self, spec: str, job: str, kind: str, run: str) -> int:
+        """Count one more start of (job, kind) by the run ``run``: 1 for its first, 2 when
+        Ray retried it. One race of a (job, kind) runs at a time (a retry starts only after
+        its predecessor died), so reading and rewriting the count is safe."""
+        attempt = self.attempts(spec, job, kind, run) + 1
+        path = f"{self.result_dir(spec, job, kind)}/{ATTEMPT_NAME}"
+        self.write_text(path, dumps({"run": run, "attempt": attempt}) + "\n")
+        return attempt
+
+    def attempts(self, spec: str, job: str, kind: str, run: str) -> int:
+        """How many times the run ``run`` started (job, kind) so far (0: never)."""
+        text = self.read_text(f"{self.result_dir(spec, job, kind)}/{ATTEMPT_NAME}")
+        try:
+            data = parse_strict_json(text) if text is not None else {}
+        except ValueError:
+            return 0  # damaged: counting starts again
+        if not isinstance(data, dict) or data.get("run") != run:
+            return 0
+        count = data.get("attempt")
+        return count if isinstance(count, int) and count > 0 else 0
 
     def read_report(self, spec: str, job: str, kind: str) -> OptimizationReport | None:
         text = self.read_text(f"{self.result_dir(spec, job, kind)}/{REPORT_NAME}")

@@ -19,6 +19,7 @@ import contextlib
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -173,6 +174,7 @@ def payloads(
     from dlopt.platform.serialization import to_jsonable
 
     import_path = [p for p in sys.path if p] if allow_imports else []
+    run = uuid.uuid4().hex
     made = []
     for resolved in jobs:
         job = resolved.job
@@ -182,6 +184,7 @@ def payloads(
                     "spec": spec.name,
                     "job": job.name,
                     "kind": kind,
+                    "run": run,
                     "store": spec.store,
                     "factory": resolved.factory,
                     "policy": dict(job.policy),
@@ -248,6 +251,7 @@ def run_fleet(
 def _collect(ray: Any, ref: Any, payload: dict[str, Any], store: ResultStore) -> FleetResult:
     """The task's result; a task Ray gave up on (its process died every retry, or dlopt
     itself failed there) becomes a ``failed`` result, stored like any other."""
+    kind = payload["kind"]
     try:
         return from_jsonable(ray.get(ref), FleetResult)
     except Exception as exc:
@@ -255,7 +259,7 @@ def _collect(ray: Any, ref: Any, payload: dict[str, Any], store: ResultStore) ->
         result = FleetResult(
             spec=payload["spec"],
             job=payload["job"],
-            kind=payload["kind"],
+            kind=kind,
             status="failed",
             node_id=None,
             host="",
@@ -264,6 +268,7 @@ def _collect(ray: Any, ref: Any, payload: dict[str, Any], store: ResultStore) ->
             ended_at=now,
             time_to_decision_s=0.0,
             error=f"the race's Ray task failed: {type(exc).__name__}: {_first_line(exc)}",
+            attempt=max(1, store.attempts(payload["spec"], payload["job"], kind, payload["run"])),
         )
         store.write_result(result, None)
         return result
@@ -295,6 +300,8 @@ def progress_line(result: FleetResult) -> str:
 
     where = f"{result.job}@{result.kind}"
     node = f" on node {result.node_id[:8]}" if result.node_id else ""
+    if result.attempt > 1:
+        node += f" (attempt {result.attempt}: Ray retried it)"
     if result.status != "done":
         return f"{where}: failed{node}: {result.error}"
     speedup = interval_text(result.speedup) if result.speedup is not None else "(reference)"

@@ -56,7 +56,8 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
     """Race one (job, kind) and store its record and evidence; return the result as JSON.
 
     ``payload`` is plain data the driver built from the checked spec: ``spec``, ``job``,
-    ``kind``, ``store``, ``factory``, ``policy`` (the job's table), ``device``,
+    ``kind``, ``run`` (the run's id: attempts are counted per run), ``store``,
+    ``factory``, ``policy`` (the job's table), ``device``,
     ``threads``, ``workload`` (cases, possibly empty), ``providers`` and ``import_path``
     (entries added to ``sys.path`` only when the user allowed spec imports).
     """
@@ -70,6 +71,7 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("threads") is None:
         os.environ.pop(_RAY_THREADS_ENV, None)
     store = ResultStore.open(payload["store"])
+    attempt = store.begin_attempt(payload["spec"], payload["job"], payload["kind"], payload["run"])
     base: dict[str, Any] = {
         "spec": payload["spec"],
         "job": payload["job"],
@@ -78,6 +80,7 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "started_at": started,
+        "attempt": attempt,
     }
     report = None
     try:
