@@ -90,3 +90,104 @@ def test_a_progress_line_names_the_plan_interval_node_and_culprits():
     assert line.endswith("bad crashed at measure (SIGSEGV)")
     failed = fleet_result(job="mlp", kind="a", status="failed", node_id=None, error="it raised")
     assert progress_line(failed) == "mlp@a: failed: it raised"
+
+
+class FakeRay:
+    """Just enough of Ray for ``run_fleet``: tasks finish in submission order, and a
+    Ctrl-C arrives after ``interrupt_after`` of them."""
+
+    def __init__(self, interrupt_after: int | None = None) -> None:
+        self.interrupt_after = interrupt_after
+        self.decorator: dict = {}
+        self.submitted: list[tuple[dict, dict]] = []
+        self.cancelled: list[int] = []
+        self.finished = 0
+
+    def remote(self, **decorator):
+        self.decorator = decorator
+        fake = self
+
+        class Options:
+            def __init__(self, options):
+                self.options_given = options
+
+            def remote(self, payload):
+                fake.submitted.append((self.options_given, payload))
+                return len(fake.submitted) - 1
+
+        class Remote:
+            def options(self, **options):
+                return Options(options)
+
+        return lambda function: Remote()
+
+    def wait(self, refs, num_returns, timeout):
+        if self.interrupt_after is not None and self.finished >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.finished += 1
+        return [min(refs)], []
+
+    def get(self, ref):
+        from dlopt.platform.serialization import to_jsonable
+
+        payload = self.submitted[ref][1]
+        return to_jsonable(fleet_result(job=payload["job"], kind=payload["kind"]))
+
+    def cancel(self, ref, recursive):
+        self.cancelled.append(ref)
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {RACE_RESOURCE: 1.0, "sim_a": 1.0}, "Labels": {}}]
+
+
+def fake_fleet(monkeypatch, tmp_path, fake):
+    import dlopt.fleet.runner as runner
+    from dlopt.fleet.spec import resolve_jobs
+
+    spec = parse_spec(
+        {
+            "name": "s",
+            "store": str(tmp_path / "store"),
+            "kinds": {"a": {"resources": {"sim_a": 1}}, "b": {"labels": {"pool": "b"}}},
+            "jobs": [
+                {"name": "one", "model": "demo_mlp", "kinds": ["a", "b"]},
+                {"name": "two", "model": "demo_mlp", "kinds": ["a"]},
+            ],
+        }
+    )
+    monkeypatch.setattr(runner, "connect", lambda address, spec: fake)
+    lines: list[str] = []
+    outcome = runner.run_fleet(
+        spec, resolve_jobs(spec, allow_imports=False), address="auto", echo=lines.append
+    )
+    return outcome, lines
+
+
+def test_each_race_asks_for_its_kind_and_one_race_unit_and_is_never_retried_for_an_error(
+    monkeypatch, tmp_path
+):
+    fake = FakeRay()
+    outcome, lines = fake_fleet(monkeypatch, tmp_path, fake)
+    assert fake.decorator == {"max_retries": 3, "retry_exceptions": False}
+    placed = [(p["job"], p["kind"], o) for o, p in fake.submitted]
+    assert [(job, kind) for job, kind, _ in placed] == [("one", "a"), ("one", "b"), ("two", "a")]
+    one_a, one_b = placed[0][2], placed[1][2]
+    assert one_a["resources"] == {RACE_RESOURCE: 1, "sim_a": 1} and one_a["num_cpus"] == 1
+    assert "label_selector" not in one_a
+    assert one_b["resources"] == {RACE_RESOURCE: 1} and one_b["label_selector"] == {"pool": "b"}
+    # One run id for every race of the run (attempts are counted per run).
+    assert len({p["run"] for _, p in fake.submitted}) == 1
+    assert [r.job for r in outcome.results] == ["one", "one", "two"]
+    # No live node has pool=b: said before the races wait for one.
+    assert any("no node of kind b is up" in line for line in lines)
+    assert not any("no node of kind a" in line for line in lines)
+
+
+def test_ctrl_c_cancels_what_is_left_and_says_what_finished(monkeypatch, tmp_path):
+    fake = FakeRay(interrupt_after=1)
+    outcome, lines = fake_fleet(monkeypatch, tmp_path, fake)
+    assert outcome.interrupted
+    assert [(r.job, r.kind) for r in outcome.results] == [("one", "a")]
+    assert outcome.cancelled == (("one", "b"), ("two", "a"))
+    assert sorted(fake.cancelled) == [1, 2]
+    assert "dlopt fleet: finished: one@a; cancelled: 2" in lines
