@@ -148,10 +148,14 @@ def fake_fleet(monkeypatch, tmp_path, fake):
         {
             "name": "s",
             "store": str(tmp_path / "store"),
-            "kinds": {"a": {"resources": {"sim_a": 1}}, "b": {"labels": {"pool": "b"}}},
+            "kinds": {
+                "a": {"resources": {"sim_a": 1}},
+                "b": {"labels": {"pool": "b"}},
+                "g": {"resources": {"sim_g": 1, "GPU": 1}, "device": "cuda"},
+            },
             "jobs": [
                 {"name": "one", "model": "demo_mlp", "kinds": ["a", "b"]},
-                {"name": "two", "model": "demo_mlp", "kinds": ["a"]},
+                {"name": "two", "model": "demo_mlp", "kinds": ["a", "g"]},
             ],
         }
     )
@@ -170,16 +174,24 @@ def test_each_race_asks_for_its_kind_and_one_race_unit_and_is_never_retried_for_
     outcome, lines = fake_fleet(monkeypatch, tmp_path, fake)
     assert fake.decorator == {"max_retries": 3, "retry_exceptions": False}
     placed = [(p["job"], p["kind"], o) for o, p in fake.submitted]
-    assert [(job, kind) for job, kind, _ in placed] == [("one", "a"), ("one", "b"), ("two", "a")]
-    one_a, one_b = placed[0][2], placed[1][2]
+    assert [(job, kind) for job, kind, _ in placed] == [
+        ("one", "a"),
+        ("one", "b"),
+        ("two", "a"),
+        ("two", "g"),
+    ]
+    one_a, one_b, two_g = placed[0][2], placed[1][2], placed[3][2]
     assert one_a["resources"] == {RACE_RESOURCE: 1, "sim_a": 1} and one_a["num_cpus"] == 1
-    assert "label_selector" not in one_a
+    assert "label_selector" not in one_a and "num_gpus" not in one_a
     assert one_b["resources"] == {RACE_RESOURCE: 1} and one_b["label_selector"] == {"pool": "b"}
+    # Ray's own GPU is asked for by keyword (Ray refuses it inside ``resources``).
+    assert two_g["resources"] == {RACE_RESOURCE: 1, "sim_g": 1} and two_g["num_gpus"] == 1
     # One run id for every race of the run (attempts are counted per run).
     assert len({p["run"] for _, p in fake.submitted}) == 1
-    assert [r.job for r in outcome.results] == ["one", "one", "two"]
+    assert [r.job for r in outcome.results] == ["one", "one", "two", "two"]
     # No live node has pool=b: said before the races wait for one.
     assert any("no node of kind b is up" in line for line in lines)
+    assert any("no node of kind g is up" in line for line in lines)
     assert not any("no node of kind a" in line for line in lines)
 
 
@@ -188,6 +200,16 @@ def test_ctrl_c_cancels_what_is_left_and_says_what_finished(monkeypatch, tmp_pat
     outcome, lines = fake_fleet(monkeypatch, tmp_path, fake)
     assert outcome.interrupted
     assert [(r.job, r.kind) for r in outcome.results] == [("one", "a")]
-    assert outcome.cancelled == (("one", "b"), ("two", "a"))
-    assert sorted(fake.cancelled) == [1, 2]
-    assert "dlopt fleet: finished: one@a; cancelled: 2" in lines
+    assert outcome.cancelled == (("one", "b"), ("two", "a"), ("two", "g"))
+    assert sorted(fake.cancelled) == [1, 2, 3]
+    assert "dlopt fleet: finished: one@a; cancelled: 3" in lines
+
+
+def test_without_ray_the_fleet_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from dlopt.fleet.runner import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # ``import ray`` raises ImportError
+    with pytest.raises(ConfigurationError, match=r"pip install 'dlopt-core\[fleet\]'"):
+        import_ray()

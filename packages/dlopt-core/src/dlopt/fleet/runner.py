@@ -27,7 +27,7 @@ from attrs import frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.fleet.result_store import FleetResult, ResultStore
-from dlopt.fleet.spec import RACE_RESOURCE, FleetSpec, ResolvedJob
+from dlopt.fleet.spec import RACE_RESOURCE, FleetSpec, MachineKind, ResolvedJob
 from dlopt.platform.serialization import from_jsonable
 
 INSTALL_HINT = "pip install 'dlopt-core[fleet]'"
@@ -35,6 +35,8 @@ INSTALL_HINT = "pip install 'dlopt-core[fleet]'"
 DEFAULT_MAX_RETRIES = 3
 #: Label keys Ray sets itself: a local instance cannot pretend to have them.
 _RESERVED_LABEL_PREFIX = "ray.io/"
+#: Ray's own resources, which a task asks for by keyword, never in ``resources``.
+_RAY_KEYWORDS = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 
 
 @frozen
@@ -69,7 +71,7 @@ def local_node_settings(spec: FleetSpec) -> tuple[dict[str, float], dict[str, st
     labels: dict[str, str] = {}
     for name, kind in spec.kinds.items():
         for resource, amount in kind.resources.items():
-            if resource in ("CPU", "GPU", "memory"):
+            if resource in _RAY_KEYWORDS:
                 continue  # Ray's own, detected on the node
             resources[resource] = max(resources.get(resource, 0.0), float(amount))
         for key, value in kind.labels.items():
@@ -167,6 +169,21 @@ def _warn_about_missing_nodes(
         )
 
 
+def task_options(kind: MachineKind) -> dict[str, Any]:
+    """How one race of ``kind`` asks Ray for a node: one CPU (unless the kind asks for
+    more), one ``dlopt_race`` unit, the kind's resources, and its labels as a
+    ``label_selector``."""
+    options: dict[str, Any] = {"num_cpus": 1, "resources": {RACE_RESOURCE: 1}}
+    for resource, amount in kind.resources.items():
+        if resource in _RAY_KEYWORDS:
+            options[_RAY_KEYWORDS[resource]] = amount
+        else:
+            options["resources"][resource] = amount
+    if kind.labels:
+        options["label_selector"] = dict(kind.labels)
+    return options
+
+
 def payloads(
     spec: FleetSpec, jobs: Sequence[ResolvedJob], *, allow_imports: bool
 ) -> list[dict[str, Any]]:
@@ -216,14 +233,8 @@ def run_fleet(
     remote = ray.remote(max_retries=max_retries, retry_exceptions=False)(qualify)
     pending: dict[Any, dict[str, Any]] = {}
     for payload in payloads(spec, jobs, allow_imports=allow_imports):
-        kind = spec.kinds[payload["kind"]]
-        options: dict[str, Any] = {
-            "num_cpus": 1,
-            "resources": {RACE_RESOURCE: 1, **kind.resources},
-            "name": f"dlopt-fleet:{payload['job']}@{payload['kind']}",
-        }
-        if kind.labels:
-            options["label_selector"] = dict(kind.labels)
+        options = task_options(spec.kinds[payload["kind"]])
+        options["name"] = f"dlopt-fleet:{payload['job']}@{payload['kind']}"
         pending[remote.options(**options).remote(payload)] = payload
     total = len(pending)
     echo(f"dlopt fleet: {total} races ({len(jobs)} jobs) scheduled; results in {store.location}")
