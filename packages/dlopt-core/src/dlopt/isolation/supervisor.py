@@ -40,6 +40,7 @@ from dlopt.evidence.report import (
 )
 from dlopt.isolation.journal import Heartbeat, read_journal
 from dlopt.isolation.transfer import (
+    HOST_PID_ENV,
     PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
@@ -286,7 +287,9 @@ def run_worker(
     spec_path = write_spec(spec, workdir / f"spec-{spec.attempt}.json")
     heartbeat = Heartbeat(spec.heartbeat, create=True)
     stderr_path = workdir / f"stderr-{spec.attempt}.txt"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path), **{HOST_PID_ENV: str(os.getpid())}
+    )
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "dlopt.isolation.worker", str(spec_path)],

@@ -6,14 +6,19 @@ from its ``module:factory`` reference and the workload from the host's ``.npz``,
 every provider so that each probe, build and call first says what is running (journal
 and heartbeat), runs the ordinary in-process selection, writes the report as strict JSON
 and exits. Exit status 0: a report was written; 3: the selection raised a dlopt error
-(journaled as an ``error`` record); anything else: the worker died.
+(journaled as an ``error`` record); anything else: the worker died. A worker whose host
+died (a fleet's Ray worker killed, say) stops at once with its children: it must not race
+on beside the host's successor on the same machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -24,6 +29,7 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.events import Event, EventKind
 from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
+    HOST_PID_ENV,
     PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
@@ -41,6 +47,10 @@ from dlopt.vocabulary import Stage
 PROBE_WATCHDOG_GRACE_S = 1.0
 #: Exit status of a worker whose selection raised an error it journaled.
 EXIT_SELECTION_ERROR = 3
+#: Exit status of a worker that left because its host died.
+EXIT_HOST_GONE = 4
+#: How often the worker checks that its host is still alive (seconds).
+HOST_POLL_S = 0.25
 
 
 class Watched:
@@ -250,6 +260,24 @@ def run_probes(spec: WorkerSpec) -> None:
 _CRASH_LOG: Any = None
 
 
+def leave_with_the_host(host_pid: int) -> threading.Thread:
+    """Watch the host from a daemon thread: once this process's parent is no longer
+    ``host_pid`` (the host died and the worker was handed to another parent), kill this
+    worker's process group (it leads its own, so its SDK's children go too) and exit."""
+
+    def watch() -> None:
+        while os.getppid() == host_pid:
+            time.sleep(HOST_POLL_S)
+        with contextlib.suppress(OSError):
+            if os.getpgrp() == os.getpid():  # only a group this worker leads
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(EXIT_HOST_GONE)
+
+    thread = threading.Thread(target=watch, name="dlopt-host-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str]) -> int:
     from dlopt.errors import DloptError
 
@@ -259,6 +287,8 @@ def main(argv: list[str]) -> int:
     global _CRASH_LOG
     _CRASH_LOG = os.fdopen(os.dup(2), "w")
     faulthandler.enable(file=_CRASH_LOG, all_threads=False)
+    host = os.environ.get(HOST_PID_ENV, "")
+    leave_with_the_host(int(host) if host.isdigit() else os.getppid())
     spec = read_spec(argv[0])
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:
