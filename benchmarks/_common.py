@@ -10,7 +10,6 @@ vs eager is a ratio measured side by side in one run, with its interval.
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 from dlopt.measurement import MeasurementPolicy
+from dlopt.platform.machine import cpu_model_and_flags
 
 EAGER = "eager_fp32"
 REPO = Path(__file__).resolve().parent.parent
@@ -208,11 +208,14 @@ def load_average() -> str:
 
 
 def print_environment(extra: str = "") -> None:
-    """Versions, threads, commit and load average: the context every figure needs."""
+    """Versions, threads, CPU and ISA, commit and load average: the context every figure
+    needs."""
+    model, flags = cpu_model_and_flags()
     print(
         f"dlopt {dlopt.__version__} at commit {git_commit()}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} intra-op threads, {os.cpu_count()} CPUs "
-        f"({platform.processor() or platform.machine()}); Python {sys.version.split()[0]}"
+        f"({model}; ISA {', '.join(flags) or 'none of interest'}); "
+        f"Python {sys.version.split()[0]}"
     )
     if extra:
         print(extra)

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import load_average, print_environment
+
 CHILD = r"""
 import json, sys
 import torch
@@ -115,7 +117,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke check, not a measurement")
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     args = parser.parse_args()
-    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print_environment()
     results: dict = {"selections": [], "hashing": []}
     if args.quick:
         results["selections"].append(
@@ -127,7 +129,7 @@ def main() -> None:
         # Forced: Inductor is the only challenger and the bar is low enough that it serves.
         results["selections"].append(race_vs_hit("demo, Inductor winner", "inductor", 0.01, ""))
         results["hashing"] = hashing([10, 100, 1000])
-    print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"load average (1/5/15 min) at end: {load_average()}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 

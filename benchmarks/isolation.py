@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import load_average, print_environment
+
 HERE = Path(__file__).resolve().parent
 QUICK_PLANS = ("eager_fp32", "native_channels_last")
 
@@ -88,6 +90,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="alternating runs of each")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 5)
+    print_environment()
     in_process, isolated = [], []
     for _ in range(repeats):
         in_process.append(demo_seconds(False, args.quick))
@@ -101,6 +104,7 @@ def main() -> None:
     print(f"  crash announced -> racing again   {to_racing:8.2f} s")
     print(f"  selection with the crash          {with_crash:8.2f} s")
     print(f"  same selection without the plan   {without:8.2f} s   (+{with_crash - without:.2f} s)")
+    print(f"load average (1/5/15 min) at end: {load_average()}")
 
 
 if __name__ == "__main__":

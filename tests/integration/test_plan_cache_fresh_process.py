@@ -59,7 +59,7 @@ MODEL_SOURCE = textwrap.dedent(
 
 WORKER = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import torch
     import slow_model
     from dlopt import InferenceOptimizer, OptimizationPolicy, DeploymentConstraints, WorkloadProfile
@@ -67,6 +67,17 @@ WORKER = textwrap.dedent(
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
 
+    from torch._inductor.cpp_builder import CppBuilder
+
+    # Every C++ build this process runs (Inductor compiles in process: one compile thread).
+    kernels_built = []
+    _build = CppBuilder.build
+
+    def build_and_note(self, *args, **kwargs):
+        kernels_built.append(os.path.basename(self.get_target_file_path()))
+        return _build(self, *args, **kwargs)
+
+    CppBuilder.build = build_and_note
     mode, plan, cache_dir, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
     model = slow_model.build()
     torch.manual_seed(1)
@@ -111,6 +122,7 @@ WORKER = textwrap.dedent(
             selected=decision.selected_plan,
             close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
         )
+    result["kernels_built"] = kernels_built
     print("RESULT " + json.dumps(result))
     """
 )
@@ -125,6 +137,7 @@ def run_worker(tmp_path: Path, *args: str, inductor_cache: str) -> dict[str, Any
         # A fresh Inductor cache per process: a hit must not lean on the previous
         # process's on-disk caches, only on what the record restores.
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / inductor_cache),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
     proc = subprocess.run(
         [sys.executable, str(tmp_path / "worker.py"), *args],
@@ -185,4 +198,8 @@ def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
     first, second, loaded = miss_then_hit(tmp_path, "inductor")
     assert first["restored"] is None  # built from scratch in the race
     assert second["restored"] is True  # the hit handed torch the record's compile caches
+    # ...and the C++ kernels the race compiled: the hit compiles none of them again.
+    race_kernels = {name for name in first["kernels_built"] if ".main." in name}
+    assert race_kernels, first["kernels_built"]
+    assert not race_kernels & set(second["kernels_built"]), second["kernels_built"]
     assert "load_bundle(path, model=model)" in loaded["without_model"]

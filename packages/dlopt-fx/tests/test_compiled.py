@@ -140,3 +140,28 @@ def test_varying_dims_follows_the_cases() -> None:
     assert varying_dims(ragged) == ("automatic", {})
     assert varying_dims(None) == ("automatic", {})
     assert varying_dims(()) == ("automatic", {})
+
+
+def test_raced_calls_reuse_what_the_first_calls_compiled(tmp_path: Path) -> None:
+    """The pipeline's first calls run on copies of the cases under inference mode, the race
+    on the cases themselves: the copies must not differ in a way Dynamo guards on, or the
+    compile is paid again inside the race."""
+    from dlopt.validation import copy_inputs
+
+    if not probes.probe_inductor("cpu").available:
+        pytest.skip("TorchInductor cannot compile on this CPU (no working C++ compiler)")
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU()).eval()
+    workload = WorkloadProfile(cases=(WorkloadCase("b2", args=(torch.randn(2, 16),)),))
+    context = ProviderContext(workload=workload, artifact_dir=tmp_path)
+    plan = InductorProvider("fx_inductor", graph="fx").build(model, context)
+    try:
+        with torch.inference_mode():
+            for case in workload.cases:
+                args, kwargs = copy_inputs(case.args, case.kwargs)
+                plan(*args, **kwargs)
+            compiled_by_first_calls = _graphs_compiled()
+            for case in workload.cases:
+                plan(*case.args, **case.kwargs)
+        assert _graphs_compiled() == compiled_by_first_calls
+    finally:
+        plan.close()

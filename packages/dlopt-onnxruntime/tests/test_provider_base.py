@@ -79,3 +79,19 @@ def test_the_dynamic_int8_signature_keeps_its_json() -> None:
         "weight_type": "QInt8",
     }
     assert record.metadata() == {**record.signature(), "seconds": None}
+
+
+def test_a_batched_workload_is_served_by_one_export_with_a_dynamic_batch_axis() -> None:
+    # The throughput objective races one build per plan at every batch size: the export
+    # makes the batch dimension dynamic and the report says over which range.
+    import torch
+
+    from dlopt.plugin import WorkloadProfile
+    from dlopt_onnxruntime.export import analyze_cases
+
+    workload = WorkloadProfile.batched(torch.randn(1, 6), batch_sizes=(1, 8, 32))
+    layout = analyze_cases(workload.cases)
+    assert layout.dynamic_dims == {"input_0": [0]}
+    assert layout.shape_support() == "one ONNX export with dynamic axes: input_0 dim 0 (1 to 32)"
+    fixed = analyze_cases(WorkloadProfile.single(torch.randn(2, 6)).cases)
+    assert fixed.shape_support() == "one ONNX export at fixed input shapes"

@@ -130,3 +130,18 @@ def test_opt_shape_policies_choose_the_case_tensorrt_tunes_for() -> None:
 def test_no_cases_is_refused() -> None:
     with pytest.raises(WorkloadError, match="has no cases"):
         derive_inputs(())
+
+
+def test_a_batched_workload_gets_one_engine_range_over_its_batch_sizes() -> None:
+    # The throughput objective races one build per plan at every batch size: the engine
+    # declares the range it serves, and the report shows it.
+    workload = WorkloadProfile.batched(torch.randn(1, 3, 8, 8), batch_sizes=(1, 4, 16))
+    spec = derive_inputs(workload, ["x"], "largest")
+    (x,) = spec.args
+    assert (x.min_shape, x.max_shape, x.opt_shape) == ((1, 3, 8, 8), (16, 3, 8, 8), (16, 3, 8, 8))
+    assert spec.shape_support() == (
+        "one TensorRT engine with a shape range: x [1, 3, 8, 8] to [16, 3, 8, 8] "
+        "(tuned for [16, 3, 8, 8]), opt case 'batch_16'"
+    )
+    fixed = derive_inputs(WorkloadProfile.single(torch.randn(2, 3)), ["x"])
+    assert fixed.shape_support() == "one TensorRT engine at fixed input shapes"

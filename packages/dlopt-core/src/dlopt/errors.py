@@ -36,3 +36,9 @@ class PlanNotApplicable(ProviderBuildError):
 class SelectionCancelled(DloptError):
     """The caller's ``should_continue`` said stop before the race could begin; every plan
     built so far was released."""
+
+
+#: What a provider's code may raise that fails its own plan and not the selection:
+#: ``SystemExit`` included (a vendor SDK that calls ``sys.exit`` on an unsupported op),
+#: ``KeyboardInterrupt`` not (the user's Ctrl-C stops the run).
+PLAN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)

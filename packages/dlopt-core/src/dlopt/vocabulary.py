@@ -24,6 +24,10 @@ class Objective(Word):
 
     STEADY_STATE_LATENCY = "steady_state_latency"
     LIFECYCLE_LATENCY = "lifecycle_latency"
+    #: The steady-state latency of one request: a batched workload races batch 1 only.
+    MIN_LATENCY = "min_latency"
+    #: Items per second over the batch sizes of a batched workload (docs/selection.md).
+    MAX_THROUGHPUT = "max_throughput"
 
 
 class Stage(Word):

@@ -173,6 +173,7 @@ def test_a_device_index_past_the_devices_present_names_how_many_there_are(monkey
         ("DLOPT_PROBE_TIMEOUT_S", "1e10", "DLOPT_PROBE_TIMEOUT_S must be a number of seconds > 0"),
         ("DLOPT_PROBE_TIMEOUT_S", "-1", "unset it for the default"),
         ("DLOPT_STRICT_PLUGINS", "maybe", "DLOPT_STRICT_PLUGINS='maybe' is not understood"),
+        ("DLOPT_ISOLATE", "sometimes", "DLOPT_ISOLATE='sometimes' is not understood"),
     ],
 )
 def test_environment_settings_out_of_range_are_refused(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -9,9 +10,10 @@ from importlib.metadata import entry_points
 import attrs
 
 from dlopt._version import __version__
-from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
+from dlopt.api.policy import OBJECTIVES, DeploymentConstraints
 from dlopt.cli import build_parser, main
 from dlopt.cli.console import format_table
+from dlopt.cli.strategy import objective_of
 from dlopt.measurement import MeasurementPolicy
 
 
@@ -24,8 +26,10 @@ def test_select_defaults_are_the_policies_defaults() -> None:
     args = _select_defaults()
     assert args["min_speedup"] == attrs.fields(DeploymentConstraints).min_speedup.default
     assert args["max_measure_time"] == attrs.fields(MeasurementPolicy).max_time_s.default
-    assert args["objective"] == attrs.fields(OptimizationPolicy).objective.default
-    assert OptimizationPolicy(objective=args["objective"]) == OptimizationPolicy()
+    # No --objective (nor --strategy) given: the default the command passes, its policy's.
+    assert objective_of(argparse.Namespace(**args), "the policy's default") == (
+        "the policy's default"
+    )
 
 
 def test_every_objective_is_offered() -> None:

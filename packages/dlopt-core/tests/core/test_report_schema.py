@@ -25,6 +25,8 @@ FIXTURE = DATA / "report_schema2.json"
 #: or removing one is a schema change, which needs a new version and a loader for 2.
 ADDED_SINCE_FIXTURE = {
     "candidates[]": ("measurement_note", "eliminated_by", "elimination_speedup"),
+    # Top-level fields, written only when set (``batch_size`` is set by every new report).
+    "": ("batch_size",),
 }
 
 
@@ -33,6 +35,8 @@ def _without_added(data: dict) -> dict:
     for key in ADDED_SINCE_FIXTURE["candidates[]"]:
         for cand in data["candidates"]:
             cand.pop(key, None)
+    for key in ADDED_SINCE_FIXTURE[""]:
+        data.pop(key, None)
     return data
 
 
@@ -77,6 +81,7 @@ def test_a_report_written_now_has_the_same_fields(tmp_path):
     assert set(now["runtime"]) == set(before["runtime"])
     now["runtime"] = before["runtime"] = {}
     added = {f".candidates[].{key}" for key in ADDED_SINCE_FIXTURE["candidates[]"]}
+    added |= {f".{key}" for key in ADDED_SINCE_FIXTURE[""]}
     assert _field_paths(now) - added == _field_paths(before)
     assert [(c["name"], c["status"]) for c in now["candidates"]] == [
         (c["name"], c["status"]) for c in before["candidates"]

@@ -81,6 +81,16 @@ def parse_layout(layout):
     return from_jsonable(parse_strict_json(dumps(layout)), WorkloadSpec)
 
 
+def test_a_batched_workload_crosses_with_its_batch_sizes(tmp_path):
+    # The worker's max_throughput objective needs the profile's batch sizes back.
+    workload = WorkloadProfile.batched(torch.randn(3, 1), batch_dim=1, max_batch_size=4)
+    layout = write_workload(workload, tmp_path / "inputs.npz")
+    back = read_workload(parse_layout(layout), tmp_path / "inputs.npz", "cpu")
+    assert (back.batch_sizes, back.batch_dim, back.fit_to_memory) == ((1, 2, 4), 1, True)
+    assert [c.args[0].shape for c in back.cases] == [(3, 1), (3, 2), (3, 4)]
+    assert back.weights == pytest.approx(workload.weights)
+
+
 def test_inputs_that_are_not_tensors_cannot_cross(tmp_path):
     workload = WorkloadProfile([WorkloadCase("a", args=(torch.ones(2), 3))])
     with pytest.raises(ConfigurationError, match=r"argument 1 is a int.*only tensors"):

@@ -156,6 +156,19 @@ def test_baseline_alone_needs_no_race(fast_policy) -> None:
     assert result.candidates[0].verdict == "baseline"
 
 
+def test_measure_alone_times_a_lone_baseline_for_the_minimum_rounds(fast_policy) -> None:
+    # The throughput objective reads each case's latency, from a plan racing alone too.
+    clock = FakeClock()
+    cases = [fixed_latency(clock, 1e-3), fixed_latency(clock, 3e-3)]
+    result = run_race({"a": cases}, [1, 1], "a", 1.02, fast_policy, clock=clock, measure_alone=True)
+    assert result.rounds == fast_policy.min_rounds
+    assert [c.mean_ms for c in result.candidates[0].cases] == pytest.approx([1.0, 3.0])
+    assert all(
+        len([s for s in per_round if s is not None]) == fast_policy.min_rounds
+        for per_round in result.candidates[0].case_round_scores
+    )
+
+
 def test_traffic_weights_decide_which_plan_is_cheaper(fast_policy) -> None:
     # "b" is 2x faster on the rare case and 20% slower on the common one: slower overall.
     lat = {"a": [1e-3, 4e-3], "b": [1.2e-3, 2e-3]}

@@ -103,3 +103,35 @@ def test_dlopt_providers_lists_a_plugin_that_exits(monkeypatch, capsys):
     assert main(["providers"]) == 0
     out = capsys.readouterr().out
     assert "quitter" in out and "SystemExit" in out and "eager_fp32" in out
+
+
+class _ExitingBuild(FakeProvider):
+    def build(self, model, context):
+        sys.exit("the SDK gave up on aten::fake")
+
+
+class _InterruptedBuild(FakeProvider):
+    def build(self, model, context):
+        raise KeyboardInterrupt
+
+
+def test_sys_exit_in_a_build_rejects_that_plan_and_the_race_goes_on(race, x):
+    from dlopt.testing.models import StructuredMLP
+
+    decision = race.optimizer(
+        race.fake("eager_fp32", 3e-3),
+        _ExitingBuild("quits_in_build", 1e-4),
+        race.fake("fast", 1e-3),
+    ).select_signature(StructuredMLP(), x)
+    quitter = decision.report.candidate("quits_in_build")
+    assert quitter.status == "rejected" and quitter.error.stage == "build"
+    assert "SystemExit: the SDK gave up on aten::fake" in quitter.error.message
+    assert decision.selected_plan == "fast"
+
+
+def test_keyboard_interrupt_in_a_build_stops_the_selection(race, x):
+    from dlopt.testing.models import StructuredMLP
+
+    optimizer = race.optimizer(race.fake("eager_fp32", 3e-3), _InterruptedBuild("ctrl_c", 1e-4))
+    with pytest.raises(KeyboardInterrupt):
+        optimizer.select_signature(StructuredMLP(), x)

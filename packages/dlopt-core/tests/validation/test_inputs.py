@@ -73,3 +73,16 @@ def test_inputs_in_pytree_containers_are_copied_and_fingerprinted():
     assert [path for path, _ in before.digests] == ["args[0][0]", 'kwargs["d"]["t"]']
     kwargs["d"]["t"].add_(1)
     assert before.changed_paths(args, kwargs) == ['kwargs["d"]["t"]']
+
+
+@pytest.mark.parametrize("source_is_inference", [False, True])
+def test_copies_are_the_same_kind_of_tensor_as_their_source(source_is_inference):
+    from dlopt.validation import copy_inputs
+
+    with torch.inference_mode(source_is_inference):
+        x = torch.ones(3)
+    # Plans are called under inference mode; a copy made there must not turn a normal
+    # tensor into an inference tensor (a compiled plan would guard on the difference).
+    with torch.inference_mode():
+        (copy,), _ = copy_inputs((x,), {})
+    assert copy.is_inference() is source_is_inference

@@ -94,6 +94,18 @@ class InputLayout:
             if any(size is None for size in shape)
         }
 
+    def shape_support(self) -> str:
+        """How one export serves the cases' shapes, in words (the report shows it):
+        ``"dynamic axes: input_0 dim 0 (1 to 32)"``, or the fixed shapes."""
+        if not self.dynamic_dims:
+            return "one ONNX export at fixed input shapes"
+        spans = [
+            f"{name} dim {d} ({low[d]} to {high[d]})"
+            for name, (low, _, high) in zip(self.names, self.shape_ranges)
+            for d in self.dynamic_dims.get(name, ())
+        ]
+        return "one ONNX export with dynamic axes: " + ", ".join(spans)
+
     def signature(self) -> dict[str, Any]:
         """JSON-able description of what an exported model must accept."""
         return {

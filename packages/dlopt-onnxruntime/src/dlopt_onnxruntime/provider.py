@@ -458,6 +458,8 @@ class OnnxRuntimeProvider(Provider):
             "input_names": list(layout.names),
             "output_names": output_names,
             "dynamic_axes": layout.dynamic_dims,
+            # How one export serves several batch sizes (the throughput objective's report).
+            "input_shapes": layout.shape_support(),
             "example_case": example.name,
             # What load() needs to serve the saved files again without the model.
             "session_model": session_model.name,

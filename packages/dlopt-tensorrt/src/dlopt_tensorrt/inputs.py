@@ -71,6 +71,18 @@ class WorkloadInputs:
     def describe(self) -> list[dict[str, Any]]:
         return [s.describe() for s in (*self.args, *self.kwargs.values())]
 
+    def shape_support(self) -> str:
+        """How the engine serves the cases' shapes, in words (the report shows it): the
+        shape range of each dynamic input and the case it is tuned for, or fixed shapes."""
+        specs = [s for s in (*self.args, *self.kwargs.values()) if s.is_dynamic]
+        if not specs:
+            return "one TensorRT engine at fixed input shapes"
+        ranges = ", ".join(
+            f"{s.name} {list(s.min_shape)} to {list(s.max_shape)} (tuned for {list(s.opt_shape)})"
+            for s in specs
+        )
+        return f"one TensorRT engine with a shape range: {ranges}, opt case {self.opt_case!r}"
+
 
 def _tensor(case: Case, where: str, value: Any) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):

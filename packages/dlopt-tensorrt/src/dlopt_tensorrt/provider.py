@@ -505,6 +505,8 @@ class TensorRTProvider(Provider):
             ),
             "inputs": spec.describe(),
             "dynamic_shapes": spec.is_dynamic,
+            # How one engine serves several batch sizes (the throughput objective's report).
+            "input_shapes": spec.shape_support(),
             "opt_case": spec.opt_case,
             "torch_tensorrt_version": sdk.torch_tensorrt_version,
             "tensorrt_version": sdk.tensorrt_version,

@@ -38,6 +38,11 @@ NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$"
 MAX_PLAN_NAMES = 64
 #: The largest ``expected_calls`` an agent may state.
 MAX_EXPECTED_CALLS = 10**12
+#: The largest latency budget an agent may state (an hour per call).
+MAX_LATENCY_MS = 3.6e6
+#: The largest batch size and the most batch sizes one optimize call may race.
+MAX_AGENT_BATCH_SIZE = 4096
+MAX_BATCH_SIZES = 16
 
 
 class ErrorCode(Word):
@@ -144,8 +149,37 @@ def tool_schemas(caps: ToolCaps) -> dict[str, dict[str, Any]]:
                 "type": "string",
                 "enum": [o.value for o in Objective],
                 "description": (
-                    "steady_state_latency: traffic-weighted mean latency; lifecycle_latency: "
-                    "setup + first calls + expected_calls x steady latency"
+                    "the serving strategy. steady_state_latency: traffic-weighted mean "
+                    "latency; lifecycle_latency: setup + first calls + expected_calls x "
+                    "steady latency; min_latency: the fastest plan at batch 1; "
+                    "max_throughput: the (plan, batch size) serving the most items per "
+                    "second, within the latency budget when one is given"
+                ),
+            },
+            "max_latency_ms": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_LATENCY_MS,
+                "description": (
+                    "latency budget: the mean milliseconds per call (max_throughput: per "
+                    "call at the chosen batch size, checked with an upper confidence bound)"
+                ),
+            },
+            "max_p99_latency_ms": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_LATENCY_MS,
+                "description": "latency budget on the p99 milliseconds per call",
+            },
+            "batch_sizes": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": MAX_AGENT_BATCH_SIZE},
+                "minItems": 1,
+                "maxItems": MAX_BATCH_SIZES,
+                "uniqueItems": True,
+                "description": (
+                    "max_throughput only: the batch sizes to race (default: the workload's "
+                    "own, else 1, 2, 4, 8, 16, 32); the workload must be one request"
                 ),
             },
             "min_speedup": {
@@ -195,6 +229,12 @@ def tool_schemas(caps: ToolCaps) -> dict[str, dict[str, Any]]:
                 "measurement": {"max_time_s": caps.max_time_s, "max_rounds": caps.max_rounds},
             },
             {"workload": "resnet50-b8", "exclude": ["native_fp16"]},
+            {
+                "workload": "resnet50-b1",
+                "objective": "max_throughput",
+                "max_p99_latency_ms": 20,
+                "batch_sizes": [1, 2, 4, 8],
+            },
         ],
     }
     report = {

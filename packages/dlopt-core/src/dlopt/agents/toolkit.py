@@ -58,7 +58,7 @@ from dlopt.agents.tool_results import (
 from dlopt.api.decision import OptimizationDecision
 from dlopt.api.optimizer import InferenceOptimizer
 from dlopt.api.workload import WorkloadProfile
-from dlopt.errors import ConfigurationError, DloptError, SelectionCancelled
+from dlopt.errors import ConfigurationError, DloptError, SelectionCancelled, WorkloadError
 from dlopt.evidence.provenance import inspect_runtime
 from dlopt.evidence.report import OptimizationReport
 from dlopt.pipeline.probe import probe_provider
@@ -68,7 +68,7 @@ from dlopt.platform.serialization import strict_jsonable
 from dlopt.plugins.contract import ProviderContext, ProviderInfo, Role
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry, with_explicit
-from dlopt.vocabulary import StopReason
+from dlopt.vocabulary import Objective, StopReason
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +132,11 @@ class _Workload:
 class _Job:
     """One running optimize call for one workload; later calls for it wait on it."""
 
-    def __init__(self, policy: Any, deadline: float | None) -> None:
+    def __init__(
+        self, policy: Any, deadline: float | None, batch_sizes: tuple[int, ...] | None = None
+    ) -> None:
         self.policy = policy
+        self.batch_sizes = batch_sizes
         self.deadline = deadline
         self.cancel_requested = threading.Event()
         self.done = threading.Event()
@@ -465,12 +468,13 @@ class OptimizationAgentToolkit:
     def _optimize(self, args: dict[str, Any]) -> dict[str, Any]:
         workload = self._workload(args["workload"])
         policy = self._policy_for(args)
+        workload = self._batched_for(workload, policy, args)
         deadline = _now() + self.limits.max_call_s if self.limits.max_call_s is not None else None
         with self._lock:
             job = self._jobs.get(workload.name)
             owner = job is None
             if job is not None:
-                if job.policy != policy:
+                if job.policy != policy or job.batch_sizes != workload.profile.batch_sizes:
                     raise ToolError(
                         ErrorCode.BUSY,
                         f"workload {workload.name!r} is being optimized with other settings; "
@@ -489,7 +493,7 @@ class OptimizationAgentToolkit:
                         "read the existing reports with dlopt_read_report",
                     )
                 self._races_started += 1
-                job = _Job(policy, deadline)
+                job = _Job(policy, deadline, workload.profile.batch_sizes)
                 self._jobs[workload.name] = job
         if not owner:
             return self._join(job)
@@ -570,6 +574,28 @@ class OptimizationAgentToolkit:
             "time_limit_reached": cut_short,
         }
 
+    def _batched_for(self, workload: _Workload, policy: Any, args: dict[str, Any]) -> _Workload:
+        """The workload this call races: under ``max_throughput`` its one request at the
+        asked batch sizes (the registered profile's own when none are asked)."""
+        sizes = args.get("batch_sizes")
+        if policy.objective is not Objective.MAX_THROUGHPUT:
+            if sizes is not None:
+                raise ToolError(
+                    ErrorCode.INVALID_ARGUMENTS,
+                    "batch_sizes are raced by objective 'max_throughput' only; set it, or "
+                    "drop batch_sizes",
+                )
+            return workload
+        try:
+            profile = workload.profile.as_batched(sizes)
+        except WorkloadError as exc:
+            raise ToolError(
+                ErrorCode.INVALID_ARGUMENTS,
+                f"objective 'max_throughput' races one request of workload {workload.name!r} "
+                f"at several batch sizes: {exc}",
+            ) from None
+        return attrs.evolve(workload, profile=profile)
+
     def _policy_for(self, args: dict[str, Any]) -> Any:
         """The host's policy with the agent's fields, within the host's caps."""
         host = self._optimizer.policy
@@ -579,6 +605,12 @@ class OptimizationAgentToolkit:
             constraints = attrs.evolve(constraints, min_speedup=float(args["min_speedup"]))
         if "expected_calls" in args:
             constraints = attrs.evolve(constraints, expected_calls=int(args["expected_calls"]))
+        if "max_latency_ms" in args:
+            constraints = attrs.evolve(constraints, max_latency_ms=float(args["max_latency_ms"]))
+        if "max_p99_latency_ms" in args:
+            constraints = attrs.evolve(
+                constraints, max_p99_latency_ms=float(args["max_p99_latency_ms"])
+            )
         include = args.get("include")
         if include is not None:
             refused = [n for n in include if not host.wants(n)]

@@ -76,8 +76,45 @@ def report_summary(workload: str, report: OptimizationReport) -> dict[str, Any]:
             "target": report.target.device,
             "measurement": summary,
             "candidates": [candidate_summary(c) for c in report.candidates],
+            **throughput_summary(report),
         }
     )
+
+
+#: The fields of each (plan, batch size) point a throughput summary shows.
+POINT_FIELDS = (
+    "plan",
+    "batch_size",
+    "latency_ms",
+    "items_per_s",
+    "items_per_s_low",
+    "items_per_s_high",
+    "admissible",
+    "budget_note",
+)
+
+
+def throughput_summary(report: OptimizationReport) -> dict[str, Any]:
+    """Under the throughput objective: the served batch size, the budget's verdict and
+    the throughput curves; nothing otherwise."""
+    evidence = report.throughput
+    if evidence is None:
+        return {}
+    points = [_pick(strict_jsonable(p), POINT_FIELDS) for p in evidence.points]
+    for point in points:
+        if point is not None and point.get("budget_note"):
+            point["budget_note"] = clip(point["budget_note"], TEXT_LIMIT)
+    return {
+        "batch_size": report.batch_size,
+        "throughput": {
+            "budget": evidence.budget,
+            "budget_met": evidence.budget_met,
+            "closest_miss": clip(evidence.closest_miss, TEXT_LIMIT)
+            if evidence.closest_miss
+            else None,
+            "curves": points,
+        },
+    }
 
 
 def candidate_details(workload: str, cand: CandidateEvidence) -> dict[str, Any]:

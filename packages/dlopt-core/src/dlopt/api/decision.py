@@ -39,6 +39,12 @@ class OptimizationDecision:
         return self.report.selected_plan
 
     @property
+    def batch_size(self) -> int:
+        """The batch size to serve the selected plan at: 1 except under the throughput
+        objective, where the selection chose it (``report.throughput`` shows the curves)."""
+        return self.report.batch_size or 1
+
+    @property
     def selection_reason(self) -> str:
         return self.report.selection_reason
 

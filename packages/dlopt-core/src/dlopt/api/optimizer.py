@@ -27,7 +27,7 @@ from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCance
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.measurement import Clock, MonotonicClock
-from dlopt.pipeline import checks, choose, constraints, plans, prepare, race, state
+from dlopt.pipeline import batches, checks, choose, constraints, plans, prepare, race, state
 from dlopt.platform.fileio import TemporaryArtifacts, check_can_create_in
 from dlopt.plugins.contract import ExecutionProvider, ProviderContext
 from dlopt.plugins.discovery import load_providers
@@ -180,6 +180,7 @@ class InferenceOptimizer:
             )
         if not isinstance(workload, WorkloadProfile):
             workload = WorkloadProfile(cases=tuple(workload))
+        workload = batches.batches_to_race(workload, self.policy.objective)
         self._check_model_device(model)
         constraints = self.policy.constraints
         expected_calls = (
@@ -231,6 +232,8 @@ class InferenceOptimizer:
         try:
             # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
             guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
+            workload = batches.fit_to_memory(model, workload, self.target.input_device)
+            context = attrs.evolve(context, workload=workload)
             reference = capture_reference(
                 model, workload, self.policy.quality, target=self.target, guard=guard
             )
@@ -253,7 +256,9 @@ class InferenceOptimizer:
             checks.check_model_after_race(model, guard)
             checks.revalidate(candidates, raced, reference, run)
             constraints.apply_measured_limits(candidates, raced.result, run)
-            outcome = choose.choose_served(candidates, raced.result, expected_calls, reference, run)
+            outcome = choose.choose_served(
+                candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
+            )
             checks.check_model_after_race(model, guard)
             report = build_report(
                 self.target,

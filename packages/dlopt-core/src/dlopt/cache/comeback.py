@@ -7,15 +7,20 @@ exactly as it builds a new one: its ``build`` loads, or rebuilds, as the provide
 declares.
 
 Torch's compile caches (``torch.compiler.save_cache_artifacts``) are torch's own
-serialized format, which torch unpickles when it loads them. dlopt hands them to torch
-only after their SHA-256 matches the manifest, and only from a directory that nobody but
-this user can write (:func:`private_to_user`): the same trust torch gives its own cache
-directory. Anything else is rebuilt from scratch (compiled again).
+serialized format, which torch unpickles when it loads them. They hold Inductor's
+generated code but not the C++ kernels compiled from it, which a fresh process would
+compile again (most of a CPU plan's compile time), so the kernel binaries torch loaded
+are saved beside them and put back into Inductor's cache directory, where torch finds
+them instead of compiling. dlopt hands both to torch only after every file's SHA-256
+matches the manifest, and only from a directory that nobody but this user can write
+(:func:`private_to_user`): the same trust torch gives its own cache directory. Anything
+else is rebuilt from scratch (compiled again).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -26,14 +31,23 @@ import attrs
 from dlopt.errors import ProviderBuildError
 from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 
-#: The artifact name (in a record's bundle) of torch's serialized compile caches.
+#: The artifact name (in a record's bundle) of torch's serialized compile caches: a
+#: directory holding :data:`COMPILE_CACHE_FILE` and the kernel binaries under
+#: :data:`KERNELS_DIR` (older records hold the file alone).
 COMPILE_CACHE_ARTIFACT = "torch_compile_cache"
 COMPILE_CACHE_FILE = "torch_compile_cache.bin"
+KERNELS_DIR = "kernels"
+#: Inductor's code caches whose keys name compiled C++ kernels.
+_KERNEL_CACHES = ("CppCodeCache", "CppPythonBindingsCodeCache", "CppWrapperCodeCache")
+_KERNEL_KEY = re.compile(r"[a-z0-9_]{4,}")
+#: A kernel binary's place in Inductor's cache directory: ``<2 chars>/<key>[.<part>].so``.
+_KERNEL_PATH = re.compile(r"[a-z0-9_]{2}/[a-z0-9_]+(\.[a-z0-9_]+)*\.so")
 
 
 def save_compile_cache(directory: Path) -> Path | None:
-    """Write every compile cache artifact torch made in this process to ``directory``;
-    ``None`` when torch has none (nothing was compiled) or cannot save them."""
+    """Write every compile cache artifact torch made in this process, and the compiled
+    kernels it loaded, to ``directory``; ``None`` when torch has none (nothing was
+    compiled) or cannot save them."""
     import torch
 
     try:
@@ -43,20 +57,77 @@ def save_compile_cache(directory: Path) -> Path | None:
     if not saved or not saved[0]:
         return None
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / COMPILE_CACHE_FILE
-    path.write_bytes(saved[0])
-    return path
+    (directory / COMPILE_CACHE_FILE).write_bytes(saved[0])
+    root = _inductor_cache_root()
+    if root is not None:
+        for binary in _loaded_kernel_binaries(root):
+            target = directory / KERNELS_DIR / binary.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(binary, target)
+    return directory
 
 
 def restore_compile_cache(path: Path) -> bool:
-    """Hand torch its compile caches saved at ``path`` (already hash-checked); whether
-    torch took them."""
+    """Hand torch its compile caches saved at ``path`` (already hash-checked) and put
+    the saved kernel binaries where Inductor looks for them; whether torch took the
+    caches."""
     import torch
 
+    blob = path / COMPILE_CACHE_FILE if path.is_dir() else path
+    if path.is_dir():
+        _restore_kernel_binaries(path / KERNELS_DIR)
     try:
-        return torch.compiler.load_cache_artifacts(path.read_bytes()) is not None
+        return torch.compiler.load_cache_artifacts(blob.read_bytes()) is not None
     except Exception:
         return False
+
+
+def _inductor_cache_root() -> Path | None:
+    """Inductor's cache directory as it is now (``TORCHINDUCTOR_CACHE_DIR`` or its
+    default); ``None`` where this torch does not say."""
+    try:
+        from torch._inductor.runtime.runtime_utils import cache_dir
+    except ImportError:
+        return None
+    return Path(cache_dir())
+
+
+def _loaded_kernel_binaries(root: Path) -> list[Path]:
+    """The compiled C++ kernels this process loaded from ``root``: the binaries named by
+    the keys of Inductor's in-memory code caches (torch's layout, read defensively: a
+    torch that lays them out otherwise yields none and the hit compiles again)."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        return []
+    keys: set[str] = set()
+    for name in _KERNEL_CACHES:
+        keys.update(k for k in getattr(getattr(codecache, name, None), "cache", {}) or {})
+    found = []
+    for key in sorted(k for k in keys if isinstance(k, str) and _KERNEL_KEY.fullmatch(k)):
+        for binary in (root / key[1:3]).glob(f"{key}*.so"):
+            if binary.is_file() and _KERNEL_PATH.fullmatch(binary.relative_to(root).as_posix()):
+                found.append(binary)
+    return found
+
+
+def _restore_kernel_binaries(saved: Path) -> None:
+    """Copy saved kernel binaries into Inductor's cache directory; a name outside the
+    kernel layout is skipped, an existing file is left alone."""
+    root = _inductor_cache_root()
+    if root is None or not saved.is_dir():
+        return
+    for binary in sorted(saved.rglob("*.so")):
+        relative = binary.relative_to(saved).as_posix()
+        if binary.is_symlink() or not binary.is_file() or not _KERNEL_PATH.fullmatch(relative):
+            continue
+        target = root / relative
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(binary, staging)
+        os.replace(staging, target)
 
 
 def private_to_user(path: Path) -> bool:

@@ -20,6 +20,8 @@ from dlopt.reporting.tables import (
     measurement_line,
     quantized_share,
     race_notes,
+    throughput_notes,
+    throughput_table,
     unavailable_table,
     validation_table,
 )
@@ -98,6 +100,12 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
         out.line(line)
     for note in race_notes(report):
         out.line(note, style="yellow")
+    curves = throughput_table(report)
+    if curves is not None:
+        out.line()
+        out.table(curves)
+        for note in throughput_notes(report):
+            out.line(note)
     selected, reason = decision_lines(report)
     out.line()
     out.line(selected, style="bold green")

@@ -18,11 +18,12 @@ from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    add_isolate_argument,
+    add_isolation_choice,
     add_plain_argument,
     add_target_arguments,
     captured_chatter,
     cli_target,
+    isolated,
     show_chatter,
 )
 from dlopt.cli.console import Output, wants_plain
@@ -36,6 +37,13 @@ from dlopt.cli.preflight import (
     check_shape,
     check_weight,
     check_weights,
+)
+from dlopt.cli.strategy import (
+    add_strategy_arguments,
+    batched,
+    check_strategy,
+    objective_of,
+    races_batches,
 )
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
@@ -246,6 +254,7 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
+    check_strategy(args, parse_input_spec(args.input)[0] if args.input else None)
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -283,25 +292,32 @@ def _cmd_select(args: argparse.Namespace) -> int:
                 "--demo brings its own inputs: drop --inputs/--input/--case, or name your model"
             )
         model, workload = build_demo_model(), demo_workload()
+        if races_batches(args):
+            workload = workload.first_cases(1)  # its batch-1 request, at every batch size
         workload = attrs.evolve(workload, inputs="the demo's")
     else:
         model, workload = workload_from_args(args)
+    workload = batched(workload, args)
     model = _on_target(model, target)
+    isolate = isolated(args)
     measurement = (
         MeasurementPolicy(max_time_s=args.max_measure_time, seed=args.seed)
         if args.seed is not None
         else MeasurementPolicy(max_time_s=args.max_measure_time)
     )
     policy = OptimizationPolicy(
-        objective=args.objective,
+        objective=objective_of(args, str(_default(OptimizationPolicy, "objective"))),
         constraints=DeploymentConstraints(
-            min_speedup=args.min_speedup, expected_calls=args.expected_calls
+            min_speedup=args.min_speedup,
+            expected_calls=args.expected_calls,
+            max_latency_ms=args.max_latency_ms,
+            max_p99_latency_ms=args.max_p99_latency_ms,
         ),
         measurement=measurement,
         include=tuple(args.include) if args.include else None,
         exclude=tuple(args.exclude),
         plan_options=parse_plan_options(args.option),
-        isolation="process" if args.isolate else "in_process",
+        isolation="process" if isolate else "in_process",
         build_timeout_s=args.build_timeout,
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
@@ -312,7 +328,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     # after the tables, never inside them.
     with captured_chatter() as chatter:
         try:
-            if args.isolate:
+            if isolate:
                 # Nothing of a plugin runs here before the race: the worker loads them.
                 optimizer = InferenceOptimizer(
                     target=target,
@@ -447,10 +463,11 @@ def add_select_command(sub: Any) -> None:
     add_target_arguments(p, "race on")
     p.add_argument(
         "--objective",
-        default=str(_default(OptimizationPolicy, "objective")),
+        default=None,
         choices=OBJECTIVES,
-        help="what the choice minimises (default: %(default)s)",
+        help=f"what the choice optimises (default: {_default(OptimizationPolicy, 'objective')})",
     )
+    add_strategy_arguments(p)
     p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )
@@ -486,13 +503,13 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
-    add_isolate_argument(p, "race")
+    add_isolation_choice(p, "race")
     p.add_argument(
         "--build-timeout",
         type=float,
         default=_default(OptimizationPolicy, "build_timeout_s"),
         metavar="SECONDS",
-        help="with --isolate: a build (or first call) running longer is killed and its plan "
+        help="isolated: a build (or first call) running longer is killed and its plan "
         "reported hung (default %(default)g)",
     )
     add_cache_argument(p)

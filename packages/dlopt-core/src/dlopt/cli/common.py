@@ -7,15 +7,18 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from dlopt.api.target import ExecutionTarget
 
+#: The words that switch a boolean ``DLOPT_*`` setting off.
+FALSY_SWITCH_WORDS = ("0", "false", "no", "off")
 #: 0 success, 1 the work ran but failed, 2 bad usage or input (argparse's convention).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -49,6 +52,38 @@ def add_isolate_argument(parser: argparse.ArgumentParser, what: str) -> None:
         help=f"{what} in a supervised worker process: a plugin that crashes or hangs is "
         "reported and the rest goes on",
     )
+
+
+def add_isolation_choice(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--isolate`` / ``--in-process`` for a command that isolates by default
+    (``$DLOPT_ISOLATE`` sets the default; see :func:`isolated`)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--isolate",
+        dest="isolate",
+        action="store_const",
+        const=True,
+        default=None,
+        help=f"{what} in a supervised worker process: a plugin that crashes or hangs is "
+        "reported and the rest goes on (the default; DLOPT_ISOLATE=0 changes it)",
+    )
+    group.add_argument(
+        "--in-process",
+        dest="isolate",
+        action="store_const",
+        const=False,
+        help=f"{what} in this process: faster to start, but a plugin that crashes takes the "
+        "command down and one that hangs holds it",
+    )
+
+
+def isolated(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the command isolates: ``--isolate``/``--in-process``, else
+    ``$DLOPT_ISOLATE`` (checked by the preflight), else yes."""
+    if args.isolate is not None:
+        return bool(args.isolate)
+    env = os.environ if environ is None else environ
+    return env.get("DLOPT_ISOLATE", "").strip().lower() not in FALSY_SWITCH_WORDS
 
 
 def add_plain_argument(parser: argparse.ArgumentParser) -> None:

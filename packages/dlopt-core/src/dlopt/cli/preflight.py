@@ -24,7 +24,7 @@ MAX_ELEMENTS = 2**63 - 1
 #: Bytes per element of the dtypes ``--input``/``--case`` accept.
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
 #: Boolean ``DLOPT_*`` switches and the words they take.
-BOOLEAN_SWITCHES = ("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "DLOPT_STRICT_PLUGINS")
+BOOLEAN_SWITCHES = ("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "DLOPT_STRICT_PLUGINS", "DLOPT_ISOLATE")
 _KIND_NAMES = {"cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
 _SWITCH_WORDS = ("", "0", "1", "false", "true", "no", "yes", "off", "on")
 

@@ -27,6 +27,7 @@ from dlopt.evidence.report import (
     ObjectiveEvidence,
     OptimizationReport,
     RaceEvidence,
+    ThroughputEvidence,
     ValidationEvidence,
     WorkloadSummary,
 )
@@ -102,7 +103,70 @@ def build_report(
             allocator=race.allocator,
         ),
         plugin_failures=tuple(plugin_failures),
+        batch_size=outcome.batch_size,
+        throughput=throughput_evidence(policy, workload, candidates, outcome),
     )
+
+
+def throughput_evidence(
+    policy: OptimizationPolicy,
+    workload: WorkloadProfile,
+    candidates: Sequence[CandidateState],
+    outcome: SelectionOutcome,
+) -> ThroughputEvidence | None:
+    """The throughput curves and the budget's verdict (throughput objective only)."""
+    chosen = outcome.throughput
+    if chosen is None or workload.batch_sizes is None:
+        return None
+    limits = policy.constraints
+    budget = " and ".join(
+        f"{name} {value:g} ms"
+        for name, value in (
+            ("max_latency_ms", limits.max_latency_ms),
+            ("max_p99_latency_ms", limits.max_p99_latency_ms),
+        )
+        if value is not None
+    )
+    miss = chosen.closest_miss
+    sizes = ", ".join(map(str, workload.batch_sizes))
+    return ThroughputEvidence(
+        batch_sizes=workload.batch_sizes,
+        batch_dim=workload.batch_dim,
+        baseline_batch_size=chosen.baseline_batch_size,
+        budget_met=chosen.budget_met,
+        points=chosen.points,
+        budget=budget or None,
+        closest_miss=(
+            f"{miss.plan} at batch {miss.batch_size}: {miss.budget_note}"
+            if miss is not None and miss.budget_note
+            else None
+        ),
+        memory_note=workload.memory_note,
+        shapes={
+            cand.name: shape_support(cand, sizes)
+            for cand in candidates
+            if cand.alive or cand.error is not None
+        },
+    )
+
+
+#: The ``BuiltPlan.metadata`` key in which a plan says how one build serves several input
+#: shapes (an ONNX export's dynamic axes, a TensorRT engine's shape range).
+INPUT_SHAPES_KEY = "input_shapes"
+
+
+def shape_support(cand: CandidateState, sizes: str) -> str:
+    """How ``cand`` serves the raced batch sizes: one build for all of them, with the
+    range the plan declares (``metadata["input_shapes"]``), or why it did not race."""
+    if not cand.alive:
+        stage = cand.error.stage if cand.error is not None else "build"
+        return (
+            f"not raced: rejected at {stage} (a plan that cannot serve every batch size "
+            "from one build is rejected whole)"
+        )
+    declared = cand.plan.metadata.get(INPUT_SHAPES_KEY) if cand.plan is not None else None
+    text = f"one build, validated and raced at every batch size ({sizes})"
+    return f"{text}: {declared}" if isinstance(declared, str) and declared else text
 
 
 def candidate_evidence(
@@ -113,10 +177,11 @@ def candidate_evidence(
     comparisons: dict,
 ) -> CandidateEvidence:
     availability = cand.status.availability if cand.status else None
+    # A provider that failed before building shows the precision it declares; one that
+    # declares none (it broke the protocol, and its failure is the evidence) is not a crash.
+    declared = getattr(cand.info.provider, "precision", "undeclared")
     precision = (
-        cand.plan.precision.value
-        if cand.plan
-        else getattr(cand.info.provider.precision, "value", str(cand.info.provider.precision))
+        cand.plan.precision.value if cand.plan else getattr(declared, "value", str(declared))
     )
     plan = cand.plan
     base: dict[str, Any] = dict(

@@ -32,6 +32,7 @@ from dlopt.platform.serialization import (
     parse_strict_json,
 )
 from dlopt.plugins.records import PluginFailure
+from dlopt.selection.throughput import BatchPoint
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, StopReason, Verdict
 
@@ -429,6 +430,28 @@ class CacheEvidence:
 
 
 @frozen
+class ThroughputEvidence:
+    """The throughput objective's evidence: every (plan, batch size) with its interval and
+    budget check (the throughput curves), and how the choice was made.
+
+    ``budget``: the latency budget per call (``"max_p99_latency_ms 20 ms"``) or ``None``.
+    ``budget_met``: whether any (plan, batch size) met it; when none did, ``closest_miss``
+    says which came closest and by how much. ``memory_note``: why batch sizes were
+    dropped for memory. ``shapes``: per plan, how it serves several batch sizes.
+    """
+
+    batch_sizes: tuple[int, ...]
+    batch_dim: int
+    baseline_batch_size: int
+    budget_met: bool
+    points: tuple[BatchPoint, ...]
+    budget: str | None = None
+    closest_miss: str | None = None
+    memory_note: str | None = None
+    shapes: dict[str, str] = field(factory=dict)
+
+
+@frozen
 class OptimizationReport:
     """The whole decision and its evidence. ``dumps``/``load_report`` round-trip exactly."""
 
@@ -451,6 +474,11 @@ class OptimizationReport:
     isolation: IsolationSummary | None = None
     #: What the plan cache did (``None``: no cache was configured).
     cache: CacheEvidence | None = None
+    #: The batch size the selected plan serves at (``None``: a report written before
+    #: batch sizes were recorded, which served batch 1 as given).
+    batch_size: int | None = None
+    #: The throughput objective only: the throughput curves and the budget's verdict.
+    throughput: ThroughputEvidence | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -482,7 +510,8 @@ def _omitting_default(cls: type, *names: str) -> Any:
 
 
 converter.register_unstructure_hook(
-    OptimizationReport, _omitting_default(OptimizationReport, "isolation", "cache")
+    OptimizationReport,
+    _omitting_default(OptimizationReport, "isolation", "cache", "batch_size", "throughput"),
 )
 
 

@@ -141,6 +141,9 @@ def select_in_worker(
         raise errors.ConfigurationError(
             f"no workload: pass one to select(), or return (model, WorkloadProfile) from {ref}"
         )
+    from dlopt.pipeline.batches import batches_to_race
+
+    workload = batches_to_race(workload, optimizer.policy.objective)
     registry = optimizer.registry
     emit = optimizer._emitter(registry) if registry is not None else _observers_only(optimizer)
     workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
@@ -169,6 +172,9 @@ def select_in_worker(
 
     text, faults, attempts = supervise(spec, workdir, emit, should_continue, check_fault)
     report = with_faults(report_from_json(text), faults, attempts)
+    if report.throughput is not None and workload.batch_sizes is not None:
+        # The worker dropped the batch sizes the reference ran out of memory on.
+        workload = workload.first_cases(len(report.throughput.batch_sizes))
     return _decision_in_host(optimizer, host_model, workload, report, emit)
 
 

@@ -53,6 +53,11 @@ class WorkloadSpec:
     cases: tuple[CaseSpec, ...]
     expected_calls: int | None = None
     inputs: str | None = None
+    #: A batched profile's batch size per case, its batch dimension and whether the
+    #: selection drops the sizes the reference runs out of memory on.
+    batch_sizes: tuple[int, ...] | None = None
+    batch_dim: int = 0
+    fit_to_memory: bool = False
 
 
 @frozen
@@ -147,7 +152,15 @@ def write_workload(workload: WorkloadProfile, path: str | os.PathLike[str]) -> W
         cases.append(CaseSpec(case.name, case.weight, args, kwargs))
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: names are arrays
-    return WorkloadSpec(workload.name, tuple(cases), workload.expected_calls, workload.inputs)
+    return WorkloadSpec(
+        workload.name,
+        tuple(cases),
+        workload.expected_calls,
+        workload.inputs,
+        workload.batch_sizes,
+        workload.batch_dim,
+        workload.fit_to_memory,
+    )
 
 
 def read_workload(spec: WorkloadSpec, path: str | os.PathLike[str], device: str) -> WorkloadProfile:
@@ -171,7 +184,13 @@ def read_workload(spec: WorkloadSpec, path: str | os.PathLike[str], device: str)
             for c in spec.cases
         ]
     return WorkloadProfile(
-        cases=cases, name=spec.name, expected_calls=spec.expected_calls, inputs=spec.inputs
+        cases=cases,
+        name=spec.name,
+        expected_calls=spec.expected_calls,
+        inputs=spec.inputs,
+        batch_sizes=spec.batch_sizes,
+        batch_dim=spec.batch_dim,
+        fit_to_memory=spec.fit_to_memory,
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 from attrs import define, frozen
 
-from dlopt.errors import ConfigurationError
+from dlopt.errors import PLAN_FAILURES, ConfigurationError
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource, MonotonicClock, ProcessCpuTime
 from dlopt.measurement.policy import MeasurementPolicy
@@ -117,6 +117,9 @@ class _Race:
             else tuple(f"case{i}" for i in range(self.n_cases))
         )
         self.baseline_name = baseline
+        #: Keep timing the baseline when no challenger is in the rounds (``run_race``'s
+        #: ``measure_alone``).
+        self.measure_alone = False
         self.min_speedup = float(min_speedup)
         self.threshold = math.log(self.min_speedup)
         self.epsilon = math.log(policy.indifference_zone)
@@ -178,7 +181,11 @@ class _Race:
         the rounds (the best native, by its point against the baseline, may become the
         baseline: that point needs the rounds too)."""
         out = [p for p in self.challengers() if self.standing[p.name].in_rounds]
-        if self.gates_open() or any(p.name in self.natives for p in out):
+        if (
+            self.gates_open()
+            or any(p.name in self.natives for p in out)
+            or (self.measure_alone and not out)
+        ):
             out.insert(0, self.base)
         return out
 
@@ -260,7 +267,7 @@ class _Race:
                 return False
             try:
                 self.sched.warmup(plan, plan.cases[i], cap)
-            except Exception as exc:
+            except PLAN_FAILURES as exc:
                 self._fail(plan, exc, f"warm-up of case {self.case_names[i]!r}")
         self.warmup_s = (self.clock.now_ns() - start) / 1e9
         regime = self.allocator_regime
@@ -334,7 +341,7 @@ class _Race:
                 continue  # failed earlier in this round
             try:
                 self.sched.burst(plan, plan.cases[i], r)
-            except Exception as exc:
+            except PLAN_FAILURES as exc:
                 self._fail(plan, exc, f"round {r}, case {self.case_names[i]!r}")
         self.rounds = r
 
@@ -731,6 +738,22 @@ class _Race:
             quiet_wait_after_s=finite_or_none(plan.quiet_after_s) or 0.0,
             longest_call_s=finite_or_none(plan.longest_call_s) or 0.0,
             round_spread=spread,
+            case_round_scores=tuple(
+                tuple(
+                    finite_or_none(math.log(c.statistic[r]))
+                    if c.statistic.get(r, 0.0) > 0
+                    else None
+                    for r in range(1, self.rounds + 1)
+                )
+                for c in plan.cases
+            ),
+            case_round_means_ms=tuple(
+                tuple(
+                    finite_or_none(1e3 * c.burst_mean[r]) if r in c.burst_mean else None
+                    for r in range(1, self.rounds + 1)
+                )
+                for c in plan.cases
+            ),
         )
 
     def _verdict(self, plan: PlanRecord, st: _Standing) -> Verdict:
@@ -878,6 +901,7 @@ def run_race(
     cpu: CpuTimeSource | None = None,
     natives: Sequence[str] = (),
     allocator: AllocatorControl | None = None,
+    measure_alone: bool = False,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -901,7 +925,9 @@ def run_race(
     CPU-time source of the quiet-wait (``None``: ``ProcessCpuTime()`` with the real clock,
     no quiet-wait with any other). ``allocator`` settles the heap allocator before warm-up
     (``None``: glibc's ``mallopt`` with the real clock when ``policy.settle_allocator``,
-    nothing with any other clock).
+    nothing with any other clock). ``measure_alone``: run at least ``min_rounds`` rounds
+    even when no challenger is left (or none entered): the throughput objective reads
+    each case's latency, which it needs from a plan that races alone too.
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
@@ -917,7 +943,8 @@ def run_race(
         RaceEntrants(candidates, weights, baseline, min_speedup, case_names, natives),
         RaceInstruments(policy, clock, synchronize, cpu, allocator),
     )
-    if len(race.plans) == 1:
+    race.measure_alone = measure_alone
+    if len(race.plans) == 1 and not measure_alone:
         race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)
     race.settle_allocator()
@@ -931,6 +958,8 @@ def run_race(
         reason = race.stop() if race.rounds else None
         if race.rounds and not race.challengers():
             reason = StopReason.NO_CHALLENGERS
+        if measure_alone and not race.challengers() and race.rounds < policy.min_rounds:
+            reason = None  # the cases' latencies are wanted, challengers or not
         if reason is not None:
             race.stop_reason = reason
             break

@@ -12,7 +12,13 @@ import math
 from attrs import field, frozen
 
 from dlopt.measurement.policy import MeasurementPolicy
-from dlopt.measurement.sequential import PooledVariance, boundary, look_confidence, pair_stats
+from dlopt.measurement.sequential import (
+    PairStats,
+    PooledVariance,
+    boundary,
+    look_confidence,
+    pair_stats,
+)
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
 from dlopt.vocabulary import StopReason, Verdict
 
@@ -120,6 +126,12 @@ class CandidateMeasurement:
     eliminated_by: str | None = None
     #: Its speedup over ``eliminated_by`` at elimination: the interval that decided.
     elimination_interval: RatioInterval | None = None
+    #: Per case, per round (index = round - 1): the log of the case's burst statistic
+    #: (seconds; ``None``: not run that round). Pairs one case of two plans after the race
+    #: (the throughput objective compares plans at different batch sizes).
+    case_round_scores: tuple[tuple[float | None, ...], ...] = ()
+    #: Per case, per round: the burst's mean milliseconds per call (``None``: not run).
+    case_round_means_ms: tuple[tuple[float | None, ...], ...] = ()
 
 
 @frozen
@@ -200,6 +212,33 @@ class RaceResult:
             "measurement budget; a plan that stalls like this would stall in serving too"
         )
 
+    def case_speedup(
+        self,
+        candidate: tuple[str, int],
+        reference: tuple[str, int],
+        *,
+        family: int = 1,
+    ) -> RatioInterval:
+        """Latency speedup of one plan's case over another plan's (or the same plan's)
+        case, ``(plan, case index)`` each, paired over the rounds both ran.
+
+        The boundary is the race's for its error family, further split over ``family``
+        comparisons (Bonferroni: the caller chose the pair among that many).
+        """
+        cand = self.candidate(candidate[0])
+        ref = self.candidate(reference[0])
+        stats = pair_stats(
+            _by_round(_case_scores(ref, reference[1])), _by_round(_case_scores(cand, candidate[1]))
+        )
+        split = f"{self.family_size}x{max(1, family)}"
+        return self._at_boundary(
+            stats,
+            self.family_size * max(1, family),
+            f"paired t over {0 if stats is None else stats.rounds} common rounds of "
+            f"{candidate[0]!r} case {candidate[1]} vs {reference[0]!r} case {reference[1]}",
+            split,
+        )
+
     def paired_speedup(self, candidate: str, reference: str) -> RatioInterval:
         """Speedup of ``candidate`` over ``reference`` (> 1: candidate faster).
 
@@ -222,30 +261,43 @@ class RaceResult:
                 self.pooled_df,
             )
         stats = pair_stats(_by_round(ref.round_scores), _by_round(cand.round_scores), pooled)
+        return self._at_boundary(
+            stats,
+            self.family_size,
+            f"paired t over {0 if stats is None else stats.rounds} common rounds of the "
+            f"score difference vs {reference!r}"
+            f"{' (pooled variance)' if stats is not None and stats.pooled else ''}",
+            str(self.family_size),
+        )
+
+    def _at_boundary(
+        self, stats: PairStats | None, family: int, what: str, split: str
+    ) -> RatioInterval:
+        """The ratio interval of ``stats`` at the race's group-sequential boundary for
+        alpha split over ``family`` comparisons (``split`` writes that division)."""
         policy = self.policy
-        if stats is None:
-            interval = None
-            critical = None
-        else:
-            critical = boundary(
-                policy.alpha / self.family_size, policy.min_rounds, policy.max_rounds, stats.df
-            )
-            interval = stats.interval(critical)
+        critical = (
+            None
+            if stats is None
+            else boundary(policy.alpha / family, policy.min_rounds, policy.max_rounds, stats.df)
+        )
         return ratio_from_log(
-            interval,
+            None if stats is None or critical is None else stats.interval(critical),
             confidence=policy.confidence,
             method=(
-                f"paired t over {0 if stats is None else stats.rounds} common rounds of the "
-                f"score difference vs {reference!r}"
-                f"{' (pooled variance)' if stats is not None and stats.pooled else ''}, "
-                "at the race's group-sequential boundary "
-                f"(one-sided alpha {policy.alpha:g}/{self.family_size} per side)"
+                f"{what}, at the race's group-sequential boundary "
+                f"(one-sided alpha {policy.alpha:g}/{split} per side)"
             ),
             rounds=0 if stats is None else stats.rounds,
             per_look_confidence=None
             if critical is None or stats is None
             else look_confidence(critical, stats.df),
         )
+
+
+def _case_scores(measured: CandidateMeasurement, case: int) -> tuple[float | None, ...]:
+    rounds = measured.case_round_scores
+    return rounds[case] if case < len(rounds) else ()
 
 
 def _by_round(scores: tuple[float | None, ...]) -> dict[int, float]:

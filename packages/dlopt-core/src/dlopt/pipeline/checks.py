@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dlopt.errors import ReferenceCheckError
+from dlopt.errors import PLAN_FAILURES, ReferenceCheckError
 from dlopt.pipeline.prepare import validate_calls
 from dlopt.pipeline.race import RaceOutcome
 from dlopt.pipeline.state import CandidateState, Run, StageError
@@ -83,6 +83,6 @@ def fresh_calls_check(
                 outputs.append(plan(*args, **kwargs))
                 if sync is not None:
                     sync()
-    except Exception as exc:
+    except PLAN_FAILURES as exc:
         return ValidationResult.rejected(f"the call raised {type(exc).__name__}: {exc}")
     return validate_calls(cand, outputs, reference, run.policy)

@@ -17,7 +17,7 @@ from dlopt.api.policy import DeploymentConstraints
 from dlopt.measurement import CandidateMeasurement, LatencyStats, PeakMemory
 from dlopt.pipeline.state import StageError
 from dlopt.platform.serialization import finite_or_none
-from dlopt.vocabulary import Stage
+from dlopt.vocabulary import Objective, Stage
 
 if TYPE_CHECKING:
     from dlopt.measurement import RaceResult
@@ -102,7 +102,12 @@ def first_violation(*checks: Check) -> StageError | None:
 
 
 def apply_measured_limits(candidates: list[CandidateState], result: RaceResult, run: Run) -> None:
-    """Reject challengers whose steady-state latency breaks a deployment limit."""
+    """Reject challengers whose steady-state latency breaks a deployment limit.
+
+    Under the throughput objective the latency limits are a budget per call at each
+    batch size, which the selection checks (:mod:`dlopt.selection.throughput`)."""
+    if run.policy.objective is Objective.MAX_THROUGHPUT:
+        return
     for cand in candidates:
         if not cand.alive or cand.is_reference:
             continue

@@ -14,7 +14,7 @@ import attrs
 import torch
 
 from dlopt.api.policy import OptimizationPolicy
-from dlopt.errors import PlanNotApplicable, ProviderBuildError
+from dlopt.errors import PLAN_FAILURES, PlanNotApplicable, ProviderBuildError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     MemoryProbe,
@@ -123,7 +123,7 @@ def build(
         )
     except ModelMutatedError:
         raise
-    except Exception as exc:
+    except PLAN_FAILURES as exc:
         cand.not_applicable = isinstance(exc, PlanNotApplicable)
         return _stage_failure(Stage.BUILD, exc, cand, model, guard)
     # Only a real BuiltPlan is kept (everything later closes and reads it), and only once
@@ -181,7 +181,7 @@ def first_calls(
                     )
     except ModelMutatedError:
         raise
-    except Exception as exc:
+    except PLAN_FAILURES as exc:
         return _stage_failure(Stage.FIRST_CALL, exc, cand, model, guard)
     return _model_problem(cand, model, guard, Stage.FIRST_CALL)
 
@@ -199,7 +199,7 @@ def _model_problem(
 
 def _stage_failure(
     stage: Stage,
-    exc: Exception,
+    exc: BaseException,
     cand: CandidateState,
     model: torch.nn.Module,
     guard: ModelGuard,

@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from dlopt.api.workload import WorkloadProfile
-from dlopt.errors import DloptError, ReferenceCheckError
+from dlopt.errors import PLAN_FAILURES, DloptError, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     RaceResult,
@@ -19,10 +19,31 @@ from dlopt.plugins.contract import (
     BuiltPlan,
     Role,
 )
+from dlopt.selection.throughput import P99, samples_for_quantile_bound
 from dlopt.validation import (
     ReferenceOutputs,
 )
-from dlopt.vocabulary import Stage, Verdict
+from dlopt.vocabulary import Objective, Stage, Verdict
+
+#: The fewest rounds a throughput race under a mean-latency budget runs: the budget is
+#: checked with an upper bound per batch size, which three rounds leave too wide to admit
+#: anything near the budget.
+BUDGET_MIN_ROUNDS = 10
+
+
+def _rounds_for_budget(run: Run, batch_sizes: int) -> int:
+    """The rounds a latency budget needs: a p99 budget until its distribution-free upper
+    bound exists at every batch size (each round times at least ``timed_calls_per_burst``
+    calls of a case), a mean budget :data:`BUDGET_MIN_ROUNDS`; within ``max_rounds``."""
+    policy = run.policy.measurement
+    limits = run.policy.constraints
+    if limits.max_p99_latency_ms is None:
+        if limits.max_latency_ms is None:
+            return policy.min_rounds
+        return max(policy.min_rounds, min(BUDGET_MIN_ROUNDS, policy.max_rounds))
+    needed = samples_for_quantile_bound(P99, policy.alpha / max(1, batch_sizes))
+    rounds = -(-needed // policy.timed_calls_per_burst)
+    return max(policy.min_rounds, min(rounds, policy.max_rounds))
 
 
 class LastOutput:
@@ -83,6 +104,17 @@ def race(
             )
         )
 
+    measurement = run.policy.measurement
+    if run.policy.objective is Objective.MAX_THROUGHPUT:
+        # The race's aggregate (summed cost per item over the batch sizes) is not the
+        # objective: a plan behind on it may still have the best batch size, so no plan
+        # leaves the rounds early on it.
+        measurement = attrs.evolve(
+            measurement,
+            drop_worse_than_leader=False,
+            warmup_leave_factor=None,
+            min_rounds=_rounds_for_budget(run, len(workload.cases)),
+        )
     try:
         with torch.inference_mode():
             result = run_race(
@@ -90,17 +122,18 @@ def race(
                 weights=workload.weights,
                 baseline=alive[0].name,
                 min_speedup=run.policy.constraints.min_speedup,
-                policy=run.policy.measurement,
+                policy=measurement,
                 clock=run.clock,
                 synchronize={c.name: run.synchronize(c.plan) for c in alive},
                 on_round=on_round,
                 should_continue=run.should_continue,
                 case_names=[case.name for case in reference.cases],
                 natives=[c.name for c in alive if c.role is Role.NATIVE],
+                measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
             )
     except DloptError:
         raise
-    except Exception as exc:
+    except PLAN_FAILURES as exc:
         # run_race records a failing challenger and goes on; only the baseline's own
         # error propagates: the reference cannot serve, so no decision can be made.
         raise ReferenceCheckError(

@@ -5,7 +5,9 @@
 - the paired speedup vs the baseline with its confidence interval, 1x and the
   ``min_speedup`` bar;
 - for the lifecycle objective: projected total cost vs number of calls, with each plan's
-  break-even point against the baseline.
+  break-even point against the baseline;
+- for the throughput objective: items per second vs batch size per plan, with intervals,
+  the points over the latency budget and the served (plan, batch size).
 
 matplotlib is imported when a figure is drawn, never at import of this module.
 """
@@ -247,6 +249,62 @@ def lifecycle_figure(report: OptimizationReport, label: str = "") -> Figure | No
     )
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def throughput_figure(report: OptimizationReport, label: str = "") -> Figure | None:
+    """Throughput curves (throughput objective): items per second vs batch size per plan,
+    with intervals; points over the latency budget hollow, the served one starred."""
+    evidence = getattr(report, "throughput", None)
+    if evidence is None or not evidence.points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    plans = list(dict.fromkeys(p.plan for p in evidence.points))
+    for plan in plans:
+        points = [p for p in evidence.points if p.plan == plan and p.items_per_s is not None]
+        if not points:
+            continue
+        sizes = [p.batch_size for p in points]
+        rates = [p.items_per_s for p in points]
+        lows = [max(0.0, r - _or(p.items_per_s_low, r)) for p, r in zip(points, rates)]
+        highs = [max(0.0, _or(p.items_per_s_high, r) - r) for p, r in zip(points, rates)]
+        line = ax.errorbar(sizes, rates, yerr=[lows, highs], capsize=3, label=plan, marker="o")
+        color = line[0].get_color()
+        refused = [p for p in points if not p.admissible]
+        if refused:
+            ax.plot(
+                [p.batch_size for p in refused],
+                [p.items_per_s for p in refused],
+                "o",
+                markerfacecolor="white",
+                markeredgecolor=color,
+                markersize=8,
+            )
+        chosen = [
+            p for p in points if (p.plan, p.batch_size) == (report.selected_plan, report.batch_size)
+        ]
+        if chosen:
+            ax.plot(
+                [chosen[0].batch_size],
+                [chosen[0].items_per_s],
+                "*",
+                color="tab:green",
+                markersize=16,
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(evidence.batch_sizes), [str(b) for b in evidence.batch_sizes])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("items per second (interval at the race's confidence)")
+    budget = f"; hollow: over {evidence.budget}" if evidence.budget else ""
+    ax.set_title(f"Throughput per batch size (star: served{budget})", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return Figure(_safe(f"throughput-{label}" if label else "throughput"), "Throughput", _svg(fig))
+
+
 def report_figures(report: OptimizationReport, label: str = "") -> list[Figure]:
     """Every figure that applies to ``report`` (:class:`FiguresUnavailable` without
     matplotlib)."""
@@ -255,6 +313,7 @@ def report_figures(report: OptimizationReport, label: str = "") -> list[Figure]:
         latency_figure(report, label),
         speedup_figure(report, label),
         lifecycle_figure(report, label),
+        throughput_figure(report, label),
     ]
     return [f for f in drawn if f is not None]
 

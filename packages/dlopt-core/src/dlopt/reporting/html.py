@@ -26,6 +26,8 @@ from dlopt.reporting.tables import (
     latency_table,
     measurement_line,
     race_notes,
+    throughput_notes,
+    throughput_table,
     unavailable_table,
     validation_table,
 )
@@ -168,6 +170,11 @@ def _provenance_pairs(report: OptimizationReport) -> list[tuple[str, str]]:
     return pairs
 
 
+def _at_batch(report: OptimizationReport) -> str:
+    """`` at batch 8`` under the throughput objective, else nothing."""
+    return f" at batch {report.batch_size}" if report.throughput is not None else ""
+
+
 def _page_head(title: str) -> list[str]:
     return [
         "<!DOCTYPE html>",
@@ -183,7 +190,7 @@ def _decision_html(report: OptimizationReport, anchor: str | None = None) -> lis
     anchor_attr = f' id="{_esc(anchor)}"' if anchor else ""
     parts = [
         f'<section class="decision"{anchor_attr}>',
-        f'<div class="selected">selected: {_esc(report.selected_plan)} '
+        f'<div class="selected">selected: {_esc(report.selected_plan)}{_esc(_at_batch(report))} '
         f'<span class="muted">(baseline {_esc(report.baseline)})</span></div>',
         f"<p>{_esc(report.selection_reason)}</p>",
     ]
@@ -219,6 +226,13 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
     parts.extend(_decision_html(report, anchor="decision"))
     parts.append('<h2 id="candidates">Candidates</h2>')
     parts.append(table_html(candidates_table(report, include_unavailable=False)))
+    curves = throughput_table(report)
+    if curves is not None:
+        parts.append('<h2 id="throughput">Throughput per batch size</h2>')
+        parts.append(table_html(curves))
+        notes = throughput_notes(report)
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")
     unavailable = unavailable_table(report)
     if unavailable is not None:
         parts.append(table_html(unavailable))

@@ -326,11 +326,93 @@ def headline(report: OptimizationReport) -> str:
 
 
 def decision_lines(report: OptimizationReport) -> tuple[str, str]:
-    """``selected: ...`` and ``reason: ...``."""
+    """``selected: ...`` (with the batch size under the throughput objective) and
+    ``reason: ...``."""
+    batch = (
+        f" at batch {report.batch_size}"
+        if getattr(report, "throughput", None) is not None and report.batch_size
+        else ""
+    )
     return (
-        f"selected: {report.selected_plan} (baseline {report.baseline})",
+        f"selected: {report.selected_plan}{batch} (baseline {report.baseline})",
         f"reason: {report.selection_reason}",
     )
+
+
+#: The widest bar of the throughput curves, in characters.
+CURVE_WIDTH = 24
+
+
+def _curve_bar(value: float | None, top: float) -> str:
+    if value is None or top <= 0:
+        return ""
+    return "#" * max(1, round(CURVE_WIDTH * value / top))
+
+
+def throughput_table(report: OptimizationReport) -> Table | None:
+    """The throughput curves (throughput objective only): per plan and batch size, the
+    latency per call and the upper bound the budget is checked with, items per second
+    with its interval, a bar scaled to the best, and the budget's verdict."""
+    evidence = getattr(report, "throughput", None)
+    if evidence is None or not evidence.points:
+        return None
+    top = max((p.items_per_s or 0.0 for p in evidence.points), default=0.0)
+    rows, styles = [], []
+    for p in evidence.points:
+        if evidence.budget is None:
+            verdict = "-"
+        elif p.admissible:
+            verdict = "within budget"
+        else:
+            verdict = f"over by {p.over_budget:.0%}" if p.over_budget is not None else "no bound"
+        checked = p.p99_high_ms if evidence.budget and "p99" in evidence.budget else None
+        rows.append(
+            (
+                p.plan,
+                p.batch_size,
+                number(p.latency_ms),
+                number(checked if checked is not None else p.latency_high_ms),
+                number(p.items_per_s, "{:,.1f}"),
+                f"[{number(p.items_per_s_low, '{:,.1f}')}, "
+                f"{number(p.items_per_s_high, '{:,.1f}')}]",
+                _curve_bar(p.items_per_s, top),
+                verdict,
+            )
+        )
+        chosen = (p.plan, p.batch_size) == (report.selected_plan, report.batch_size)
+        styles.append("selected" if chosen else (None if p.admissible else "unavailable"))
+    budget = f", budget {evidence.budget}" if evidence.budget else ""
+    return Table.build(
+        (
+            ("plan", NOWRAP, False, 0),
+            ("batch", NOWRAP, True, 0),
+            ("ms/call", NOWRAP, True, 1),
+            ("bound ms", NOWRAP, True, 1),
+            ("items/s", NOWRAP, True, 0),
+            ("items/s CI", NOWRAP, False, 2),
+            ("curve", NOWRAP, False, 2),
+            ("budget", WRAP, False, 0),
+        ),
+        rows,
+        row_styles=styles,
+        title=f"throughput per batch size{budget}",
+    )
+
+
+def throughput_notes(report: OptimizationReport) -> list[str]:
+    """What the throughput objective's evidence says besides the curves: the closest
+    miss when nothing met the budget, batch sizes dropped for memory, and how each plan
+    serves several batch sizes."""
+    evidence = getattr(report, "throughput", None)
+    if evidence is None:
+        return []
+    notes = []
+    if not evidence.budget_met and evidence.closest_miss:
+        notes.append(f"no (plan, batch size) met the budget; closest: {evidence.closest_miss}")
+    if evidence.memory_note:
+        notes.append(evidence.memory_note)
+    notes += [f"shapes: {plan}: {how}" for plan, how in evidence.shapes.items()]
+    return notes
 
 
 def inputs_kind(report: OptimizationReport) -> str | None:
@@ -560,6 +642,8 @@ __all__ = [
     "race_notes",
     "speedup_text",
     "text",
+    "throughput_notes",
+    "throughput_table",
     "unavailable_table",
     "validation_table",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 from attrs import frozen
@@ -30,6 +31,9 @@ from attrs import frozen
 from dlopt.measurement import RatioInterval
 from dlopt.platform.serialization import finite_or_none
 from dlopt.vocabulary import Objective
+
+if TYPE_CHECKING:
+    from dlopt.selection.throughput import ThroughputOutcome
 
 #: The name of core's built-in reference plan (the default ``reference`` of ``choose``).
 EAGER = "eager_fp32"
@@ -71,6 +75,13 @@ class SelectionOutcome:
     #: When a native plan became the baseline: every other eligible plan's paired
     #: steady-state speedup over it (computed once here, reported as ``speedup_vs_native``).
     steady_vs_baseline: dict[str, RatioInterval | None] = attrs.field(factory=dict)
+    #: The throughput objective only: the served batch size and every (plan, batch size).
+    throughput: ThroughputOutcome | None = None
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size the selected plan serves at (1 outside the throughput objective)."""
+        return self.throughput.batch_size if self.throughput is not None else 1
 
 
 def _steady(costs: Costs) -> float:
@@ -177,6 +188,8 @@ def choose(
     turns the secondary rule on) is the ratio within which two plans count as equally
     fast.
     """
+    if objective == Objective.MIN_LATENCY:
+        objective = Objective.STEADY_STATE_LATENCY  # the same rule, on the batch-1 case
     by_name = {c.name: c for c in eligible}
     if reference not in by_name:
         raise ValueError(f"{reference} must be eligible: it is the reference plan")

@@ -104,10 +104,16 @@ def copy_inputs(
 
     A candidate's first calls and validation run on their own copy, so a plan that writes
     into its inputs cannot change what the plans judged after it see.
+
+    Each copy is the same kind of tensor as its source: a clone made under
+    ``torch.inference_mode`` would be an inference tensor, whose dispatch keys differ, and
+    a compiled plan guards on them: its first calls on such copies and its raced calls on
+    the originals would compile twice, and the second compile would land in the race.
     """
 
     def clone(tensor: torch.Tensor, _: str) -> torch.Tensor:
-        return tensor.detach().clone()
+        with torch.inference_mode(tensor.is_inference()):
+            return tensor.detach().clone()
 
     return tuple(map_input_tensors(tuple(args), clone)), {
         k: map_input_tensors(v, clone, path=key_path("kwargs", k)) for k, v in kwargs.items()

@@ -1,0 +1,40 @@
+"""Kernel binaries saved with a record's compile caches go back into Inductor's cache
+directory only under the names Inductor's layout gives them, never over a file already
+there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlopt.cache.comeback import KERNELS_DIR, restore_compile_cache
+
+pytest.importorskip("torch._inductor.runtime.runtime_utils")
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_saved_kernels_land_in_inductors_cache_under_their_own_names(tmp_path, monkeypatch):
+    inductor = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    saved = tmp_path / "record" / KERNELS_DIR
+    write(saved / "ab" / "cabcdef.main.so", b"kernel")
+    write(saved / "cd" / "ccdxyz.so", b"new")
+    write(saved / "x" / "cxyz.so", b"outside the layout")
+    write(saved / "ef" / "notes.txt", b"not a binary")
+    (saved / "gh").mkdir()
+    (saved / "gh" / "cghlink.so").symlink_to(saved / "ab" / "cabcdef.main.so")
+    write(inductor / "cd" / "ccdxyz.so", b"already there")
+
+    restore_compile_cache(saved.parent)  # no torch caches saved: only the kernels move
+
+    assert (inductor / "ab" / "cabcdef.main.so").read_bytes() == b"kernel"
+    assert (inductor / "cd" / "ccdxyz.so").read_bytes() == b"already there"
+    assert not (inductor / "x").exists()
+    assert not (inductor / "ef").exists()
+    assert not (inductor / "gh").exists()
