@@ -52,8 +52,9 @@ def tests(session: nox.Session) -> None:
     tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
     session.install("-e", EXAMPLE)
-    # Figures are optional for users; the full suite tests them.
-    session.install("-e", f"{CORE}[plots]", *TEST_DEPS)
+    # Figures and the Ray fleet are optional for users; the full suite tests both (fsspec:
+    # the fleet's result store at an fsspec URL, tested on its in-memory filesystem).
+    session.install("-e", f"{CORE}[plots,fleet]", "fsspec", *TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
 
 

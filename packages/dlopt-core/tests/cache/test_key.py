@@ -150,6 +150,43 @@ def test_include_order_does_not_change_the_key():
     assert key(policy=one) == key(policy=other)
 
 
+@pytest.mark.parametrize("lost", [(), ("native_channels_last",)], ids=["watched", "lost"])
+def test_the_isolated_workers_wrapper_keeps_the_key(tmp_path, lost):
+    """An isolated worker wraps every provider to watch it; the key names the provider's
+    own class, so a record an isolated selection (a fleet race) stored is found by a
+    serving process selecting in process. A resumed worker keeps a plan lost to a crash
+    chosen, answering its probe "unavailable" without running it: its record is keyed by
+    the plan set the selection asked for, so the same selection finds it."""
+    from dlopt.isolation.journal import Heartbeat, JournalWriter
+    from dlopt.isolation.worker import Watched, WatchedProvider
+
+    policy = OptimizationPolicy(include=("native_channels_last",))
+    registry = load_providers(PluginSettings(autoload=False))
+    candidates = choose_plans(registry, (), policy)
+    journal, heartbeat = JournalWriter(tmp_path / "j"), Heartbeat(tmp_path / "h", create=True)
+    watched = Watched(policy, journal, heartbeat, frozenset(lost))
+    wrapped = [
+        attrs.evolve(c.info, provider=WatchedProvider(c.info.provider, watched)) for c in candidates
+    ]
+    assert [i.name for i in wrapped] == ["eager_fp32", "native_channels_last"]
+    if lost:  # answered by the wrapper: the provider is never asked
+        answer = wrapped[1].provider.probe(None)
+        assert not answer.available and "earlier isolated worker" in answer.reason
+
+    def key_with(infos):
+        ingredients = cache_ingredients(
+            model(),
+            workload(),
+            policy,
+            ExecutionTarget("cpu"),
+            infos,
+            [c.options for c in candidates],
+        )
+        return key_of(ingredients)
+
+    assert key_with(wrapped) == key_with([c.info for c in candidates])
+
+
 def test_the_thread_count_changes_the_key():
     previous = torch.get_num_threads()
     try:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -67,6 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cache", ("dlopt.cache",)),
     ("api", ("dlopt.api", "dlopt.bundle", "dlopt.isolation")),
     ("reporting", ("dlopt.reporting",)),
+    ("fleet", ("dlopt.fleet",)),
     ("surfaces", ("dlopt.cli", "dlopt.agents", "dlopt.testing", "dlopt.__main__", "dlopt")),
 )
 
@@ -120,12 +123,19 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, outside ``if TYPE_CHECKING:`` bodies."""
+def _import_nodes(
+    tree: ast.AST, *, at_import_time: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, outside ``if TYPE_CHECKING:`` bodies; with
+    ``at_import_time``, only those that run when the module is imported (outside function
+    bodies too)."""
+    skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda) if at_import_time else ()
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         for child in ast.iter_child_nodes(node):
+            if isinstance(child, skipped):
+                continue
             if isinstance(child, ast.If) and _is_type_checking(child):
                 stack.extend(child.orelse)
             elif isinstance(child, (ast.Import, ast.ImportFrom)):
@@ -376,3 +386,64 @@ def test_the_longest_prefix_decides_the_layer() -> None:
     assert layer_of("a.b.c.d", layers) == 0
     assert layer_of("a.b", layers) == 1
     assert layer_of("x", layers) is None
+
+
+# ------------------------------------------------------------- optional SDKs stay optional
+
+#: Packages of dlopt-core's extras: no module of dlopt imports them when it is imported
+#: (only inside the functions that use them), so ``import dlopt`` and every command but
+#: the one that needs them work without them installed.
+EXTRAS_AT_CALL_TIME = ("ray", "fsspec", "matplotlib", "safetensors")
+
+
+def _top_names(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[0] for alias in node.names]
+    return [] if node.level or not node.module else [node.module.split(".")[0]]
+
+
+def test_no_module_imports_an_extra_at_import_time(source_root: Path) -> None:
+    found = [
+        f"{path.relative_to(source_root)}:{node.lineno} imports {name}"
+        for path in sorted(source_root.rglob("*.py"))
+        for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8")), at_import_time=True)
+        for name in _top_names(node)
+        if name in EXTRAS_AT_CALL_TIME
+    ]
+    assert found == []
+
+
+def test_only_the_fleet_imports_ray(source_root: Path) -> None:
+    importers = {
+        str(path.relative_to(source_root).parent)
+        for path in sorted(source_root.rglob("*.py"))
+        for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8")))
+        if "ray" in _top_names(node)
+    }
+    assert importers <= {"fleet"}
+
+
+def test_an_import_inside_a_function_is_not_an_import_time_import() -> None:
+    tree = ast.parse(
+        "import os\nif TYPE_CHECKING:\n    import ray\nclass A:\n    import json\n"
+        "def f():\n    import ray\n"
+    )
+    found = _import_nodes(tree, at_import_time=True)
+    assert sorted(_top_names(n)[0] for n in found) == ["json", "os"]
+
+
+def test_the_extras_are_never_requirements() -> None:
+    """dlopt-core's own requirements name none of its extras' packages (a serving box that
+    only reuses records installs dlopt-core alone)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    required = {
+        re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in project["dependencies"]
+    }
+    assert required.isdisjoint(EXTRAS_AT_CALL_TIME)
+    assert any(r.startswith("ray") for r in project["optional-dependencies"]["fleet"])

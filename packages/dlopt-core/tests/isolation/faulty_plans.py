@@ -22,6 +22,7 @@ from dlopt import InferenceOptimizer, OptimizationPolicy
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.measurement import MeasurementPolicy
 from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
+from dlopt.precision import Precision
 
 #: Long enough for any watchdog of these tests to fire first.
 FOREVER_S = 3600.0
@@ -53,6 +54,8 @@ class FaultyPlan:
     """A challenger serving ``model.linear`` whose ``fault`` strikes at one stage."""
 
     name = "faulty"
+    #: The contract's declared precision (reports name it for a plan that never built).
+    precision = Precision.FP32
     fault = ""
     #: The measured call (counted from the first call) the ``*_call`` faults strike at.
     strike_at_call = 8

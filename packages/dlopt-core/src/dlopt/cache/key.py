@@ -199,11 +199,17 @@ def plan_ingredients(infos: Sequence[ProviderInfo], options: Sequence[Any]) -> l
             "distribution": info.distribution,
             "version": info.version,
             "options": to_jsonable(opts) if opts is not None else None,
-            "provider_class": f"{type(info.provider).__module__}."
-            f"{type(info.provider).__qualname__}",
+            "provider_class": _class_name(info.provider),
         }
         for info, opts in zip(infos, options, strict=True)
     ]
+
+
+def _class_name(provider: object) -> str:
+    """The provider's class, seen through a wrapper that names what it wraps
+    (``__wrapped__``: the isolated worker's watchdog wrapper)."""
+    inner = getattr(provider, "__wrapped__", provider)
+    return f"{type(inner).__module__}.{type(inner).__qualname__}"
 
 
 def software_ingredients() -> dict[str, Any]:

@@ -237,6 +237,20 @@ class PlanCache:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def install(self, record_dir: Path, key: str) -> WriteResult:
+        """Install a whole record copied from elsewhere (a fleet's result store) under
+        ``key``, verified first; a record already there is kept."""
+        read_record(record_dir, key)
+        final = self.record_path(key)
+        self._ensure_layout()
+        staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=self.root / STAGING_DIR))
+        try:
+            shutil.copytree(record_dir, staging, dirs_exist_ok=True)
+            fsync_directory(staging)
+            return self._install(staging, final, replace=False)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
     def _install(self, staging: Path, final: Path, replace: bool) -> WriteResult:
         final.parent.mkdir(parents=True, exist_ok=True)
         old: Path | None = None

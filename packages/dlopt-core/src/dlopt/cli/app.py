@@ -1,5 +1,5 @@
 """The ``dlopt`` command line: ``inspect``, ``providers``, ``select``, ``report``, ``export``,
-``cache``.
+``cache``, ``fleet``.
 
 Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
 2 bad usage or input (argparse's convention). Each command lives in its own module
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dlopt._version import __version__
 from dlopt.cli.cmd_cache import add_cache_command
 from dlopt.cli.cmd_export import add_export_command
+from dlopt.cli.cmd_fleet import add_fleet_command
 from dlopt.cli.cmd_inspect import add_inspect_command
 from dlopt.cli.cmd_providers import add_providers_command
 from dlopt.cli.cmd_report import add_report_command
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_command(sub)
     add_export_command(sub)
     add_cache_command(sub)
+    add_fleet_command(sub)
     return parser
 
 

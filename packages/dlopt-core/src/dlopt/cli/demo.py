@@ -79,3 +79,35 @@ def demo_workload(seed: int = 1) -> WorkloadProfile:
             ),
         ),
     )
+
+
+def demo_convnet() -> tuple[DemoNet, WorkloadProfile]:
+    """The demo model with its workload: the ``dlopt.models`` entry ``demo_convnet``."""
+    return build_demo_model(), demo_workload()
+
+
+class DemoMLP(nn.Module):
+    """A small MLP (64 -> 256 -> 256 -> 10): a quick model for fleet smoke runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def demo_mlp() -> tuple[DemoMLP, WorkloadProfile]:
+    """A seeded MLP and batch-1/batch-16 traffic: the ``dlopt.models`` entry ``demo_mlp``."""
+    torch.manual_seed(0)
+    model = DemoMLP().eval()
+    generator = torch.Generator().manual_seed(1)
+    return model, WorkloadProfile(
+        name="demo-mlp",
+        cases=(
+            WorkloadCase("batch-1", args=(torch.randn(1, 64, generator=generator),), weight=80),
+            WorkloadCase("batch-16", args=(torch.randn(16, 64, generator=generator),), weight=20),
+        ),
+    )

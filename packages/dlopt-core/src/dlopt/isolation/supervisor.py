@@ -40,6 +40,7 @@ from dlopt.evidence.report import (
 )
 from dlopt.isolation.journal import Heartbeat, read_journal
 from dlopt.isolation.transfer import (
+    HOST_PID_ENV,
     PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
@@ -287,7 +288,9 @@ def run_worker(
     spec_path = write_spec(spec, workdir / f"spec-{spec.attempt}.json")
     heartbeat = Heartbeat(spec.heartbeat, create=True)
     stderr_path = workdir / f"stderr-{spec.attempt}.txt"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path), **{HOST_PID_ENV: str(os.getpid())}
+    )
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "dlopt.isolation.worker", str(spec_path)],
@@ -492,9 +495,11 @@ def with_faults(
         note=RESUME_NOTE if len(attempts) > 1 else None,
         attempts=tuple(attempts),
     )
+    # The last worker kept each lost plan in its plan set, unavailable: its fault replaces it.
+    kept = tuple(c for c in report.candidates if c.name not in faults)
     return attrs.evolve(
         report,
-        candidates=report.candidates + lost,
+        candidates=kept + lost,
         plugin_failures=report.plugin_failures + broken_plugins,
         isolation=summary,
     )

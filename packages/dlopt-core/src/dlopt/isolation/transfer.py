@@ -24,6 +24,9 @@ from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
 #: How a plugin (not a plan) is named in the journal, the heartbeat and exclusions.
 PLUGIN_PREFIX = "plugin:"
+#: The environment variable the host sets, for its worker, to its own process id: a
+#: worker whose parent is no longer that process leaves (``worker.leave_with_the_host``).
+HOST_PID_ENV = "DLOPT_ISOLATION_HOST_PID"
 #: Dtypes numpy has no type for travel as raw bits of the same width.
 _BITS_OF = {torch.bfloat16: torch.int16}
 

@@ -6,14 +6,19 @@ from its ``module:factory`` reference and the workload from the host's ``.npz``,
 every provider so that each probe, build and call first says what is running (journal
 and heartbeat), runs the ordinary in-process selection, writes the report as strict JSON
 and exits. Exit status 0: a report was written; 3: the selection raised a dlopt error
-(journaled as an ``error`` record); anything else: the worker died.
+(journaled as an ``error`` record); anything else: the worker died. A worker whose host
+died (a fleet's Ray worker killed, say) stops at once with its children: it must not race
+on beside the host's successor on the same machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -24,6 +29,7 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.events import Event, EventKind
 from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
+    HOST_PID_ENV,
     PLUGIN_PREFIX,
     WorkerSpec,
     build_model,
@@ -32,7 +38,7 @@ from dlopt.isolation.transfer import (
     read_workload,
     resolve_reference,
 )
-from dlopt.plugins.contract import BuiltPlan, ExecutionProvider
+from dlopt.plugins.contract import BuiltPlan, ExecutionProvider, ProviderAvailability
 from dlopt.vocabulary import Stage
 
 #: A probe past its own time limit is answered "unavailable" by the probe stage, but its
@@ -41,17 +47,29 @@ from dlopt.vocabulary import Stage
 PROBE_WATCHDOG_GRACE_S = 1.0
 #: Exit status of a worker whose selection raised an error it journaled.
 EXIT_SELECTION_ERROR = 3
+#: Exit status of a worker that left because its host died.
+EXIT_HOST_GONE = 4
+#: How often the worker checks that its host is still alive (seconds).
+HOST_POLL_S = 0.25
 
 
 class Watched:
     """What the worker knows of each plan's calls, shared by its wrapped providers."""
 
     def __init__(
-        self, policy: OptimizationPolicy, journal: JournalWriter, heartbeat: Heartbeat
+        self,
+        policy: OptimizationPolicy,
+        journal: JournalWriter,
+        heartbeat: Heartbeat,
+        lost: frozenset[str] = frozenset(),
     ) -> None:
         self.policy = policy
         self.journal = journal
         self.heartbeat = heartbeat
+        #: Plans that crashed or hung in an earlier worker: they stay in the selection's
+        #: plan set (its cache key is the one the whole set gives, so a record stored after
+        #: a fault is found again by the same selection) but are never run again.
+        self.lost = lost
         self.stage_of: dict[str, str] = {}
         self.fastest_call: dict[str, float] = {}
         self._marked: set[tuple[str, str]] = set()
@@ -97,6 +115,9 @@ class WatchedProvider:
     def __init__(self, inner: ExecutionProvider, watched: Watched) -> None:
         self._inner = inner
         self._watched = watched
+        #: The provider itself, for what is keyed by its class (the plan cache): an
+        #: isolated selection and one in process must find the same record.
+        self.__wrapped__ = inner
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -107,6 +128,10 @@ class WatchedProvider:
 
     def probe(self, context: Any) -> Any:
         watched = self._watched
+        if self.name in watched.lost:
+            return ProviderAvailability.unavailable(
+                "crashed or hung in an earlier isolated worker; not run again"
+            )
         watched.running(self.name, Stage.PROBE.value)
         # The probe's own thread limit answers first; the watchdog then ends the probe
         # for good, with the worker (a thread cannot be killed).
@@ -160,7 +185,8 @@ def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
     # The policy may name a metric a plugin registers, known once the plugins are loaded:
     # until then its limits serve without the user metrics.
     policy = policy_from_json(spec.policy, user_metrics=False)
-    watched = Watched(policy, journal, heartbeat)
+    lost = frozenset(n for n in spec.excluded if not n.startswith(PLUGIN_PREFIX))
+    watched = Watched(policy, journal, heartbeat, lost)
     journal.append({"kind": "start", "pid": os.getpid(), "attempt": spec.attempt}, durable=True)
 
     def on_plugin(name: str | None) -> None:
@@ -196,11 +222,9 @@ def run_selection(spec: WorkerSpec) -> None:
     assert spec.workload is not None
     model, _ = build_model(spec.model, spec.target.input_device)
     workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
-    policy = attrs.evolve(
-        policy,
-        isolation="in_process",
-        exclude=tuple(dict.fromkeys((*policy.exclude, *spec.excluded))),
-    )
+    # The plans lost to a fault stay chosen (the cache key stays the whole set's) and
+    # answer their probe "unavailable" (Watched.lost): none of them runs again.
+    policy = attrs.evolve(policy, isolation="in_process")
     optimizer = InferenceOptimizer(
         spec.target,
         policy,
@@ -239,6 +263,24 @@ def run_probes(spec: WorkerSpec) -> None:
 _CRASH_LOG: Any = None
 
 
+def leave_with_the_host(host_pid: int) -> threading.Thread:
+    """Watch the host from a daemon thread: once this process's parent is no longer
+    ``host_pid`` (the host died and the worker was handed to another parent), kill this
+    worker's process group (it leads its own, so its SDK's children go too) and exit."""
+
+    def watch() -> None:
+        while os.getppid() == host_pid:
+            time.sleep(HOST_POLL_S)
+        with contextlib.suppress(OSError):
+            if os.getpgrp() == os.getpid():  # only a group this worker leads
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(EXIT_HOST_GONE)
+
+    thread = threading.Thread(target=watch, name="dlopt-host-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str]) -> int:
     from dlopt.errors import DloptError
 
@@ -248,6 +290,8 @@ def main(argv: list[str]) -> int:
     global _CRASH_LOG
     _CRASH_LOG = os.fdopen(os.dup(2), "w")
     faulthandler.enable(file=_CRASH_LOG, all_threads=False)
+    host = os.environ.get(HOST_PID_ENV, "")
+    leave_with_the_host(int(host) if host.isdigit() else os.getppid())
     spec = read_spec(argv[0])
     for entry in reversed(spec.sys_path):
         if entry not in sys.path:

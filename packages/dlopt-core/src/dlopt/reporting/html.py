@@ -175,19 +175,21 @@ def _at_batch(report: OptimizationReport) -> str:
     return f" at batch {report.batch_size}" if report.throughput is not None else ""
 
 
-def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] = ()) -> str:
-    """The page as text; ``figures`` are ``(title, svg)`` pairs to inline."""
-    from dlopt.platform.serialization import dumps, strict_jsonable
-
-    title = f"dlopt report: {report.workload.name}"
-    parts = [
+def _page_head(title: str) -> list[str]:
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_esc(title)}</h1>",
-        f'<p class="muted">{_esc(headline(report))}</p>',
-        '<section class="decision" id="decision">',
+    ]
+
+
+def _decision_html(report: OptimizationReport, anchor: str | None = None) -> list[str]:
+    """The decision box: the selected plan, the reason, the race's summary and notes."""
+    anchor_attr = f' id="{_esc(anchor)}"' if anchor else ""
+    parts = [
+        f'<section class="decision"{anchor_attr}>',
         f'<div class="selected">selected: {_esc(report.selected_plan)}{_esc(_at_batch(report))} '
         f'<span class="muted">(baseline {_esc(report.baseline)})</span></div>',
         f"<p>{_esc(report.selection_reason)}</p>",
@@ -199,6 +201,29 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
     if notes:
         parts.append("<ul>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>")
     parts.append("</section>")
+    return parts
+
+
+def fleet_page(title: str, table: Table, reports: Sequence[tuple[str, OptimizationReport]]) -> str:
+    """A fleet's page: its table across jobs and machine kinds, then per race (labelled
+    ``job@kind``) the decision and the candidates table, as a single report shows them."""
+    parts = [*_page_head(title), table_html(table)]
+    for label, report in reports:
+        parts.append(f'<h2 id="{_esc(label)}">{_esc(label)}</h2>')
+        parts.append(f'<p class="muted">{_esc(headline(report))}</p>')
+        parts.extend(_decision_html(report))
+        parts.append(table_html(candidates_table(report, include_unavailable=False)))
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] = ()) -> str:
+    """The page as text; ``figures`` are ``(title, svg)`` pairs to inline."""
+    from dlopt.platform.serialization import dumps, strict_jsonable
+
+    title = f"dlopt report: {report.workload.name}"
+    parts = [*_page_head(title), f'<p class="muted">{_esc(headline(report))}</p>']
+    parts.extend(_decision_html(report, anchor="decision"))
     parts.append('<h2 id="candidates">Candidates</h2>')
     parts.append(table_html(candidates_table(report, include_unavailable=False)))
     curves = throughput_table(report)
