@@ -24,6 +24,7 @@ strategies"). The rules:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -224,20 +225,9 @@ def choose_throughput(
     """The (plan, batch size) that serves, among the eligible plans in ``points`` (each
     plan's points checked against ``budget`` already, in batch-size order); the outcome
     carries every point (the throughput curves)."""
-    import attrs
-
-    outcome = _decide(points, baseline, gain, min_speedup, confidence, budget)
-    return attrs.evolve(outcome, points=tuple(p for plan in points.values() for p in plan))
-
-
-def _decide(
-    points: Mapping[str, Sequence[BatchPoint]],
-    baseline: str,
-    gain: Gain,
-    min_speedup: float,
-    confidence: float,
-    budget: LatencyBudget | None,
-) -> ThroughputOutcome:
+    decided = functools.partial(
+        ThroughputOutcome, points=tuple(p for plan in points.values() for p in plan)
+    )
     if baseline not in points:
         raise ValueError(f"{baseline} must be eligible: it is the baseline")
     best = {name: _best(plan_points) for name, plan_points in points.items()}
@@ -247,7 +237,7 @@ def _decide(
     bar = f"the {min_speedup:g}x bar at {level} confidence"
     budget_text = f" within {budget.setting} {budget.limit_ms:g} ms (upper bound)" if budget else ""
     if all(choice is None for choice in best.values()) and budget is None:
-        return ThroughputOutcome(
+        return decided(
             baseline,
             1,
             baseline,
@@ -270,7 +260,7 @@ def _decide(
             if unbounded is not None
             else ""
         )
-        return ThroughputOutcome(
+        return decided(
             baseline,
             1,
             baseline,
@@ -296,7 +286,7 @@ def _decide(
         chosen = max(
             (c for c in best.values() if c is not None), key=lambda p: p.items_per_s or 0.0
         )
-        return ThroughputOutcome(
+        return decided(
             chosen.plan,
             chosen.batch_size,
             baseline,
@@ -312,7 +302,7 @@ def _decide(
         won = max(winners, key=lambda c: _items(best[c.candidate]))
         served = best[won.candidate]
         assert served is not None
-        return ThroughputOutcome(
+        return decided(
             won.candidate,
             won.batch_size,
             baseline,
@@ -337,7 +327,7 @@ def _decide(
         tail = " No challenger met the budget at any batch size."
     else:
         tail = " No challenger was timed beside it."
-    return ThroughputOutcome(
+    return decided(
         baseline,
         base_best.batch_size,
         baseline,
