@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dlopt import WorkloadProfile
-from dlopt.api.policy import DeploymentConstraints
+from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.evidence.report import report_from_json
 from dlopt.testing.models import StructuredMLP as SmallNet
 
@@ -97,7 +97,7 @@ def test_the_budget_is_checked_with_an_upper_bound_not_the_point(race, one_reque
     # Batch 2 of "wide" averages just under the budget with a wide spread: its point meets
     # the budget, its upper confidence bound does not, so batch 2 is refused.
     eager = race.fake("eager_fp32", 8e-3, per_batch_scale={2: 2.0})
-    wide = race.fake("wide", 5e-3, per_batch_scale={2: 1.9})
+    wide = race.fake("wide", 5e-3, per_batch_scale={2: 1.98})
     wide.latency_s = race.jitter(5e-3, spread=0.4)
     workload = WorkloadProfile.batched(one_request, batch_sizes=(1, 2))
     decision = race.optimizer(
@@ -154,3 +154,22 @@ def test_a_budget_without_enough_measurements_for_its_bound_says_so(race, one_re
         decision.selection_reason
     )
     assert "raise MeasurementPolicy.max_time_s and max_rounds" in decision.selection_reason
+
+
+@pytest.mark.parametrize(
+    ("constraints", "expected"),
+    [
+        ({}, 15),  # the rounds the automatic budget is sized for, not the aggregate's stop
+        ({"max_latency_ms": 5.0}, 15),
+        ({"max_p99_latency_ms": 5.0}, 80),  # 477 samples for the p99 bound, 6 per round
+    ],
+)
+def test_a_throughput_race_runs_the_rounds_its_decision_needs(constraints, expected):
+    from types import SimpleNamespace
+
+    from dlopt.pipeline.race import _throughput_min_rounds
+
+    policy = OptimizationPolicy(
+        objective="max_throughput", constraints=DeploymentConstraints(**constraints)
+    )
+    assert _throughput_min_rounds(SimpleNamespace(policy=policy), 6) == expected
