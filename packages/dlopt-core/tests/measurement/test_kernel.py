@@ -549,3 +549,32 @@ def test_a_native_plan_stays_in_the_rounds_until_the_leader_clears_it(fast_polic
     assert result.candidate("mid").dropped_at_round is not None  # an ordinary challenger
     head = result.paired_speedup("fast", "native")
     assert head.low is not None and head.low >= 1.02
+
+
+def test_an_automatic_budget_covers_min_rounds_when_later_rounds_cost_more(fast_policy) -> None:
+    # Calls slow down as the race goes on, so the first round (which sizes the automatic
+    # budget) is its cheapest: the budget must still cover min_rounds.
+    clock = FakeClock()
+
+    def slowing() -> object:
+        calls = 0
+
+        def call() -> None:
+            nonlocal calls
+            calls += 1
+            clock.advance(1e-3 * (1 + calls / 20))
+
+        return call
+
+    policy = evolve(
+        fast_policy,
+        min_rounds=20,
+        max_rounds=20,
+        auto_budget_min_s=1e-6,
+        auto_budget_max_s=1e4,
+        futility_confidence=None,
+        seed=0,
+    )
+    result = run_race({"a": [slowing()], "b": [slowing()]}, [1], "a", 1.02, policy, clock=clock)
+    assert result.stop_reason != "time_budget"
+    assert result.rounds == policy.min_rounds

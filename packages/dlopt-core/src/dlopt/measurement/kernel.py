@@ -333,6 +333,17 @@ class _Race:
         wanted = self.elapsed_s() + (rounds - 1) * first_round_s
         self.budget_s = min(p.auto_budget_max_s, max(p.auto_budget_min_s, wanted))
 
+    def keep_budget_for_min_rounds(self) -> None:
+        """Keep an automatic budget wide enough for ``min_rounds`` at the slower of the
+        rounds' mean cost and the last round's (the first round, which sized it, can be
+        cheaper than those after it), never past the ceiling."""
+        p = self.policy
+        if p.max_time_s is not None or self.rounds >= p.min_rounds or not self.round_times_s:
+            return
+        per_round = max(sum(self.round_times_s) / len(self.round_times_s), self.round_times_s[-1])
+        wanted = self.elapsed_s() + (p.min_rounds - self.rounds) * per_round
+        self.budget_s = min(p.auto_budget_max_s, max(self.budget_s, wanted))
+
     # -- rounds ------------------------------------------------------------------------
     def run_round(self) -> None:
         r = self.rounds + 1
@@ -983,6 +994,7 @@ def run_race(
         race.round_times_s.append(last_round_s)
         if race.rounds == 1:
             race.scale_budget(last_round_s)
+        race.keep_budget_for_min_rounds()
         race.look()
         if on_round is not None:
             on_round(race.rounds, race.result(final=False))
