@@ -323,14 +323,13 @@ class _Race:
                 )
 
     def scale_budget(self, first_round_s: float) -> None:
-        """With no fixed ``max_time_s``: warm-up plus ``auto_budget_rounds`` rounds (or
-        ``min_rounds``, when more) at the first round's cost, between the floor and the
-        ceiling."""
+        """With no fixed ``max_time_s``: warm-up plus ``auto_budget_rounds`` rounds at the
+        first round's cost, between the floor and the ceiling (``min_rounds``, when more,
+        are kept covered by :meth:`keep_budget_for_min_rounds`)."""
         p = self.policy
         if p.max_time_s is not None:
             return
-        rounds = max(p.auto_budget_rounds, p.min_rounds)
-        wanted = self.elapsed_s() + (rounds - 1) * first_round_s
+        wanted = self.elapsed_s() + (p.auto_budget_rounds - 1) * first_round_s
         self.budget_s = min(p.auto_budget_max_s, max(p.auto_budget_min_s, wanted))
 
     def keep_budget_for_min_rounds(self) -> None:
