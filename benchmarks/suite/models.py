@@ -28,7 +28,7 @@ def _images(batch: int, size: int, generator: torch.Generator) -> torch.Tensor:
 
 def conv_net() -> Workload:
     """dlopt's demo conv net (64x64 images) at batch 8."""
-    from dlopt.demo import build_demo_model
+    from dlopt.cli.demo import build_demo_model
 
     gen = torch.Generator().manual_seed(SEED + 1)
     return build_demo_model(seed=SEED), (("batch-8", (_images(8, 64, gen),), {}, 1.0),)
@@ -36,7 +36,7 @@ def conv_net() -> Workload:
 
 def conv_net_weighted() -> Workload:
     """The demo conv net on its traffic mix: batch 1 (70), 8 (25) and 32 (5)."""
-    from dlopt.demo import build_demo_model
+    from dlopt.cli.demo import build_demo_model
 
     gen = torch.Generator().manual_seed(SEED + 1)
     cases = tuple(

@@ -140,9 +140,9 @@ class ProviderPlans:
     validation), one at a time; ``close()`` releases them."""
 
     def __init__(self, model: nn.Module, cases: Sequence[Case]) -> None:
-        from dlopt.providers.loader import load_providers
-        from dlopt.target import ExecutionTarget
-        from dlopt.workload import WorkloadCase, WorkloadProfile
+        from dlopt.plugins.discovery import load_providers
+        from dlopt.api.target import ExecutionTarget
+        from dlopt.api.workload import WorkloadCase, WorkloadProfile
 
         self.model = model
         self.registry = load_providers()
@@ -158,14 +158,16 @@ class ProviderPlans:
         self.plans: list[Any] = []
 
     def build(self, name: str) -> dict[str, Call]:
-        from dlopt import pipeline
+        from dlopt.pipeline.plans import choose_plans
+        from dlopt.pipeline.prepare import prepare, prepared_cases
+        from dlopt.pipeline.state import Run
         from dlopt.measurement import MonotonicClock
-        from dlopt.policy import OptimizationPolicy
-        from dlopt.providers.contract import ProviderContext
+        from dlopt.api.policy import OptimizationPolicy
+        from dlopt.plugins.contract import ProviderContext
         from dlopt.validation import ModelGuard, capture_reference
 
         policy = OptimizationPolicy(include=(name,))
-        candidates = pipeline.choose_plans(self.registry, (), policy)
+        candidates = choose_plans(self.registry, (), policy)
         cand = next((c for c in candidates if c.name == name), None)
         if cand is None:
             raise RuntimeError(f"no installed provider is named {name!r}")
@@ -176,8 +178,8 @@ class ProviderPlans:
         context = ProviderContext(
             target=self.target, policy=policy, workload=self.workload, artifact_dir=self.tmp.name
         )
-        run = pipeline.Run(policy, self.target, MonotonicClock(), lambda event: None)
-        pipeline.prepare(cand, self.model, context, reference, guard, run)
+        run = Run(policy, self.target, MonotonicClock(), lambda event: None)
+        prepare(cand, self.model, context, reference, guard, run)
         if not cand.alive:
             why = cand.error.message if cand.error else None
             if why is None and cand.status is not None:
@@ -198,7 +200,7 @@ class ProviderPlans:
             return call
 
         return {
-            case.name: make(case.args, case.kwargs) for case in pipeline.prepared_cases(reference)
+            case.name: make(case.args, case.kwargs) for case in prepared_cases(reference)
         }
 
     def close(self) -> None:

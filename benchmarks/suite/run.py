@@ -84,7 +84,7 @@ def run_command(command: list[str], timeout_s: float) -> str | None:
 
 
 def _read(path: Path) -> Any:
-    from dlopt.serialization import parse_strict_json
+    from dlopt.platform.serialization import parse_strict_json
 
     return parse_strict_json(path.read_text())
 
@@ -162,7 +162,7 @@ def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
     import torch
 
     import dlopt
-    from dlopt.machine import cpu_model_and_flags
+    from dlopt.platform.machine import cpu_model_and_flags
 
     from .._common import git_commit, load_average
 

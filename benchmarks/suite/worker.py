@@ -29,7 +29,7 @@ def _write(path: Path, record: Any) -> None:
 
 def _dlopt_policy(quick: bool) -> Any:
     from dlopt.measurement import MeasurementPolicy
-    from dlopt.policy import OptimizationPolicy
+    from dlopt.api.policy import OptimizationPolicy
 
     if not quick:
         return OptimizationPolicy()  # the default policy: every installed plan races
@@ -38,7 +38,7 @@ def _dlopt_policy(quick: bool) -> Any:
 
 def run_dlopt(key: str, out: Path, run: int, quick: bool) -> None:
     import dlopt
-    from dlopt.workload import WorkloadCase, WorkloadProfile
+    from dlopt.api.workload import WorkloadCase, WorkloadProfile
 
     model, cases = build(key)
     workload = WorkloadProfile(
@@ -56,7 +56,7 @@ def run_dlopt(key: str, out: Path, run: int, quick: bool) -> None:
 
 def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
     """The suite's record of one dlopt decision, read back from its saved JSON report."""
-    from dlopt.report import load_report
+    from dlopt.evidence.report import load_report
 
     report = load_report(report_path)
     pick = report.candidate(report.selected_plan)
@@ -110,7 +110,7 @@ def run_peer(key: str, out: Path, run: int) -> None:
 
 
 def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
-    from dlopt.serialization import parse_strict_json
+    from dlopt.platform.serialization import parse_strict_json
 
     from .oracle import build_all
     from .results import OraclePlan
