@@ -140,9 +140,9 @@ class ProviderPlans:
     validation), one at a time; ``close()`` releases them."""
 
     def __init__(self, model: nn.Module, cases: Sequence[Case]) -> None:
-        from dlopt.plugins.discovery import load_providers
         from dlopt.api.target import ExecutionTarget
         from dlopt.api.workload import WorkloadCase, WorkloadProfile
+        from dlopt.plugins.discovery import load_providers
 
         self.model = model
         self.registry = load_providers()
@@ -158,11 +158,11 @@ class ProviderPlans:
         self.plans: list[Any] = []
 
     def build(self, name: str) -> dict[str, Call]:
+        from dlopt.api.policy import OptimizationPolicy
+        from dlopt.measurement import MonotonicClock
         from dlopt.pipeline.plans import choose_plans
         from dlopt.pipeline.prepare import prepare, prepared_cases
         from dlopt.pipeline.state import Run
-        from dlopt.measurement import MonotonicClock
-        from dlopt.api.policy import OptimizationPolicy
         from dlopt.plugins.contract import ProviderContext
         from dlopt.validation import ModelGuard, capture_reference
 
@@ -199,9 +199,7 @@ class ProviderPlans:
 
             return call
 
-        return {
-            case.name: make(case.args, case.kwargs) for case in prepared_cases(reference)
-        }
+        return {case.name: make(case.args, case.kwargs) for case in prepared_cases(reference)}
 
     def close(self) -> None:
         for plan in self.plans:

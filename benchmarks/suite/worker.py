@@ -28,8 +28,8 @@ def _write(path: Path, record: Any) -> None:
 
 
 def _dlopt_policy(quick: bool) -> Any:
-    from dlopt.measurement import MeasurementPolicy
     from dlopt.api.policy import OptimizationPolicy
+    from dlopt.measurement import MeasurementPolicy
 
     if not quick:
         return OptimizationPolicy()  # the default policy: every installed plan races
