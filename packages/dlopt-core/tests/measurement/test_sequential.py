@@ -6,10 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 from dlopt.measurement.sequential import (
     _crossing_probability,
+    _smallest_t_tails,
     boundary,
     pair_stats,
     per_look_level,
@@ -34,6 +35,20 @@ def test_pocock_constant_holds_its_level_over_every_look(alpha, last) -> None:
     crossed = float((z[:, 2:] >= c).any(axis=1).mean())
     se = math.sqrt(alpha * (1 - alpha) / paths)
     assert abs(crossed - alpha) < 4 * se + 0.002 * alpha
+
+
+@pytest.mark.parametrize("first_df", [1, 2, 5])
+def test_smallest_t_tails_equal_the_tail_of_every_look(first_df) -> None:
+    # Rows of t statistics with every sign pattern (all negative rows included) and a
+    # few exact ties; the pruned evaluation must return what evaluating every look does.
+    rng = np.random.default_rng(first_df)
+    t = rng.standard_normal((4000, 30)) * rng.choice([0.3, 1.0, 3.0], size=(4000, 1))
+    t[:500] = -np.abs(t[:500])
+    t[500:600] = np.abs(t[500:600])
+    t[600:650, 5] = t[600:650, 6]
+    df = np.arange(first_df, first_df + 30, dtype=float)
+    every_look = special.stdtr(np.broadcast_to(df, t.shape), -t).min(axis=1)
+    np.testing.assert_array_equal(_smallest_t_tails(t, df), every_look)
 
 
 def test_boundary_is_a_t_quantile_at_the_per_look_level() -> None:
