@@ -515,4 +515,6 @@ def _add_policy_option(
     metavar: str | None = None,
 ) -> None:
     """A number option whose default is the policy field's (:func:`_default`)."""
-    p.add_argument(flag, type=float, default=_default(policy, field), metavar=metavar, help=help_text)
+    p.add_argument(
+        flag, type=float, default=_default(policy, field), metavar=metavar, help=help_text
+    )
