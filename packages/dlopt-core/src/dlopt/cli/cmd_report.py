@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlopt.cli.common import EXIT_OK, add_plain_argument
+from dlopt.cli.common import EXIT_OK, finish_command
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 from dlopt.reporting.tables import (
@@ -58,8 +58,7 @@ def add_report_command(sub: Any) -> None:
         metavar="OUT.html",
         help="write one self-contained HTML page (tables, figures, provenance) here",
     )
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_report)
+    finish_command(p, _cmd_report)
 
 
 def read_report(path_text: str) -> OptimizationReport:

@@ -19,10 +19,10 @@ from dlopt.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     add_isolation_choice,
-    add_plain_argument,
     add_target_arguments,
     captured_chatter,
     cli_target,
+    finish_command,
     isolated,
     show_chatter,
 )
@@ -497,8 +497,7 @@ def add_select_command(sub: Any) -> None:
         action="store_true",
         help="race even when the cache holds a record (the record is refreshed)",
     )
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_select)
+    finish_command(p, _cmd_select)
 
 
 def _default(cls: type, name: str) -> Any:
