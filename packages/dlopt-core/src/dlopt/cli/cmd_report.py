@@ -14,16 +14,15 @@ from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,
     decision_lines,
+    evidence_tables,
     headline,
     inputs_kind,
-    latency_table,
     measurement_line,
     quantized_share,
     race_notes,
     throughput_notes,
     throughput_table,
     unavailable_table,
-    validation_table,
 )
 
 if TYPE_CHECKING:
@@ -125,14 +124,9 @@ def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:
         )
     cand = report.candidate(name)
     out.pairs(candidate_summary(cand), title=name)
-    if any(case.latency is not None for case in cand.cases):
+    for table in evidence_tables(cand):
         out.line()
-        out.table(latency_table(cand))
-    for which in ("parity", "revalidation", "final_check"):
-        table = validation_table(cand, which)
-        if table is not None:
-            out.line()
-            out.table(table)
+        out.table(table)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
