@@ -23,21 +23,15 @@ from dlopt.api.decision import OptimizationDecision
 from dlopt.measurement import MeasurementPolicy, MonotonicClock
 from dlopt.plugin import BuiltPlan, ExecutionTarget, PreparedCase, ProviderContext
 from dlopt.testing.fake_race import FakeRace
+from dlopt.testing.models import SmallConvNet
 
 PLANS = ("examplenpu_fp32", "examplenpu_fast")
 
 
-class ConvNet(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.head = torch.nn.Linear(8, 4)
-        self.eval()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+def _conv_net() -> torch.nn.Module:
+    """dlopt's small conv net (conv, batch norm, pooled linear head): seeded, in eval mode."""
+    torch.manual_seed(0)
+    return SmallConvNet().eval()
 
 
 class Opened:
@@ -100,7 +94,7 @@ def _race(
         artifact_dir=tmp_path / "artifacts",
     )
     gen = torch.Generator().manual_seed(0)
-    decision = optimizer.select_signature(ConvNet(), torch.randn(2, 3, 12, 12, generator=gen))
+    decision = optimizer.select_signature(_conv_net(), torch.randn(2, 3, 12, 12, generator=gen))
     return decision, clock
 
 
@@ -156,7 +150,7 @@ def test_a_plan_without_its_synchronize_is_rejected(deferred: None, tmp_path: Pa
 
 def test_a_served_decision_returns_finished_outputs(deferred: None, tmp_path: Path) -> None:
     """Serving is a call too: the decision waits for the plan's queued work."""
-    model, x = ConvNet(), torch.randn(2, 3, 12, 12)
+    model, x = _conv_net(), torch.randn(2, 3, 12, 12)
     race = FakeRace()
     report = race.optimizer(race.fake("eager_fp32", 1e-3)).select_signature(model, x).report
     with torch.inference_mode():

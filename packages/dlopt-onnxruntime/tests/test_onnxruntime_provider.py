@@ -298,16 +298,9 @@ def test_export_serving_only_one_shape_falls_back(
     """A 'successful' export that fails on the second case is not accepted."""
     static_torchscript = export_module._export_torchscript
 
-    def first_shape_only(module: Any, example: Any, layout: Any, *rest: Any) -> None:
-        static = export_module.InputLayout(
-            names=layout.names,
-            dtypes=layout.dtypes,
-            shapes=tuple(tuple(int(s) for s in t.shape) for t in example),
-            shape_ranges=layout.shape_ranges,
-            structure=layout.structure,
-            example_case=layout.example_case,
-        )
-        static_torchscript(module, example, static, *rest)
+    def first_shape_only(job: Any) -> None:
+        shapes = tuple(tuple(int(s) for s in t.shape) for t in job.example)
+        static_torchscript(attrs.evolve(job, layout=attrs.evolve(job.layout, shapes=shapes)))
 
     monkeypatch.setitem(export_module._EXPORT_FUNCS, "dynamo", first_shape_only)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
@@ -374,9 +367,9 @@ def test_changed_weights_are_not_served_from_old_artifacts(nested: Any) -> None:
     export_module_calls: list[str] = []
     original = export_module._EXPORT_FUNCS["torchscript"]
 
-    def counting(*args: Any) -> None:
+    def counting(job: Any) -> None:
         export_module_calls.append("torchscript")
-        original(*args)
+        original(job)
 
     provider = OnnxRuntimeProvider("onnxruntime_cpu", CPU)
     torchscript = attrs.evolve(context, options=OrtOptions(exporter="torchscript"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlopt.testing import FailingStage
+from dlopt.testing import FailingStage, FakeProvider
 from dlopt.testing.models import StructuredMLP as SmallNet
 
 
@@ -41,15 +41,7 @@ def test_keyword_inputs_are_checked_too(race):
         def forward(self, x, *, scale):
             return self.fc(x) * scale
 
-    class ScaleMutator:
-        precision = "fp32"
-        name = "scale_mutator"
-
-        def probe(self, context):
-            from dlopt.plugins.contract import ProviderAvailability
-
-            return ProviderAvailability.ok()
-
+    class ScaleMutator(FakeProvider):
         def build(self, model, context):
             from dlopt.plugins.contract import BuiltPlan
 
@@ -63,7 +55,8 @@ def test_keyword_inputs_are_checked_too(race):
     model = KwNet().eval()
     x = torch.randn(2, 8)
     scale = torch.ones(1)
-    decision = race.optimizer(race.fake("eager_fp32", 1e-3), ScaleMutator()).select_signature(
+    mutator = ScaleMutator("scale_mutator")
+    decision = race.optimizer(race.fake("eager_fp32", 1e-3), mutator).select_signature(
         model, x, scale=scale
     )
     evidence = decision.report.candidate("scale_mutator")

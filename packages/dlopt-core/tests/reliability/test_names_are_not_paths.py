@@ -112,16 +112,8 @@ def test_artifact_paths_must_be_paths(tmp_path):
         check_built_plan(plan, context, plan_name="npu", plugin="npu_plugin")
 
 
-class _ArtifactOutside:
+class _ArtifactOutside(FakeProvider):
     """A plan that writes its artifact outside its plan directory."""
-
-    name = "escaper"
-    precision = "fp32"
-
-    def probe(self, context):
-        from dlopt.plugins.contract import ProviderAvailability
-
-        return ProviderAvailability.ok()
 
     def build(self, model, context):
         escaped = context.artifact_dir.parent / "escaped.bin"
@@ -134,7 +126,7 @@ def test_a_race_rejects_a_plan_with_an_artifact_outside_its_directory_and_goes_o
 ):
     from dlopt.testing.models import StructuredMLP
 
-    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), _ArtifactOutside())
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), _ArtifactOutside("escaper"))
     optimizer.artifact_dir = tmp_path / "artifacts"
     decision = optimizer.select_signature(StructuredMLP(), x)
     evidence = decision.report.candidate("escaper")

@@ -10,6 +10,7 @@ from dlopt.cli.console import Output, fitting_columns, wants_plain
 from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,
+    evidence_tables,
     latency_table,
     unavailable_table,
     validation_table,
@@ -118,6 +119,19 @@ def test_latency_and_validation_per_case(race_report):
     assert all(row[7] == "ok" for row in parity.rows)
     wrong = validation_table(race_report.candidate("wrong"), "parity")
     assert wrong is not None and "failed" in {row[7] for row in wrong.rows}
+
+
+def test_evidence_tables_show_latency_then_each_validation_a_plan_went_through(race_report):
+    winner = race_report.candidate(race_report.selected_plan)
+    name = winner.name
+    assert [table.title for table in evidence_tables(winner)] == [
+        f"{name}: latency per case",
+        f"{name}: parity",
+        f"{name}: revalidation",
+        f"{name}: final check",
+    ]
+    # Failed at build: never measured nor validated, so no evidence tables.
+    assert evidence_tables(race_report.candidate("broken")) == []
 
 
 def test_race_notes_name_open_comparisons_and_advice_where_recorded(race_report):

@@ -372,13 +372,9 @@ def test_a_plan_whose_close_is_not_idempotent_fails(tmp_path):
     class NotIdempotent(GoodProvider):
         def make_plan(self, plan_model, **fields):
             plan = super().make_plan(plan_model, **fields)
-            return ReleasesOnEveryClose(
-                runner=plan.runner,
-                precision=plan.precision,
-                artifacts=plan.artifacts,
-                metadata=plan.metadata,
-                on_close=plan.on_close,
-            )
+            # The same plan, every field as built, with a close() that is not idempotent.
+            same = {a.name: getattr(plan, a.name) for a in attrs.fields(BuiltPlan) if a.init}
+            return ReleasesOnEveryClose(**same)
 
     _gate_check_fails(NotIdempotent, r"on_close ran 2 times over two close\(\) calls", tmp_path)
 

@@ -400,29 +400,35 @@ def save_with_external_data(model: Any, path: Path) -> None:
     )
 
 
-def _export_dynamo(
-    flat_module: FlatModule,
-    example: tuple[torch.Tensor, ...],
-    layout: InputLayout,
-    output_names: list[str],
-    path: Path,
-    opset: int | None,
-) -> None:
+@frozen
+class _ExportJob:
+    """What one exporter is asked to write: the flattened model and its example inputs,
+    their layout and output names, the file, and the opset (``None``: the exporter's)."""
+
+    flat_module: FlatModule
+    example: tuple[torch.Tensor, ...]
+    layout: InputLayout
+    output_names: list[str]
+    path: Path
+    opset: int | None
+
+
+def _export_dynamo(job: _ExportJob) -> None:
     dynamic = torch.export.Dim.DYNAMIC
     per_input = tuple(
         {d: dynamic for d, size in enumerate(shape) if size is None} or None
-        for shape in layout.shapes
+        for shape in job.layout.shapes
     )
     dynamic_shapes = (per_input,) if any(spec is not None for spec in per_input) else None
     kwargs: dict[str, Any] = {}
-    if opset is not None:
-        kwargs["opset_version"] = opset
+    if job.opset is not None:
+        kwargs["opset_version"] = job.opset
     with _quiet_op_registration():
-        program = _dynamo_export(flat_module, example, dynamic_shapes, layout, output_names, kwargs)
+        program = _dynamo_export(job, dynamic_shapes, kwargs)
     if program is None:
         raise RuntimeError("the dynamo exporter returned no program")
-    _remove_model_files(path)
-    program.save(str(path), external_data=True)
+    _remove_model_files(job.path)
+    program.save(str(job.path), external_data=True)
 
 
 @contextlib.contextmanager
@@ -439,56 +445,42 @@ def _quiet_op_registration() -> Iterator[None]:
         registration.setLevel(previous)
 
 
-def _dynamo_export(
-    flat_module: FlatModule,
-    example: tuple[torch.Tensor, ...],
-    dynamic_shapes: Any,
-    layout: InputLayout,
-    output_names: list[str],
-    kwargs: dict[str, Any],
-) -> Any:
+def _dynamo_export(job: _ExportJob, dynamic_shapes: Any, kwargs: dict[str, Any]) -> Any:
     return torch.onnx.export(
-        flat_module,
-        example,
+        job.flat_module,
+        job.example,
         None,
         dynamo=True,
         # *flat is one (variadic) parameter: its spec is the tuple of per-input specs.
         dynamic_shapes=dynamic_shapes,
-        input_names=list(layout.names),
-        output_names=output_names,
+        input_names=list(job.layout.names),
+        output_names=job.output_names,
         verbose=False,
         report=False,
         **kwargs,
     )
 
 
-def _export_torchscript(
-    flat_module: FlatModule,
-    example: tuple[torch.Tensor, ...],
-    layout: InputLayout,
-    output_names: list[str],
-    path: Path,
-    opset: int | None,
-) -> None:
+def _export_torchscript(job: _ExportJob) -> None:
     import onnx
 
     dynamic_axes = {
-        name: {d: f"{name}_dim{d}" for d in dims} for name, dims in layout.dynamic_dims.items()
+        name: {d: f"{name}_dim{d}" for d in dims} for name, dims in job.layout.dynamic_dims.items()
     }
-    scratch = path.with_name(path.name + ".torchscript.tmp")
+    scratch = job.path.with_name(job.path.name + ".torchscript.tmp")
     try:
         torch.onnx.export(
-            flat_module,
-            example,
+            job.flat_module,
+            job.example,
             str(scratch),
             dynamo=False,
-            input_names=list(layout.names),
-            output_names=output_names,
+            input_names=list(job.layout.names),
+            output_names=job.output_names,
             dynamic_axes=dynamic_axes or None,
-            opset_version=opset or TORCHSCRIPT_DEFAULT_OPSET,
+            opset_version=job.opset or TORCHSCRIPT_DEFAULT_OPSET,
             do_constant_folding=True,
         )
-        save_with_external_data(onnx.load(str(scratch)), path)
+        save_with_external_data(onnx.load(str(scratch)), job.path)
     finally:
         _remove_model_files(scratch)
 
@@ -523,9 +515,14 @@ def export_with_fallback(
     it raises :class:`ExportedModelDoesNotServe` to ask for the next exporter. Any other
     error from ``finish`` is not an export problem and propagates.
     """
-    flat_module = FlatModule(model, example_args, example_kwargs)
-    example = tuple(t.detach() for t in iter_tensors((example_args, example_kwargs)))
-    output_names = [f"output_{i}" for i in range(output_count)]
+    job = _ExportJob(
+        flat_module=FlatModule(model, example_args, example_kwargs),
+        example=tuple(t.detach() for t in iter_tensors((example_args, example_kwargs))),
+        layout=layout,
+        output_names=[f"output_{i}" for i in range(output_count)],
+        path=path,
+        opset=opset,
+    )
     errors: list[str] = []
     modes = {module: module.training for module in model.modules()}
     for exporter in exporters:
@@ -534,7 +531,7 @@ def export_with_fallback(
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    _EXPORT_FUNCS[exporter](flat_module, example, layout, output_names, path, opset)
+                    _EXPORT_FUNCS[exporter](job)
             finally:
                 # The TorchScript exporter toggles train/eval on the wrapper and restores
                 # it recursively, which would flatten per-module modes: put them back.

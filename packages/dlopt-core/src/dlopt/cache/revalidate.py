@@ -111,7 +111,11 @@ def revalidate_record(
     )
     built = list(fresh.values())
     try:
-        outcome = _check(fresh, chosen, versus, model, workload, context, reference, guard, run)
+        for cand in built:  # the reference first
+            prepare.prepare(cand, model, context, reference, guard, run)
+            if cand.is_reference and not cand.alive:
+                raise ReferenceCheckError(state.reference_failure(cand))
+        outcome = _check(fresh[chosen], fresh[versus], model, workload, reference, guard, run)
     except BaseException:
         state.close_all(built)
         raise
@@ -120,26 +124,21 @@ def revalidate_record(
 
 
 def _check(
-    fresh: dict[str, state.CandidateState],
-    chosen: str,
-    versus: str,
+    selected: state.CandidateState,
+    baseline: state.CandidateState,
     model: torch.nn.Module,
     workload: WorkloadProfile,
-    context: ProviderContext,
     reference: ReferenceOutputs,
     guard: ModelGuard,
     run: state.Run,
 ) -> Revalidation:
-    for cand in fresh.values():  # the reference first
-        prepare.prepare(cand, model, context, reference, guard, run)
-        if cand.is_reference and not cand.alive:
-            raise ReferenceCheckError(state.reference_failure(cand))
-    selected = fresh[chosen]
+    """The prepared cached pick, judged: it must have validated, then (unless it is the
+    reference itself) survive a probe against ``baseline``."""
+    chosen, versus = selected.name, baseline.name
     if not selected.alive:
         return Revalidation(False, f"the cached plan {chosen!r} {_why_not(selected)}")
-    if chosen == versus:  # the reference itself was served: nothing to race it against
+    if selected is baseline:  # the reference itself was served: nothing to race it against
         return Revalidation(True, "the cached plan is the reference; it validated", selected)
-    baseline = fresh[versus]
     if not baseline.alive:
         return Revalidation(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
     pair = [baseline, selected]

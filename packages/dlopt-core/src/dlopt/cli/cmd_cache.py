@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from typing import Any
 
-from dlopt.cli.common import EXIT_FAILED, EXIT_OK, add_plain_argument
+from dlopt.cli.common import EXIT_FAILED, EXIT_OK, finish_command
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import dumps
@@ -53,33 +54,28 @@ def add_cache_command(sub: Any) -> None:
     )
     actions = p.add_subparsers(dest="cache_action", metavar="ACTION")
 
-    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+    def action(
+        name: str, help_text: str, handler: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(
             name, help=help_text, description=help_text
         )
         add_cache_argument(parser)
-        add_plain_argument(parser)
+        finish_command(parser, handler)
         return parser
 
-    action("list", "every record: key, when written, selected plan, size").set_defaults(
-        handler=_cmd_list
-    )
-    show = action("show", "one record: its decision and the ingredients of its key")
+    action("list", "every record: key, when written, selected plan, size", _cmd_list)
+    show = action("show", "one record: its decision and the ingredients of its key", _cmd_show)
     show.add_argument("key", help="a key or a unique prefix of one (6 hex digits or more)")
     show.add_argument("--json", action="store_true", help="print record.json as it is")
-    show.set_defaults(handler=_cmd_show)
-    explain = action("explain", "which ingredients differ between two keys")
+    explain = action("explain", "which ingredients differ between two keys", _cmd_explain)
     explain.add_argument("key_a")
     explain.add_argument("key_b")
-    explain.set_defaults(handler=_cmd_explain)
-    prune = action("prune", "remove records written longer ago than --older-than")
+    prune = action("prune", "remove records written longer ago than --older-than", _cmd_prune)
     prune.add_argument(
         "--older-than", required=True, metavar="AGE", help="an age: 30d, 12h, 90m, 2w"
     )
-    prune.set_defaults(handler=_cmd_prune)
-    action("clear", "remove every record (files dlopt did not write stay)").set_defaults(
-        handler=_cmd_clear
-    )
+    action("clear", "remove every record (files dlopt did not write stay)", _cmd_clear)
     p.set_defaults(handler=lambda _args: p.print_help() or EXIT_FAILED)
 
 

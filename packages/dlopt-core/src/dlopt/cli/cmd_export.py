@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dlopt.cli.cmd_report import read_report
-from dlopt.cli.common import EXIT_OK, add_plain_argument
+from dlopt.cli.common import EXIT_OK, finish_command
 from dlopt.cli.console import Output
 
 
@@ -22,8 +22,7 @@ def add_export_command(sub: Any) -> None:
     )
     p.add_argument("reports", nargs="+", metavar="REPORT", help="report JSON files")
     p.add_argument("--output-dir", "-o", required=True, metavar="DIR", help="write here")
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_export)
+    finish_command(p, _cmd_export)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dlopt.cli.common import EXIT_FAILED, EXIT_OK, add_plain_argument
+from dlopt.cli.common import EXIT_FAILED, EXIT_OK, finish_command
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 
@@ -53,8 +53,7 @@ def add_fleet_command(sub: Any) -> None:
 
     status = fleet.add_parser("status", help="one table across jobs and machine kinds")
     _spec_argument(status)
-    add_plain_argument(status)
-    status.set_defaults(handler=_cmd_status)
+    finish_command(status, _cmd_status)
 
     report = fleet.add_parser("report", help="the table plus HTML, CSV and LaTeX output")
     _spec_argument(report)
@@ -66,8 +65,7 @@ def add_fleet_command(sub: Any) -> None:
         help="write every race's evidence as `dlopt export` does (candidates.csv, cases.csv, "
         "samples.csv, table.tex with a column per job@kind, provenance, figures)",
     )
-    add_plain_argument(report)
-    report.set_defaults(handler=_cmd_report)
+    finish_command(report, _cmd_report)
     p.set_defaults(handler=lambda args: _usage(p))
 
 

@@ -9,10 +9,10 @@ from typing import Any
 from dlopt.cli.common import (
     EXIT_OK,
     add_isolate_argument,
-    add_plain_argument,
     add_target_arguments,
     captured_chatter,
     cli_target,
+    finish_command,
     show_chatter,
 )
 from dlopt.cli.console import Output
@@ -28,8 +28,7 @@ def add_providers_command(sub: Any) -> None:
         "--options", metavar="PLAN", help="list the options PLAN takes (name, type, default)"
     )
     add_isolate_argument(p, "load the plugins and probe")
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_providers)
+    finish_command(p, _cmd_providers)
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlopt.cli.common import EXIT_OK, add_plain_argument
+from dlopt.cli.common import EXIT_OK, finish_command
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
 from dlopt.reporting.tables import (
@@ -14,16 +14,15 @@ from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,
     decision_lines,
+    evidence_tables,
     headline,
     inputs_kind,
-    latency_table,
     measurement_line,
     quantized_share,
     race_notes,
     throughput_notes,
     throughput_table,
     unavailable_table,
-    validation_table,
 )
 
 if TYPE_CHECKING:
@@ -58,8 +57,7 @@ def add_report_command(sub: Any) -> None:
         metavar="OUT.html",
         help="write one self-contained HTML page (tables, figures, provenance) here",
     )
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_report)
+    finish_command(p, _cmd_report)
 
 
 def read_report(path_text: str) -> OptimizationReport:
@@ -126,14 +124,9 @@ def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:
         )
     cand = report.candidate(name)
     out.pairs(candidate_summary(cand), title=name)
-    if any(case.latency is not None for case in cand.cases):
+    for table in evidence_tables(cand):
         out.line()
-        out.table(latency_table(cand))
-    for which in ("parity", "revalidation", "final_check"):
-        table = validation_table(cand, which)
-        if table is not None:
-            out.line()
-            out.table(table)
+        out.table(table)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

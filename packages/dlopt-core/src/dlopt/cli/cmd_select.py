@@ -19,10 +19,10 @@ from dlopt.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     add_isolation_choice,
-    add_plain_argument,
     add_target_arguments,
     captured_chatter,
     cli_target,
+    finish_command,
     isolated,
     show_chatter,
 )
@@ -447,20 +447,22 @@ def add_select_command(sub: Any) -> None:
     p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )
-    p.add_argument(
+    _add_policy_option(
+        p,
         "--min-speedup",
-        type=float,
-        default=_default(DeploymentConstraints, "min_speedup"),
-        help="bar a challenger must clear (default %(default)s)",
+        DeploymentConstraints,
+        "min_speedup",
+        "bar a challenger must clear (default %(default)s)",
     )
-    p.add_argument(
+    _add_policy_option(
+        p,
         "--max-measure-time",
-        type=float,
-        default=_default(MeasurementPolicy, "max_time_s"),
-        metavar="SECONDS",
-        help="measurement budget of the race (default: scaled to the model, "
+        MeasurementPolicy,
+        "max_time_s",
+        "measurement budget of the race (default: scaled to the model, "
         f"{_default(MeasurementPolicy, 'auto_budget_min_s'):g} to "
         f"{_default(MeasurementPolicy, 'auto_budget_max_s'):g} s)",
+        metavar="SECONDS",
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the round shuffles (recorded)")
     p.add_argument(
@@ -480,13 +482,14 @@ def add_select_command(sub: Any) -> None:
     p.add_argument("--bundle", help="write report, manifest and the selected plan's artifacts here")
     p.add_argument("--artifacts", help="directory for plan artifacts (default: a temporary dir)")
     add_isolation_choice(p, "race")
-    p.add_argument(
+    _add_policy_option(
+        p,
         "--build-timeout",
-        type=float,
-        default=_default(OptimizationPolicy, "build_timeout_s"),
-        metavar="SECONDS",
-        help="isolated: a build (or first call) running longer is killed and its plan "
+        OptimizationPolicy,
+        "build_timeout_s",
+        "isolated: a build (or first call) running longer is killed and its plan "
         "reported hung (default %(default)g)",
+        metavar="SECONDS",
     )
     add_cache_argument(p)
     p.add_argument(
@@ -494,10 +497,23 @@ def add_select_command(sub: Any) -> None:
         action="store_true",
         help="race even when the cache holds a record (the record is refreshed)",
     )
-    add_plain_argument(p)
-    p.set_defaults(handler=_cmd_select)
+    finish_command(p, _cmd_select)
 
 
 def _default(cls: type, name: str) -> Any:
     """The default of attrs field ``name`` of ``cls``: one source for the API and the CLI."""
     return getattr(attrs.fields(cls), name).default
+
+
+def _add_policy_option(
+    p: argparse.ArgumentParser,
+    flag: str,
+    policy: type,
+    field: str,
+    help_text: str,
+    metavar: str | None = None,
+) -> None:
+    """A number option whose default is the policy field's (:func:`_default`)."""
+    p.add_argument(
+        flag, type=float, default=_default(policy, field), metavar=metavar, help=help_text
+    )

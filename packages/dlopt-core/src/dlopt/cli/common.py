@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -86,14 +86,18 @@ def isolated(args: argparse.Namespace, environ: Mapping[str, str] | None = None)
     return env.get("DLOPT_ISOLATE", "").strip().lower() not in FALSY_SWITCH_WORDS
 
 
-def add_plain_argument(parser: argparse.ArgumentParser) -> None:
-    """``--plain``: plain text even on a terminal (also when ``NO_COLOR`` is set)."""
+def finish_command(
+    parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int]
+) -> None:
+    """How every printing command's parser ends: ``--plain`` (plain text even on a terminal,
+    also when ``NO_COLOR`` is set), then the ``handler`` that runs the command."""
     parser.add_argument(
         "--plain",
         action="store_true",
         help="plain text, no colours or fitted tables (default when stdout is not a terminal "
         "or NO_COLOR is set)",
     )
+    parser.set_defaults(handler=handler)
 
 
 @attrs.define

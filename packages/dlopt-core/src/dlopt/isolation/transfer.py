@@ -60,6 +60,10 @@ class WorkloadSpec:
     fit_to_memory: bool = False
 
 
+#: The profile's fields a spec carries as they are (all but the cases, written apart).
+_PROFILE_FIELDS = tuple(a.name for a in attrs.fields(WorkloadSpec) if a.name != "cases")
+
+
 @frozen
 class WorkerSpec:
     """Everything a worker needs, as strict JSON."""
@@ -159,13 +163,7 @@ def write_workload(workload: WorkloadProfile, path: str | os.PathLike[str]) -> W
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub: names are arrays
     return WorkloadSpec(
-        workload.name,
-        tuple(cases),
-        workload.expected_calls,
-        workload.inputs,
-        workload.batch_sizes,
-        workload.batch_dim,
-        workload.fit_to_memory,
+        cases=tuple(cases), **{name: getattr(workload, name) for name in _PROFILE_FIELDS}
     )
 
 
@@ -189,15 +187,7 @@ def read_workload(spec: WorkloadSpec, path: str | os.PathLike[str], device: str)
             )
             for c in spec.cases
         ]
-    return WorkloadProfile(
-        cases=cases,
-        name=spec.name,
-        expected_calls=spec.expected_calls,
-        inputs=spec.inputs,
-        batch_sizes=spec.batch_sizes,
-        batch_dim=spec.batch_dim,
-        fit_to_memory=spec.fit_to_memory,
-    )
+    return WorkloadProfile(cases=cases, **{name: getattr(spec, name) for name in _PROFILE_FIELDS})
 
 
 def reference_of(obj: Any, what: str) -> str:

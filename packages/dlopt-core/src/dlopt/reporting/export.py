@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from attrs import frozen
 from dlopt.reporting.tables import inputs_kind, speedup_text
 
 if TYPE_CHECKING:
-    from dlopt.evidence.report import CandidateEvidence, OptimizationReport
+    from dlopt.evidence.report import CandidateEvidence, CaseEvidence, OptimizationReport
 
 
 @frozen
@@ -58,6 +58,20 @@ def _interval(value: Any) -> tuple[Any, Any, Any]:
     if value is None:
         return None, None, None
     return value.point, value.low, value.high
+
+
+def _candidates(runs: Iterable[Run]) -> Iterator[tuple[Run, CandidateEvidence]]:
+    """Every run's candidates, run by run, in report order."""
+    for run in runs:
+        for c in run.report.candidates:
+            yield run, c
+
+
+def _cases(runs: Iterable[Run]) -> Iterator[tuple[Run, CandidateEvidence, CaseEvidence]]:
+    """Every candidate's workload cases (none where a report has no per-case evidence)."""
+    for run, c in _candidates(runs):
+        for case in getattr(c, "cases", ()) or ():
+            yield run, c, case
 
 
 CANDIDATE_FIELDS = (
@@ -98,50 +112,48 @@ CANDIDATE_FIELDS = (
 
 def candidate_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
     """One record per run and candidate (:data:`CANDIDATE_FIELDS`)."""
-    records = []
-    for run in runs:
-        for c in run.report.candidates:
-            eager = _interval(c.race.speedup_vs_eager)
-            native = _interval(c.race.speedup_vs_native)
-            error = getattr(c, "error", None)
-            parity = c.validation.parity
-            records.append(
-                {
-                    "run": run.label,
-                    "plan": c.name,
-                    "status": str(c.status),
-                    "role": str(getattr(c, "role", "")),
-                    "precision": c.precision,
-                    "distribution": c.distribution,
-                    "version": c.version,
-                    "median_ms": c.latency.median_ms,
-                    "mean_ms": c.latency.mean_ms,
-                    "p90_ms": c.latency.p90_ms,
-                    "p95_ms": c.latency.p95_ms,
-                    "p99_ms": c.latency.p99_ms,
-                    "mean_ci_low_ms": c.latency.ci95_low_ms,
-                    "mean_ci_high_ms": c.latency.ci95_high_ms,
-                    "speedup_vs_eager": eager[0],
-                    "speedup_vs_eager_low": eager[1],
-                    "speedup_vs_eager_high": eager[2],
-                    "speedup_vs_native": native[0],
-                    "speedup_vs_native_low": native[1],
-                    "speedup_vs_native_high": native[2],
-                    "confidence_gate_passed": c.race.gate_passed,
-                    "gate_against": c.race.gate_against,
-                    "verdict": c.race.verdict,
-                    "parity_passed": None if parity is None else parity.passed,
-                    "setup_time_s": c.lifecycle.setup_time_s,
-                    "first_call_time_s": c.lifecycle.first_call_time_s,
-                    "peak_memory_mb": c.memory.peak_mb,
-                    "projected_total_ms": c.lifecycle.projected_total_ms,
-                    "break_even_calls_vs_baseline": c.lifecycle.break_even_calls_vs_baseline,
-                    "error_stage": None if error is None else str(error.stage),
-                    "error_message": None if error is None else error.message,
-                    "availability_reason": c.availability_reason,
-                }
-            )
-    return records
+    return [_candidate_record(run, c) for run, c in _candidates(runs)]
+
+
+def _candidate_record(run: Run, c: CandidateEvidence) -> dict[str, Any]:
+    eager = _interval(c.race.speedup_vs_eager)
+    native = _interval(c.race.speedup_vs_native)
+    error = getattr(c, "error", None)
+    parity = c.validation.parity
+    return {
+        "run": run.label,
+        "plan": c.name,
+        "status": str(c.status),
+        "role": str(getattr(c, "role", "")),
+        "precision": c.precision,
+        "distribution": c.distribution,
+        "version": c.version,
+        "median_ms": c.latency.median_ms,
+        "mean_ms": c.latency.mean_ms,
+        "p90_ms": c.latency.p90_ms,
+        "p95_ms": c.latency.p95_ms,
+        "p99_ms": c.latency.p99_ms,
+        "mean_ci_low_ms": c.latency.ci95_low_ms,
+        "mean_ci_high_ms": c.latency.ci95_high_ms,
+        "speedup_vs_eager": eager[0],
+        "speedup_vs_eager_low": eager[1],
+        "speedup_vs_eager_high": eager[2],
+        "speedup_vs_native": native[0],
+        "speedup_vs_native_low": native[1],
+        "speedup_vs_native_high": native[2],
+        "confidence_gate_passed": c.race.gate_passed,
+        "gate_against": c.race.gate_against,
+        "verdict": c.race.verdict,
+        "parity_passed": None if parity is None else parity.passed,
+        "setup_time_s": c.lifecycle.setup_time_s,
+        "first_call_time_s": c.lifecycle.first_call_time_s,
+        "peak_memory_mb": c.memory.peak_mb,
+        "projected_total_ms": c.lifecycle.projected_total_ms,
+        "break_even_calls_vs_baseline": c.lifecycle.break_even_calls_vs_baseline,
+        "error_stage": None if error is None else str(error.stage),
+        "error_message": None if error is None else error.message,
+        "availability_reason": c.availability_reason,
+    }
 
 
 CASE_FIELDS = (
@@ -172,43 +184,40 @@ CASE_FIELDS = (
 
 def case_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
     """One record per run, candidate and workload case (:data:`CASE_FIELDS`)."""
-    records = []
-    for run in runs:
-        for c in run.report.candidates:
-            for case in getattr(c, "cases", ()) or ():
-                lat = case.latency
-                validation = getattr(case, "validation", None)
+    return [_case_record(run, c, case) for run, c, case in _cases(runs)]
 
-                def stat(name: str, lat: Any = lat) -> Any:
-                    return None if lat is None else getattr(lat, name, None)
 
-                records.append(
-                    {
-                        "run": run.label,
-                        "plan": c.name,
-                        "case": case.name,
-                        "weight": case.weight,
-                        "first_call_time_s": case.first_call_time_s,
-                        "median_ms": stat("median_ms"),
-                        "mean_ms": stat("mean_ms"),
-                        "min_ms": stat("min_ms"),
-                        "p90_ms": stat("p90_ms"),
-                        "p95_ms": stat("p95_ms"),
-                        "p99_ms": stat("p99_ms"),
-                        "stdev_ms": stat("stdev_ms"),
-                        "mean_ci_low_ms": stat("mean_low_ms"),
-                        "mean_ci_high_ms": stat("mean_high_ms"),
-                        "samples": stat("samples"),
-                        "block_size": stat("block_size"),
-                        "rounds": stat("rounds"),
-                        "timed_calls": stat("timed_calls"),
-                        "noisy": stat("noisy"),
-                        "page_faults_per_call": stat("page_faults_per_call"),
-                        "validation_passed": None if validation is None else validation.passed,
-                        "raw_samples_recorded": _samples(lat) is not None,
-                    }
-                )
-    return records
+def _case_record(run: Run, c: CandidateEvidence, case: CaseEvidence) -> dict[str, Any]:
+    lat = case.latency
+    validation = getattr(case, "validation", None)
+
+    def stat(name: str) -> Any:
+        return None if lat is None else getattr(lat, name, None)
+
+    return {
+        "run": run.label,
+        "plan": c.name,
+        "case": case.name,
+        "weight": case.weight,
+        "first_call_time_s": case.first_call_time_s,
+        "median_ms": stat("median_ms"),
+        "mean_ms": stat("mean_ms"),
+        "min_ms": stat("min_ms"),
+        "p90_ms": stat("p90_ms"),
+        "p95_ms": stat("p95_ms"),
+        "p99_ms": stat("p99_ms"),
+        "stdev_ms": stat("stdev_ms"),
+        "mean_ci_low_ms": stat("mean_low_ms"),
+        "mean_ci_high_ms": stat("mean_high_ms"),
+        "samples": stat("samples"),
+        "block_size": stat("block_size"),
+        "rounds": stat("rounds"),
+        "timed_calls": stat("timed_calls"),
+        "noisy": stat("noisy"),
+        "page_faults_per_call": stat("page_faults_per_call"),
+        "validation_passed": None if validation is None else validation.passed,
+        "raw_samples_recorded": _samples(lat) is not None,
+    }
 
 
 SAMPLE_FIELDS = ("run", "plan", "case", "index", "latency_ms", "block_size")
@@ -217,21 +226,20 @@ SAMPLE_FIELDS = ("run", "plan", "case", "index", "latency_ms", "block_size")
 def sample_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
     """Every raw latency sample, one record each, in the order they were taken."""
     records = []
-    for run in runs:
-        for c in run.report.candidates:
-            for case in getattr(c, "cases", ()) or ():
-                samples = _samples(case.latency)
-                for index, value in enumerate(samples or ()):
-                    records.append(
-                        {
-                            "run": run.label,
-                            "plan": c.name,
-                            "case": case.name,
-                            "index": index,
-                            "latency_ms": value,
-                            "block_size": case.latency.block_size,
-                        }
-                    )
+    for run, c, case in _cases(runs):
+        if case.latency is None:
+            continue
+        for index, value in enumerate(_samples(case.latency) or ()):
+            records.append(
+                {
+                    "run": run.label,
+                    "plan": c.name,
+                    "case": case.name,
+                    "index": index,
+                    "latency_ms": value,
+                    "block_size": case.latency.block_size,
+                }
+            )
     return records
 
 
@@ -294,11 +302,10 @@ def latex_table(runs: Sequence[Run]) -> str:
     status; with several, the speedup per run (a column each)."""
     plans: list[str] = []
     precision: dict[str, str] = {}
-    for run in runs:
-        for c in run.report.candidates:
-            if c.name not in plans:
-                plans.append(c.name)
-                precision[c.name] = c.precision
+    for _, c in _candidates(runs):
+        if c.name not in plans:
+            plans.append(c.name)
+            precision[c.name] = c.precision
     lines: list[str] = []
     if len(runs) == 1:
         report = runs[0].report

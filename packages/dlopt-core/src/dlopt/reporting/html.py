@@ -21,15 +21,14 @@ from dlopt.reporting.tables import (
     Table,
     candidate_summary,
     candidates_table,
+    evidence_tables,
     headline,
     inputs_kind,
-    latency_table,
     measurement_line,
     race_notes,
     throughput_notes,
     throughput_table,
     unavailable_table,
-    validation_table,
 )
 
 if TYPE_CHECKING:
@@ -246,12 +245,7 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
     parts.append('<h2 id="evidence">Evidence per plan</h2>')
     for cand in report.candidates:
         inner = [_pairs_html(candidate_summary(cand))]
-        if any(cs.latency is not None for cs in cand.cases or ()):
-            inner.append(table_html(latency_table(cand)))
-        for which in ("parity", "revalidation", "final_check"):
-            table = validation_table(cand, which)
-            if table is not None:
-                inner.append(table_html(table))
+        inner.extend(table_html(table) for table in evidence_tables(cand))
         opened = " open" if cand.name == report.selected_plan else ""
         parts.append(
             f'<details class="candidate"{opened}><summary>{_esc(cand.name)} '

@@ -587,6 +587,24 @@ def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | 
     )
 
 
+#: The validation evidence of a plan, in the order it was taken.
+VALIDATION_STAGES = ("parity", "revalidation", "final_check")
+
+
+def evidence_tables(cand: CandidateEvidence) -> list[Table]:
+    """One plan's evidence per case, as every view of a report shows it: its latency
+    statistics (when it was measured), then each validation it went through
+    (:data:`VALIDATION_STAGES`)."""
+    tables: list[Table] = []
+    if any(case.latency is not None for case in cand.cases or ()):
+        tables.append(latency_table(cand))
+    for which in VALIDATION_STAGES:
+        table = validation_table(cand, which)
+        if table is not None:
+            tables.append(table)
+    return tables
+
+
 def candidate_summary(cand: CandidateEvidence) -> list[tuple[str, str]]:
     """One plan's headline facts as ``(field, value)`` pairs."""
     pairs = [
@@ -622,11 +640,13 @@ __all__ = [
     "FOLD",
     "NOWRAP",
     "PAGE_FAULT_HINT_THRESHOLD",
+    "VALIDATION_STAGES",
     "WRAP",
     "Table",
     "candidate_summary",
     "candidates_table",
     "decision_lines",
+    "evidence_tables",
     "gate_text",
     "headline",
     "inputs_kind",
