@@ -38,3 +38,19 @@ def test_saved_kernels_land_in_inductors_cache_under_their_own_names(tmp_path, m
     assert not (inductor / "x").exists()
     assert not (inductor / "ef").exists()
     assert not (inductor / "gh").exists()
+
+
+def test_the_isa_check_library_is_found_by_its_source(tmp_path):
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    from dlopt.cache.comeback import _isa_check_binaries
+
+    check = write(tmp_path / "th" / "cthcheck.so", b"isa check")
+    write(check.with_suffix(".cpp"), VecISA._avx_code.encode())
+    kernel = write(tmp_path / "ab" / "cabkernel.so", b"kernel")
+    write(kernel.with_suffix(".cpp"), b'extern "C" void kernel() {}')
+    write(tmp_path / "cd" / "ccdnobinary.cpp", VecISA._avx_code.encode())  # no binary
+    outside = write(tmp_path / "x" / "cxcheck.so", b"outside the layout")
+    write(outside.with_suffix(".cpp"), VecISA._avx_code.encode())
+
+    assert _isa_check_binaries(tmp_path) == [check]

@@ -9,9 +9,10 @@ declares.
 Torch's compile caches (``torch.compiler.save_cache_artifacts``) are torch's own
 serialized format, which torch unpickles when it loads them. They hold Inductor's
 generated code but not the C++ kernels compiled from it, which a fresh process would
-compile again (most of a CPU plan's compile time), so the kernel binaries torch loaded
-are saved beside them and put back into Inductor's cache directory, where torch finds
-them instead of compiling. dlopt hands both to torch only after every file's SHA-256
+compile again (most of a CPU plan's compile time), so the kernel binaries torch loaded,
+and the small library Inductor compiles to check the CPU's vector ISA, are saved beside
+them and put back into Inductor's cache directory, where torch finds them instead of
+compiling. dlopt hands both to torch only after every file's SHA-256
 matches the manifest, and only from a directory that nobody but this user can write
 (:func:`private_to_user`): the same trust torch gives its own cache directory. Anything
 else is rebuilt from scratch (compiled again).
@@ -60,7 +61,7 @@ def save_compile_cache(directory: Path) -> Path | None:
     (directory / COMPILE_CACHE_FILE).write_bytes(saved[0])
     root = _inductor_cache_root()
     if root is not None:
-        for binary in _loaded_kernel_binaries(root):
+        for binary in [*_loaded_kernel_binaries(root), *_isa_check_binaries(root)]:
             target = directory / KERNELS_DIR / binary.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(binary, target)
@@ -108,6 +109,33 @@ def _loaded_kernel_binaries(root: Path) -> list[Path]:
         for binary in (root / key[1:3]).glob(f"{key}*.so"):
             if binary.is_file() and _KERNEL_PATH.fullmatch(binary.relative_to(root).as_posix()):
                 found.append(binary)
+    return found
+
+
+def _isa_check_binaries(root: Path) -> list[Path]:
+    """The test library Inductor compiled to check which vector ISA this CPU runs: the
+    first kernel a process loads asks for it, and a fresh cache directory pays a C++
+    compile for it (about 2 s here). Found by its source, torch's own ISA check code,
+    beside it; none where this torch does not say what that code is."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+
+        code = VecISA._avx_code
+    except (ImportError, AttributeError):
+        return []
+    if not isinstance(code, str):
+        return []
+    size = len(code.encode())
+    found = []
+    for source in sorted(root.glob("??/*.cpp")):
+        binary = source.with_suffix(".so")
+        if not binary.is_file() or not _KERNEL_PATH.fullmatch(binary.relative_to(root).as_posix()):
+            continue
+        try:
+            if source.stat().st_size == size and source.read_text() == code:
+                found.append(binary)
+        except (OSError, UnicodeDecodeError):
+            continue
     return found
 
 
