@@ -65,7 +65,7 @@ def test_input_specs(spec, shape, dtype):
     assert parse_input_spec(spec) == (shape, dtype)
 
 
-@pytest.mark.parametrize("spec", ["8x", "x3", "8*3", "8x3:complex"])
+@pytest.mark.parametrize("spec", ["8x", "x3", "8*3", "8x3:complex", "01:"])
 def test_bad_input_specs_say_how_to_write_them(spec):
     with pytest.raises(WorkloadError, match=r"8x3x224x224|dtype"):
         parse_input_spec(spec)

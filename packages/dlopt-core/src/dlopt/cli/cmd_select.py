@@ -68,10 +68,15 @@ _SHAPE = re.compile(r"^\d+(x\d+)*$")
 
 def parse_input_spec(spec: str) -> tuple[tuple[int, ...], str]:
     """``"8x3x224x224[:dtype]"`` -> ``((8, 3, 224, 224), "float32")``."""
-    shape_text, _, dtype_text = spec.partition(":")
+    shape_text, colon, dtype_text = spec.partition(":")
     if not _SHAPE.match(shape_text):
         raise WorkloadError(
             f"bad input shape {spec!r}: write dimensions joined by 'x', e.g. 8x3x224x224[:float16]"
+        )
+    if colon and not dtype_text:
+        raise WorkloadError(
+            f"{spec!r} ends in ':' with no dtype after it; write SHAPE:DTYPE (e.g. "
+            f"{shape_text}:float16) or the shape alone for float32"
         )
     dtype = _DTYPES.get((dtype_text or "float32").lower())
     if dtype is None:
