@@ -1,7 +1,8 @@
 """The plan cache across processes: a selection stores its decision, a fresh process with
 the same model, workload and machine gets a revalidated hit, and the record's bundle
 serves again through ``load_bundle`` (loaded, or rebuilt from the model), for each kind
-of first-party plan.
+of first-party plan. An Inductor winner comes back from its AOTInductor package (the
+default) or, with ``aot_package=False``, rebuilt with torch's compile caches restored.
 
 The model sleeps 3 ms per eager call on contiguous inputs, but not while it is traced,
 exported or compiled, nor on channels-last inputs, so a traced, exported, compiled or
@@ -101,6 +102,8 @@ WORKER = textwrap.dedent(
             record_written=cache.record_written,
             key=cache.key,
             restored=decision.plan.metadata.get("compile_cache_restored"),
+            served_as=decision.plan.metadata.get("served_as"),
+            saved_program=cache.saved_program,
             revalidation_s=cache.revalidation_time_s,
             close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
             problems={
@@ -117,6 +120,13 @@ WORKER = textwrap.dedent(
             result["without_model"] = "loaded"
         except Exception as exc:
             result["without_model"] = f"{type(exc).__name__}: {exc}"
+        try:
+            served = load_bundle(bundle, load_compiled_program=True)
+            result["program_without_model"] = bool(
+                torch.allclose(served(x), expected, rtol=1e-2, atol=1e-2)
+            )
+        except Exception as exc:
+            result["program_without_model"] = f"{type(exc).__name__}: {exc}"
         decision = load_bundle(bundle, model=model, restore_compile_cache=True)
         result.update(
             selected=decision.selected_plan,
@@ -193,9 +203,23 @@ def test_torchao_winner_comes_back_from_the_model(tmp_path):
     assert "load_bundle(path, model=model)" in loaded["without_model"]
 
 
-def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
+def test_inductor_winner_hits_from_its_aotinductor_package(tmp_path):
     pytest.importorskip("dlopt_fx")
     first, second, loaded = miss_then_hit(tmp_path, "inductor")
+    assert first["saved_program"].startswith("saved in"), first
+    # The hit loads the package: nothing is compiled, not even from restored caches.
+    assert second["served_as"] == "aotinductor_package", second
+    assert second["kernels_built"] == [], second["kernels_built"]
+    # The record's bundle serves without the model when asked to run its program.
+    assert loaded["program_without_model"] is True, loaded
+    assert "load_compiled_program=True" in loaded["without_model"], loaded
+
+
+def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
+    pytest.importorskip("dlopt_fx")
+    first, second, loaded = miss_then_hit(tmp_path, "inductor", {"aot_package": False})
+    assert first["saved_program"] == "not saved: the plan's options turn it off", first
+    assert second["served_as"] is None
     assert first["restored"] is None  # built from scratch in the race
     assert second["restored"] is True  # the hit handed torch the record's compile caches
     # ...and the C++ kernels the race compiled: the hit compiles none of them again.
@@ -208,3 +232,4 @@ def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
     rebuilt = set(first["kernels_built"]) & set(second["kernels_built"])
     assert rebuilt <= {"header.i"}, (first["kernels_built"], second["kernels_built"])
     assert "load_bundle(path, model=model)" in loaded["without_model"]
+    assert "load_compiled_program" not in loaded["without_model"]  # it holds no program

@@ -234,6 +234,9 @@ class CompiledRunner:
         self._cache_dir = cache_dir
         self._trace_config = dict(trace_config or {})
         self._seen: set[Any] = set()
+        #: The uncompiled module and the callable compiled from it (which runs the
+        #: module), set by the provider: what an AOTInductor package is exported from.
+        self.source: tuple[torch.nn.Module, Callable[..., Any]] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with torch.no_grad():
@@ -280,6 +283,7 @@ class CompiledRunner:
         """Drop this plan's compiled code (only its own Dynamo cache entries)."""
         code, self._code = self._code, None
         self._compiled = _closed
+        self.source = None
         if code is not None:
             reset_code = getattr(torch._dynamo, "reset_code", None)
             if reset_code is not None:

@@ -12,6 +12,7 @@ prepared them, on the device plans are called with.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -124,6 +125,15 @@ class InductorOptions:
             "help": "input shapes: 'auto' marks only the dims that vary across the "
             "workload's cases dynamic, 'static' compiles every shape on its own, "
             "'automatic' leaves it to Dynamo; None keeps the plan's own ('auto')"
+        },
+    )
+    aot_package: bool = field(
+        default=True,
+        metadata={
+            "help": "when this plan is selected with the plan cache on, also save it as an "
+            "AOTInductor package (torch.export, compiled ahead of time: about as long as "
+            "the plan's own compile), so a cache hit loads it in milliseconds instead of "
+            "compiling again; False skips it"
         },
     )
 
@@ -327,6 +337,7 @@ class InductorProvider(Provider):
                 f"{self.name}: torch.compile rejected the setup: {exc}"
             ) from exc
         metadata.update(compile_metadata)
+        runner.source = (module, entry)
         if self.autocast_dtype is not None:
             try:
                 metadata["reduced_precision_check"] = self._check_reduced_precision(
@@ -342,6 +353,45 @@ class InductorProvider(Provider):
             output_dtype=self.autocast_dtype,
             metadata=metadata,
             on_close=runner.close,
+        )
+
+    def save_program(
+        self, plan: BuiltPlan, directory: Path, context: ProviderContext
+    ) -> dict[str, Any] | None:
+        """Save ``plan`` as an AOTInductor package in ``directory`` (see
+        :mod:`dlopt_fx.package`); its metadata, or ``None`` when the options say not to.
+        Raises with the reason when the plan cannot be packaged."""
+        options: InductorOptions = context.options or InductorOptions()
+        if not options.aot_package:
+            return None
+        source = getattr(plan.runner, "source", None)
+        if source is None:
+            raise ProviderBuildError(f"{self.name}: the plan was closed, or not built here")
+        from dlopt_fx.package import save_package
+
+        module, call = source
+        inductor_options = self.options_for(context.target.device_type, options)
+        return save_package(module, call, context.build_cases(), inductor_options, directory)
+
+    def load_program(
+        self, directory: Path, metadata: dict[str, Any], context: ProviderContext
+    ) -> BuiltPlan:
+        """The plan served from the package :meth:`save_program` wrote: no model, no
+        compile."""
+        from dlopt_fx.package import PackageRunner
+
+        device = torch.device(context.target.device)
+        index = -1 if device.type == "cpu" else (device.index or 0)
+        runner = PackageRunner(directory / str(metadata["file"]), metadata, index)
+        return BuiltPlan(
+            runner=runner,
+            precision=self.precision,
+            output_dtype=self.autocast_dtype,
+            metadata={
+                "plan": self.name,
+                "served_as": "aotinductor_package",
+                "package": {k: v for k, v in metadata.items() if k != "constants"},
+            },
         )
 
     def _check_reduced_precision(

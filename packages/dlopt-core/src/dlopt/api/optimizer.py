@@ -284,7 +284,10 @@ class InferenceOptimizer:
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
         if found is not None:
-            report = lookup.store(found, report, selected, context.artifact_dir)
+            plan_context = attrs.evolve(
+                context, options=selected.options, cases=prepare.prepared_cases(reference)
+            )
+            report = lookup.store(found, report, selected, plan_context)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
         assert selected.plan is not None

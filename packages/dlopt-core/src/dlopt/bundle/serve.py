@@ -24,7 +24,7 @@ from dlopt.bundle.store import (
     BundleLoadError,
     verify_bundle,
 )
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ComebackProvider
+from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, PROGRAM_ARTIFACT, ComebackProvider
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.fileio import TemporaryArtifacts
@@ -42,6 +42,7 @@ def load_bundle(
     artifact_dir: str | os.PathLike[str] | None = None,
     model: torch.nn.Module | None = None,
     restore_compile_cache: bool = False,
+    load_compiled_program: bool = False,
 ) -> OptimizationDecision:
     """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
 
@@ -56,7 +57,11 @@ def load_bundle(
     Inductor, TorchAO) are built again from ``model``, which must then be given (the
     error says so when it is not); ``restore_compile_cache=True`` first hands torch the
     compile caches saved in the bundle (hash-checked; torch unpickles them, so only for a
-    bundle you trust). ``artifact_dir``: scratch space the provider may write to (engine
+    bundle you trust). ``load_compiled_program=True`` serves the plan from the compiled
+    program saved with it, where there is one (a plan cache record's bundle holds an
+    AOTInductor package of an Inductor winner): no model and no compile are needed; the
+    program's compiled code runs in this process, so again only for a bundle you trust.
+    ``artifact_dir``: scratch space the provider may write to (engine
     caches; default: a new temporary directory), never the bundle itself.
 
     Raises :class:`BundleError` when the bundle fails verification and
@@ -67,7 +72,15 @@ def load_bundle(
     failed.
     """
     bundle = verify_bundle(directory)
-    return _load_plan(bundle, registry, target, artifact_dir, model, restore_compile_cache)
+    return _load_plan(
+        bundle,
+        registry,
+        target,
+        artifact_dir,
+        model,
+        restore_compile_cache,
+        load_compiled_program,
+    )
 
 
 def _load_plan(
@@ -77,6 +90,7 @@ def _load_plan(
     artifact_dir: str | os.PathLike[str] | None,
     model: torch.nn.Module | None = None,
     restore_compile_cache: bool = False,
+    load_compiled_program: bool = False,
 ) -> OptimizationDecision:
     # Scratch space the caller did not name is owned by the decision and removed with it.
     scratch: TemporaryArtifacts | None = None
@@ -87,7 +101,13 @@ def _load_plan(
         scratch_dir = scratch.path
     try:
         plan = _load_selected_plan(
-            bundle, registry, target, scratch_dir, model, restore_compile_cache
+            bundle,
+            registry,
+            target,
+            scratch_dir,
+            model,
+            restore_compile_cache,
+            load_compiled_program,
         )
     except BaseException:
         if scratch is not None:
@@ -103,6 +123,7 @@ def _load_selected_plan(
     artifact_dir: Path,
     model: torch.nn.Module | None,
     restore_compile_cache: bool,
+    load_compiled_program: bool = False,
 ) -> BuiltPlan:
     report = bundle.report
     plan_name = report.selected_plan
@@ -129,11 +150,25 @@ def _load_selected_plan(
         raise BundleLoadError(
             f"{where}: its provider declares that saved plans are loaded, but it has no load()"
         )
-    if comes_back is not Comeback.LOAD and model is None:
+    saved = bundle.manifest.get("artifacts", {})
+    program = (
+        bundle.artifact_path(PROGRAM_ARTIFACT)
+        if load_compiled_program and PROGRAM_ARTIFACT in saved
+        else None
+    )
+    comeback = ComebackProvider(
+        provider, bundle.path / ARTIFACTS_DIR / plan_name, dict(evidence.metadata), program=program
+    )
+    if model is None and not comeback.serves_without_model:
         raise BundleLoadError(
             f"{where} is served again by rebuilding it from the model ({comes_back.value}): "
             "the bundle holds no program that runs without it; pass the model: "
             "load_bundle(path, model=model)"
+            + (
+                ""
+                if program is not None or PROGRAM_ARTIFACT not in saved
+                else " (or serve its saved compiled program: load_compiled_program=True)"
+            )
         )
     context = ProviderContext(
         target=_load_target(target, report.target),
@@ -149,11 +184,9 @@ def _load_selected_plan(
             f"{availability.reason or 'its probe says unavailable'}{hint}"
         )
     context = attrs.evolve(context, availability=availability)
-    plan_dir = bundle.path / ARTIFACTS_DIR / plan_name
-    compile_cache = None
-    if restore_compile_cache and COMPILE_CACHE_ARTIFACT in bundle.manifest.get("artifacts", {}):
-        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
-    comeback = ComebackProvider(provider, plan_dir, dict(evidence.metadata), compile_cache)
+    plan_dir = comeback.plan_dir
+    if restore_compile_cache and COMPILE_CACHE_ARTIFACT in saved:
+        comeback.compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
     try:
         plan = comeback.build(model, context)
     except Exception as exc:

@@ -16,6 +16,12 @@ compiling. dlopt hands both to torch only after every file's SHA-256
 matches the manifest, and only from a directory that nobody but this user can write
 (:func:`private_to_user`): the same trust torch gives its own cache directory. Anything
 else is rebuilt from scratch (compiled again).
+
+A provider may also save the selected plan as a program that serves without the model
+and without compiling (``save_program``; the Inductor plans write an AOTInductor
+package): the record keeps it under :data:`PROGRAM_ARTIFACT` with the metadata the
+provider returned, and a hit loads it (``load_program``) under the same checks as the
+kernels, falling back to the rebuild above when it cannot.
 """
 
 from __future__ import annotations
@@ -24,12 +30,21 @@ import os
 import re
 import shutil
 import stat
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from dlopt.errors import ProviderBuildError
+from dlopt.platform.fileio import read_bytes_capped
+from dlopt.platform.serialization import (
+    atomic_write_text,
+    dumps,
+    parse_strict_json,
+    strict_jsonable,
+)
 from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 
 #: The artifact name (in a record's bundle) of torch's serialized compile caches: a
@@ -38,6 +53,11 @@ from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 COMPILE_CACHE_ARTIFACT = "torch_compile_cache"
 COMPILE_CACHE_FILE = "torch_compile_cache.bin"
 KERNELS_DIR = "kernels"
+#: The artifact name of a plan saved as a program (``save_program``): a directory with
+#: the provider's files and :data:`PROGRAM_METADATA_FILE`.
+PROGRAM_ARTIFACT = "compiled_program"
+PROGRAM_METADATA_FILE = "program.json"
+_PROGRAM_METADATA_CAP = 1 << 20
 #: Inductor's code caches whose keys name compiled C++ kernels.
 _KERNEL_CACHES = ("CppCodeCache", "CppPythonBindingsCodeCache", "CppWrapperCodeCache")
 _KERNEL_KEY = re.compile(r"[a-z0-9_]{4,}")
@@ -66,6 +86,49 @@ def save_compile_cache(directory: Path) -> Path | None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(binary, target)
     return directory
+
+
+@attrs.frozen
+class SavedProgram:
+    """What :func:`save_program` did: the program's directory (``None`` when none was
+    saved) and a line for the report."""
+
+    directory: Path | None
+    note: str
+
+
+def save_program(
+    provider: Any, plan: BuiltPlan, parent: Path | None, context: ProviderContext
+) -> SavedProgram | None:
+    """Ask ``provider`` to save ``plan`` as a program in a new directory under ``parent``
+    (``None`` when it cannot save programs). A provider that declines or fails leaves no
+    program; the note says why (the record is written either way)."""
+    saver = getattr(provider, "save_program", None)
+    if not callable(saver) or not callable(getattr(provider, "load_program", None)):
+        return None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="program-", dir=parent))
+    start = time.perf_counter()
+    try:
+        metadata = saver(plan, directory, context)
+        if metadata is None:
+            return SavedProgram(None, "not saved: the plan's options turn it off")
+        atomic_write_text(directory / PROGRAM_METADATA_FILE, dumps(strict_jsonable(dict(metadata))))
+    except Exception as exc:  # a plan that cannot be packaged still has its record
+        shutil.rmtree(directory, ignore_errors=True)
+        return SavedProgram(None, f"not saved: {type(exc).__name__}: {exc}"[:500])
+    return SavedProgram(directory, f"saved in {time.perf_counter() - start:.1f} s")
+
+
+def read_program_metadata(directory: Path) -> dict[str, Any]:
+    """The metadata a provider returned when it saved the program in ``directory``."""
+    data = parse_strict_json(
+        read_bytes_capped(directory / PROGRAM_METADATA_FILE, _PROGRAM_METADATA_CAP).decode()
+    )
+    if not isinstance(data, dict):
+        raise ValueError(f"{directory / PROGRAM_METADATA_FILE} does not hold a JSON object")
+    return data
 
 
 def restore_compile_cache(path: Path) -> bool:
@@ -185,6 +248,8 @@ class ComebackProvider:
     ``plan_dir``: the plan's saved files (``artifacts/<plan>`` of a bundle). ``metadata``:
     the plan's recorded metadata (what ``load`` reads). ``compile_cache``: torch's saved
     compile caches, when the plan is rebuilt with them and they may be trusted.
+    ``program``: the plan saved as a program (``save_program``), when it may be trusted:
+    loaded first, the other ways being the fallback.
     """
 
     provider: Any
@@ -196,6 +261,9 @@ class ComebackProvider:
     copy_to_plan_dir: bool = False
     #: Set by ``build``: whether torch took the restored compile caches.
     compile_cache_restored: bool = False
+    program: Path | None = None
+    #: Set by ``build``: why the saved program was not served (``None``: it was, or none).
+    program_error: str | None = None
 
     @property
     def name(self) -> str:
@@ -215,6 +283,10 @@ class ComebackProvider:
         return self.provider.probe(context)
 
     def build(self, model: Any, context: ProviderContext) -> BuiltPlan:
+        if self.program is not None:
+            loaded = self._load_program(context)
+            if loaded is not None:
+                return loaded
         kind = self.comes_back
         if kind is Comeback.LOAD:
             directory = self.plan_dir
@@ -228,13 +300,45 @@ class ComebackProvider:
                 )
             return plan
         if model is None:
+            unserved = (
+                f" (its saved program could not be served: {self.program_error})"
+                if self.program_error
+                else ""
+            )
             raise ProviderBuildError(
-                f"plan {self.name!r} comes back by rebuilding it from the model ({kind.value}); "
-                "pass the model: load_bundle(path, model=model)"
+                f"plan {self.name!r} comes back by rebuilding it from the model ({kind.value})"
+                f"{unserved}; pass the model: load_bundle(path, model=model)"
             )
         if kind is Comeback.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
             self.compile_cache_restored = restore_compile_cache(self.compile_cache)
         plan = self.provider.build(model, context)
         if isinstance(plan, BuiltPlan) and kind is Comeback.REBUILD_WITH_COMPILE_CACHE:
             plan.metadata = {**plan.metadata, "compile_cache_restored": self.compile_cache_restored}
+        if isinstance(plan, BuiltPlan) and self.program_error is not None:
+            plan.metadata = {**plan.metadata, "saved_program_not_served": self.program_error}
+        return plan
+
+    @property
+    def serves_without_model(self) -> bool:
+        """Whether this plan can come back with no model: loaded, or from a program."""
+        return self.comes_back is Comeback.LOAD or (
+            self.program is not None and callable(getattr(self.provider, "load_program", None))
+        )
+
+    def _load_program(self, context: ProviderContext) -> BuiltPlan | None:
+        """The plan served from its saved program; ``None`` (the reason kept in
+        ``program_error``) when the program cannot be loaded here."""
+        assert self.program is not None
+        loader = getattr(self.provider, "load_program", None)
+        if not callable(loader):
+            self.program_error = "its provider cannot load programs"
+            return None
+        try:
+            plan = loader(self.program, read_program_metadata(self.program), context)
+        except Exception as exc:
+            self.program_error = f"{type(exc).__name__}: {exc}"[:500]
+            return None
+        if not isinstance(plan, BuiltPlan):
+            self.program_error = f"load_program() returned {type(plan).__name__}"
+            return None
         return plan

@@ -23,13 +23,18 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadProfile
 from dlopt.bundle.store import BundleError
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, save_compile_cache
+from dlopt.cache.comeback import (
+    COMPILE_CACHE_ARTIFACT,
+    PROGRAM_ARTIFACT,
+    save_compile_cache,
+    save_program,
+)
 from dlopt.cache.key import cache_ingredients, key_of
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
 from dlopt.cache.revalidate import Revalidation
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
-from dlopt.plugins.contract import Comeback
+from dlopt.plugins.contract import Comeback, ProviderContext
 
 
 @attrs.define(eq=False)
@@ -125,18 +130,29 @@ def store(
     found: Lookup,
     report: OptimizationReport,
     selected: CandidateState,
-    artifact_dir: Path,
+    context: ProviderContext,
 ) -> OptimizationReport:
-    """Write the race's decision under ``found.key``; the report with ``record_written``."""
+    """Write the race's decision under ``found.key``; the report with ``record_written``.
+
+    ``context``: the selected plan's build context (its options and the prepared cases),
+    for a provider that saves the plan as a program.
+    """
     assert selected.plan is not None and report.cache is not None
+    cache = report.cache
     artifacts: dict[str, Any] = dict(selected.plan.artifacts)
-    if Comeback.of(selected.info.provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
+    provider = selected.info.provider
+    if Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
         saved = save_compile_cache(
-            Path(tempfile.mkdtemp(prefix="compile-cache-", dir=artifact_dir))
+            Path(tempfile.mkdtemp(prefix="compile-cache-", dir=context.artifact_dir))
         )
         if saved is not None:
             artifacts[COMPILE_CACHE_ARTIFACT] = saved
-    written = attrs.evolve(report.cache, record_written=True)
+    program = save_program(provider, selected.plan, context.artifact_dir, context)
+    if program is not None:
+        cache = attrs.evolve(cache, saved_program=program.note)
+        if program.directory is not None:
+            artifacts[PROGRAM_ARTIFACT] = program.directory
+    written = attrs.evolve(cache, record_written=True)
     try:
         result = found.cache.write(
             found.key,
@@ -149,10 +165,10 @@ def store(
         note = f"the record could not be written to {found.cache.root}: {exc}"
         warnings.warn(note, PlanCacheWarning, stacklevel=3)
         return attrs.evolve(
-            report, cache=attrs.evolve(report.cache, record_written=False, write_note=note)
+            report, cache=attrs.evolve(cache, record_written=False, write_note=note)
         )
     if not result.written:
         return attrs.evolve(
-            report, cache=attrs.evolve(report.cache, record_written=False, write_note=result.note)
+            report, cache=attrs.evolve(cache, record_written=False, write_note=result.note)
         )
     return attrs.evolve(report, cache=written)

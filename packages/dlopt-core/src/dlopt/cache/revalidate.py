@@ -27,6 +27,7 @@ from dlopt.api.workload import WorkloadProfile
 from dlopt.bundle.store import ARTIFACTS_DIR
 from dlopt.cache.comeback import (
     COMPILE_CACHE_ARTIFACT,
+    PROGRAM_ARTIFACT,
     ComebackProvider,
     private_to_user,
 )
@@ -177,13 +178,20 @@ def _check(
 def _comeback(record: CacheRecord, cand: state.CandidateState) -> ComebackProvider:
     provider = cand.info.provider
     bundle = record.bundle
+    saved = bundle.manifest.get("artifacts", {})
+    # Torch's caches and a compiled program are executed when loaded: only from a
+    # directory nobody else can write (their hashes were checked when the record was read).
+    trusted = private_to_user(record.path)
     compile_cache: Path | None = None
     if (
         Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE
-        and COMPILE_CACHE_ARTIFACT in bundle.manifest.get("artifacts", {})
-        and private_to_user(record.path)
+        and COMPILE_CACHE_ARTIFACT in saved
+        and trusted
     ):
         compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
+    program = (
+        bundle.artifact_path(PROGRAM_ARTIFACT) if PROGRAM_ARTIFACT in saved and trusted else None
+    )
     metadata = dict(bundle.report.candidate(cand.name).metadata)
     return ComebackProvider(
         provider,
@@ -191,6 +199,7 @@ def _comeback(record: CacheRecord, cand: state.CandidateState) -> ComebackProvid
         metadata,
         compile_cache,
         copy_to_plan_dir=True,
+        program=program,
     )
 
 

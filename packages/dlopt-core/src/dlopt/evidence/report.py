@@ -388,6 +388,9 @@ class CacheEvidence:
     revalidation probe's speedup of the cached pick over the baseline (``probe_baseline``).
     ``record_written``: a race's decision was stored (``False`` with the reason in
     ``write_note`` when it could not be, or another process wrote it first).
+    ``saved_program``: whether the selected plan was also saved as a program that serves
+    without compiling (an AOTInductor package), how long it took or why not; ``None``
+    when its provider saves none.
     """
 
     cache_hit: bool
@@ -401,6 +404,7 @@ class CacheEvidence:
     probe_speedup: RatioInterval | None = None
     record_written: bool | None = None
     write_note: str | None = None
+    saved_program: str | None = None
 
 
 @frozen

@@ -287,7 +287,11 @@ class ExecutionProvider(Protocol):
     from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
     file names, ``metadata`` is the plan's recorded metadata), and ``comes_back`` (a
     :class:`Comeback`: how a bundle or cache record serves the plan again; default
-    ``load`` with a ``load`` method, else ``rebuild``).
+    ``load`` with a ``load`` method, else ``rebuild``). A provider that rebuilds may also
+    implement ``save_program(plan, directory, context) -> dict | None`` and
+    ``load_program(directory, metadata, context) -> BuiltPlan``: the selected plan saved
+    as a program that serves without the model or a compile (an AOTInductor package),
+    loaded first on a cache hit (docs/writing-a-provider.md).
     """
 
     @property
