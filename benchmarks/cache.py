@@ -9,7 +9,8 @@ Each selection runs in a fresh process (``python -c``), timed from before the pr
 starts to a returned decision: the first run races and stores its record, the second
 finds it, brings the plan back, validates it and runs the revalidation probe. Every
 process gets its own empty ``TORCHINDUCTOR_CACHE_DIR``, as a new replica would, so an
-Inductor hit compiles only with the caches the record restores. The ratio hit / race is
+Inductor hit compiles only with what the record brings: the winner's AOTInductor package
+(saved after the race, its time included in the race's), else torch's compile caches. The ratio hit / race is
 measured in one run on one machine; the load average is printed. Hashing: the key's
 weight hash (``dlopt.cache.key.model_ingredients``) of a stack of fp32 Linear layers,
 in MB/s.
@@ -51,6 +52,8 @@ print("RESULT " + json.dumps({
     "lookup_s": cache.lookup_time_s,
     "revalidation_s": cache.revalidation_time_s,
     "compile_cache_restored": decision.plan.metadata.get("compile_cache_restored"),
+    "served_as": decision.plan.metadata.get("served_as"),
+    "saved_program": cache.saved_program,
 }))
 """
 
@@ -82,8 +85,11 @@ def race_vs_hit(name: str, include: str, min_speedup: float, budget: str) -> dic
         f"{name:28s} race {race['wall_s']:7.1f} s ({race['selected']})  "
         f"hit {hit['wall_s']:6.1f} s ({hit['selected']}, cache_hit={hit['cache_hit']}, "
         f"lookup {hit['lookup_s'] or 0:.2f} s, revalidation {hit['revalidation_s'] or 0:.2f} s, "
-        f"compile caches restored: {hit['compile_cache_restored']})  hit/race {ratio:.3f}"
+        f"compile caches restored: {hit['compile_cache_restored']}, "
+        f"served as: {hit['served_as'] or 'built'})  hit/race {ratio:.3f}"
     )
+    if race["saved_program"]:
+        print(f"  the race's winner as a program: {race['saved_program']}")
     if not hit["cache_hit"]:
         print(f"  the second run missed: {hit['reason']}")
     return {"name": name, "race": race, "hit": hit, "hit_over_race": ratio}
