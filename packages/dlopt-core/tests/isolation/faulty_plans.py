@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,6 +97,29 @@ class FaultyPlan:
 
 class FastPlan(FaultyPlan):
     name = "fast"
+
+
+class SavedProgramPlan(FaultyPlan):
+    """``fast`` that also saves itself as a program (its weights as JSON) and serves it
+    without the model: what a plan cache record brings back into the host."""
+
+    name = "fast_program"
+
+    def save_program(self, plan: BuiltPlan, directory: Path, context: Any) -> dict[str, Any]:
+        return {"weight": plan.metadata["weight"], "bias": plan.metadata["bias"]}
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        plan = super().build(model, context)
+        linear = model.linear
+        plan.metadata = {"weight": linear.weight.tolist(), "bias": linear.bias.tolist()}
+        return plan
+
+    def load_program(self, directory: Path, metadata: dict[str, Any], context: Any) -> BuiltPlan:
+        weight, bias = torch.tensor(metadata["weight"]), torch.tensor(metadata["bias"])
+        return BuiltPlan(
+            runner=lambda x: torch.nn.functional.linear(x, weight, bias),
+            metadata={"served_as": "program"},
+        )
 
 
 #: The faulty plans: class name (what a worker imports) -> (plan name, ``stage:how``).

@@ -108,7 +108,7 @@ def revalidate_record(
         n: state.CandidateState(info=by_name[n].info, options=by_name[n].options) for n in names
     }
     fresh[chosen].info = attrs.evolve(
-        fresh[chosen].info, provider=_comeback(record, by_name[chosen])
+        fresh[chosen].info, provider=comeback_from_record(record, by_name[chosen])
     )
     built = list(fresh.values())
     try:
@@ -175,7 +175,9 @@ def _check(
     )
 
 
-def _comeback(record: CacheRecord, cand: state.CandidateState) -> ComebackProvider:
+def comeback_from_record(record: CacheRecord, cand: state.CandidateState) -> ComebackProvider:
+    """``cand``'s provider wrapped to bring the record's saved plan back: its program or
+    artifacts, and torch's compile caches, where the record's directory may be trusted."""
     provider = cand.info.provider
     bundle = record.bundle
     saved = bundle.manifest.get("artifacts", {})

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ from dlopt.vocabulary import Stage, Status
 if TYPE_CHECKING:
     from dlopt.api.decision import OptimizationDecision
     from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.api.policy import OptimizationPolicy
 
 #: How often the host looks at its worker.
 POLL_S = 0.05
@@ -523,6 +525,9 @@ def _decision_in_host(
     policy = attrs.evolve(optimizer.policy, include=(report.selected_plan,), exclude=())
     candidates = plans.choose_plans(registry, optimizer.explicit_providers, policy)
     winner = next(c for c in candidates if c.name == report.selected_plan)
+    saved = _saved_winner(optimizer.policy, report, winner)
+    if saved is not None:
+        winner.info = attrs.evolve(winner.info, provider=saved)
     guard = ModelGuard(model, snapshot=optimizer.policy.quality.snapshot_weights)
     reference = capture_reference(
         model, workload, optimizer.policy.quality, target=optimizer.target, guard=guard
@@ -546,6 +551,26 @@ def _decision_in_host(
     emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
     assert winner.plan is not None
     return OptimizationDecision(winner.plan, report)
+
+
+def _saved_winner(policy: OptimizationPolicy, report: OptimizationReport, winner: Any) -> Any:
+    """The winner as the worker's plan cache record saved it (its program, artifacts or
+    compile caches), so the host does not compile it again; ``None`` without a record.
+    The host validates it against its own reference either way."""
+    from dlopt.cache.record_store import PlanCache
+    from dlopt.cache.revalidate import comeback_from_record
+
+    cache = report.cache
+    if policy.plan_cache_dir is None or cache is None:
+        return None
+    if not (cache.cache_hit or cache.record_written):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the worker warned about its records already
+        record = PlanCache(policy.plan_cache_dir).lookup(cache.key)
+    if record is None or record.report.selected_plan != winner.name:
+        return None
+    return comeback_from_record(record, winner)
 
 
 def _observers_only(optimizer: InferenceOptimizer) -> Callable[[Event], None]:
