@@ -1,6 +1,7 @@
-"""Saved programs in the plan cache: a selected plan whose provider saves programs is
-stored with one, a hit serves it (falling back to the provider's rebuild when it cannot
-be loaded), and a provider that fails to save still gets its record."""
+"""Saved programs: a selected plan whose provider saves programs is stored with one in
+its plan cache record, a hit serves it (falling back to the provider's rebuild when it
+cannot be loaded), a provider that fails to save still gets its record, and a bundle
+saved with ``compiled_program=True`` serves without the model."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ import pytest
 import torch
 from attrs import define, field
 
-from dlopt.cache.comeback import PROGRAM_ARTIFACT, PROGRAM_METADATA_FILE, read_program_metadata
+from dlopt.bundle.serve import load_bundle
+from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError
+from dlopt.cache.comeback import PROGRAM_METADATA_FILE, read_program_metadata
 from dlopt.cache.record_store import PlanCache
 from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.fakes import FakeProvider
+from dlopt.testing.plugins import plugin_module
 
 PROGRAM_FILE = "program.txt"
 
@@ -61,11 +66,17 @@ def small_model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
 
 
-def select(tmp_path: Path, model: torch.nn.Module, seed: int, **fake: Any) -> tuple:
+def select(
+    cache_dir: Path | None, model: torch.nn.Module, seed: int, plain: bool = False, **fake: Any
+) -> tuple:
     race = FakeRace(seed=seed)
-    provider = ProgramFake("fast", latency_s=race.jitter(1e-3), advance=race.clock.advance, **fake)
+    kind = FakeProvider if plain else ProgramFake
+    provider = kind("fast", latency_s=race.jitter(1e-3), advance=race.clock.advance, **fake)
     optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), provider)
-    optimizer = optimizer.with_policy(attrs.evolve(optimizer.policy, plan_cache_dir=str(tmp_path)))
+    if cache_dir is not None:
+        optimizer = optimizer.with_policy(
+            attrs.evolve(optimizer.policy, plan_cache_dir=str(cache_dir))
+        )
     return optimizer.select_signature(model, torch.randn(4, 8)), provider
 
 
@@ -106,3 +117,27 @@ def test_a_plan_that_cannot_be_saved_still_gets_its_record(tmp_path: Path) -> No
     second, provider = select(tmp_path, model, seed=2, served_model=model)
     assert second.report.cache.cache_hit is True
     assert (provider.loads, provider.builds) == (0, 1)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["from the record", "saved on demand"])
+def test_a_bundle_with_its_compiled_program_serves_without_the_model(tmp_path, cached):
+    model = small_model()
+    decision, provider = select(tmp_path / "cache" if cached else None, model, seed=1)
+    bundle = decision.save_bundle(tmp_path / "bundle", compiled_program=True)
+    assert provider.saves == 1  # the record's program is the bundle's: saved once
+    loader = ProgramFake("fast", served_model=model)
+    plugins = [("fakeplug", plugin_module("fakeplug", loader))]
+    registry = load_providers(PluginSettings(autoload=False), extra_plugins=plugins)
+    served = load_bundle(bundle, registry=registry, load_compiled_program=True)
+    assert served.plan.metadata["served_as"] == "fake_program" and loader.loads == 1
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(served(x), model(x))
+
+
+def test_a_bundle_cannot_hold_a_program_its_provider_cannot_save(tmp_path):
+    decision, _ = select(None, small_model(), seed=1, plain=True)
+    with pytest.raises(BundleError, match="saves no compiled programs"):
+        decision.save_bundle(tmp_path / "bundle", compiled_program=True)
+    failing, _ = select(None, small_model(), seed=1, save_error="unsupported operator")
+    with pytest.raises(BundleError, match="unsupported operator"):
+        failing.save_bundle(tmp_path / "bundle", compiled_program=True)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dlopt.bundle.store import write_bundle
+from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, write_bundle
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.plugins.contract import BuiltPlan
@@ -29,10 +30,13 @@ class OptimizationDecision:
         report: OptimizationReport,
         *,
         scratch: TemporaryArtifacts | None = None,
+        program: Callable[[Path | None], SavedProgram | None] | None = None,
     ) -> None:
         self.plan = plan
         self.report = report
         self._scratch = scratch
+        #: Saves the plan as a compiled program for a bundle (see :meth:`save_bundle`).
+        self._program = program
 
     @property
     def selected_plan(self) -> str:
@@ -59,7 +63,9 @@ class OptimizationDecision:
         """Write the strict-JSON report (atomically)."""
         return self.report.save(path)
 
-    def save_bundle(self, directory: str | os.PathLike[str]) -> Path:
+    def save_bundle(
+        self, directory: str | os.PathLike[str], *, compiled_program: bool = False
+    ) -> Path:
         """Write ``report.json``, the selected plan's artifacts, and ``manifest.json``.
 
         The manifest names the selected plan, its provider (with the plan's options) and
@@ -70,8 +76,28 @@ class OptimizationDecision:
         whole or not at all: an earlier bundle in ``directory`` is replaced whole; a
         directory that is not a bundle (and not empty) is refused with
         :class:`dlopt.bundle.store.BundleError`.
+
+        ``compiled_program=True`` also saves the plan as a program that serves without
+        the model or a compile, where its provider can (an Inductor plan: an AOTInductor
+        package, compiled now unless the plan cache saved one), for
+        ``load_bundle(directory, load_compiled_program=True)``; a
+        :class:`~dlopt.bundle.store.BundleError` says why when it cannot.
         """
-        return write_bundle(directory, self.report, self.plan.artifacts)
+        artifacts = dict(self.plan.artifacts)
+        if compiled_program:
+            saved = self._program(self.artifact_dir) if self._program is not None else None
+            if saved is None or saved.directory is None:
+                why = (
+                    saved.note
+                    if saved is not None
+                    else f"the provider of {self.selected_plan!r} saves no compiled programs"
+                )
+                raise BundleError(
+                    f"no compiled program for the bundle ({why}); save it without "
+                    "compiled_program=True: load_bundle then rebuilds the plan from the model"
+                )
+            artifacts[PROGRAM_ARTIFACT] = saved.directory
+        return write_bundle(directory, self.report, artifacts)
 
     @property
     def artifact_dir(self) -> Path | None:

@@ -22,7 +22,12 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.cache import lookup
-from dlopt.cache.revalidate import Revalidation, revalidate_record
+from dlopt.cache.revalidate import (
+    Revalidation,
+    program_saver,
+    revalidate_record,
+    saved_program_of,
+)
 from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
@@ -283,15 +288,13 @@ class InferenceOptimizer:
                 scratch.release()
             raise
         selected = next(c for c in candidates if c.name == outcome.selected)
+        assert selected.plan is not None
+        program = program_saver(selected, context, reference)
         if found is not None:
-            plan_context = attrs.evolve(
-                context, options=selected.options, cases=prepare.prepared_cases(reference)
-            )
-            report = lookup.store(found, report, selected, plan_context)
+            report = lookup.store(found, report, selected, program, context.artifact_dir)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
-        assert selected.plan is not None
-        return OptimizationDecision(selected.plan, report, scratch=scratch)
+        return OptimizationDecision(selected.plan, report, scratch=scratch, program=program)
 
     def _from_cache(
         self,
@@ -323,8 +326,10 @@ class InferenceOptimizer:
             run.emit(
                 Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
             )
+            program = program_saver(revalidation.selected, context, reference)
+            program.saved = saved_program_of(found.record)
             step.decision = OptimizationDecision(
-                revalidation.selected.plan, report, scratch=scratch
+                revalidation.selected.plan, report, scratch=scratch, program=program
             )
         return step
 

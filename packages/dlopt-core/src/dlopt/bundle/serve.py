@@ -19,12 +19,13 @@ from dlopt.api.policy import structure_options
 from dlopt.api.target import ExecutionTarget
 from dlopt.bundle.store import (
     ARTIFACTS_DIR,
+    PROGRAM_ARTIFACT,
     Bundle,
     BundleError,
     BundleLoadError,
     verify_bundle,
 )
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, PROGRAM_ARTIFACT, ComebackProvider
+from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ComebackProvider
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.fileio import TemporaryArtifacts

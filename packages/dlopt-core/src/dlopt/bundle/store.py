@@ -44,6 +44,10 @@ MANIFEST_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.json"
 ARTIFACTS_DIR = "artifacts"
+#: The artifact name of the selected plan saved as a program that serves without the
+#: model or a compile (its provider's ``save_program``: an AOTInductor package): a
+#: directory with the provider's files and its metadata (``program.json``).
+PROGRAM_ARTIFACT = "compiled_program"
 #: Attempts to rename a bundle into place while other writers replace it concurrently.
 _INSTALL_ATTEMPTS = 100
 
@@ -56,6 +60,15 @@ class BundleLoadError(BundleError):
     """A verified bundle whose plan cannot be served here: its plugin is not installed,
     its provider is unavailable on this machine or cannot load saved plans, or loading
     failed."""
+
+
+@frozen
+class SavedProgram:
+    """A selected plan saved as a program: its directory (``None`` when none was saved)
+    and a line for the report (how long it took, or why not)."""
+
+    directory: Path | None
+    note: str
 
 
 @frozen(eq=False)

@@ -19,7 +19,7 @@ else is rebuilt from scratch (compiled again).
 
 A provider may also save the selected plan as a program that serves without the model
 and without compiling (``save_program``; the Inductor plans write an AOTInductor
-package): the record keeps it under :data:`PROGRAM_ARTIFACT` with the metadata the
+package): the record keeps it under ``dlopt.bundle.store.PROGRAM_ARTIFACT`` with the metadata the
 provider returned, and a hit loads it (``load_program``) under the same checks as the
 kernels, falling back to the rebuild above when it cannot.
 """
@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from dlopt.bundle.store import SavedProgram
 from dlopt.errors import ProviderBuildError
 from dlopt.platform.fileio import read_bytes_capped
 from dlopt.platform.serialization import (
@@ -53,9 +54,7 @@ from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 COMPILE_CACHE_ARTIFACT = "torch_compile_cache"
 COMPILE_CACHE_FILE = "torch_compile_cache.bin"
 KERNELS_DIR = "kernels"
-#: The artifact name of a plan saved as a program (``save_program``): a directory with
-#: the provider's files and :data:`PROGRAM_METADATA_FILE`.
-PROGRAM_ARTIFACT = "compiled_program"
+#: The program's metadata file, in the program's directory.
 PROGRAM_METADATA_FILE = "program.json"
 _PROGRAM_METADATA_CAP = 1 << 20
 #: Inductor's code caches whose keys name compiled C++ kernels.
@@ -88,15 +87,6 @@ def save_compile_cache(directory: Path) -> Path | None:
     return directory
 
 
-@attrs.frozen
-class SavedProgram:
-    """What :func:`save_program` did: the program's directory (``None`` when none was
-    saved) and a line for the report."""
-
-    directory: Path | None
-    note: str
-
-
 def save_program(
     provider: Any, plan: BuiltPlan, parent: Path | None, context: ProviderContext
 ) -> SavedProgram | None:
@@ -113,12 +103,35 @@ def save_program(
     try:
         metadata = saver(plan, directory, context)
         if metadata is None:
+            shutil.rmtree(directory, ignore_errors=True)
             return SavedProgram(None, "not saved: the plan's options turn it off")
         atomic_write_text(directory / PROGRAM_METADATA_FILE, dumps(strict_jsonable(dict(metadata))))
     except Exception as exc:  # a plan that cannot be packaged still has its record
         shutil.rmtree(directory, ignore_errors=True)
         return SavedProgram(None, f"not saved: {type(exc).__name__}: {exc}"[:500])
     return SavedProgram(directory, f"saved in {time.perf_counter() - start:.1f} s")
+
+
+@attrs.define(eq=False)
+class ProgramSaver:
+    """Saves one selected plan as a program at most once, when first asked: the plan
+    cache's record and a bundle (``decision.save_bundle(..., compiled_program=True)``)
+    share the one program. ``saved``: a program saved before (a cache record's)."""
+
+    provider: Any = None
+    plan: BuiltPlan | None = None
+    context: ProviderContext | None = None
+    saved: SavedProgram | None = None
+    _asked: bool = attrs.field(default=False, init=False)
+
+    def __call__(self, parent: Path | None) -> SavedProgram | None:
+        """The program, saved under ``parent`` on the first call; ``None`` when the
+        plan's provider saves no programs."""
+        if self.saved is None and not self._asked and self.plan is not None:
+            assert self.context is not None
+            self.saved = save_program(self.provider, self.plan, parent, self.context)
+        self._asked = True
+        return self.saved
 
 
 def read_program_metadata(directory: Path) -> dict[str, Any]:

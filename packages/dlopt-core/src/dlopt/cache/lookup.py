@@ -22,19 +22,14 @@ import torch
 from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadProfile
-from dlopt.bundle.store import BundleError
-from dlopt.cache.comeback import (
-    COMPILE_CACHE_ARTIFACT,
-    PROGRAM_ARTIFACT,
-    save_compile_cache,
-    save_program,
-)
+from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError
+from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
 from dlopt.cache.key import cache_ingredients, key_of
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
 from dlopt.cache.revalidate import Revalidation
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
-from dlopt.plugins.contract import Comeback, ProviderContext
+from dlopt.plugins.contract import Comeback
 
 
 @attrs.define(eq=False)
@@ -130,28 +125,29 @@ def store(
     found: Lookup,
     report: OptimizationReport,
     selected: CandidateState,
-    context: ProviderContext,
+    program: ProgramSaver,
+    artifact_dir: Path,
 ) -> OptimizationReport:
     """Write the race's decision under ``found.key``; the report with ``record_written``.
 
-    ``context``: the selected plan's build context (its options and the prepared cases),
-    for a provider that saves the plan as a program.
+    ``program``: saves the selected plan as a program (where its provider can), into the
+    record.
     """
     assert selected.plan is not None and report.cache is not None
     cache = report.cache
     artifacts: dict[str, Any] = dict(selected.plan.artifacts)
     provider = selected.info.provider
     if Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
-        saved = save_compile_cache(
-            Path(tempfile.mkdtemp(prefix="compile-cache-", dir=context.artifact_dir))
+        caches = save_compile_cache(
+            Path(tempfile.mkdtemp(prefix="compile-cache-", dir=artifact_dir))
         )
-        if saved is not None:
-            artifacts[COMPILE_CACHE_ARTIFACT] = saved
-    program = save_program(provider, selected.plan, context.artifact_dir, context)
-    if program is not None:
-        cache = attrs.evolve(cache, saved_program=program.note)
-        if program.directory is not None:
-            artifacts[PROGRAM_ARTIFACT] = program.directory
+        if caches is not None:
+            artifacts[COMPILE_CACHE_ARTIFACT] = caches
+    saved = program(artifact_dir)
+    if saved is not None:
+        cache = attrs.evolve(cache, saved_program=saved.note)
+        if saved.directory is not None:
+            artifacts[PROGRAM_ARTIFACT] = saved.directory
     written = attrs.evolve(cache, record_written=True)
     try:
         result = found.cache.write(

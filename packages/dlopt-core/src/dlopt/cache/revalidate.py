@@ -24,11 +24,11 @@ import attrs
 import torch
 
 from dlopt.api.workload import WorkloadProfile
-from dlopt.bundle.store import ARTIFACTS_DIR
+from dlopt.bundle.store import ARTIFACTS_DIR, PROGRAM_ARTIFACT, SavedProgram
 from dlopt.cache.comeback import (
     COMPILE_CACHE_ARTIFACT,
-    PROGRAM_ARTIFACT,
     ComebackProvider,
+    ProgramSaver,
     private_to_user,
 )
 from dlopt.cache.record_store import CacheRecord
@@ -172,6 +172,29 @@ def _check(
         selected,
         versus,
         interval,
+    )
+
+
+def program_saver(
+    cand: state.CandidateState, context: ProviderContext, reference: ReferenceOutputs
+) -> ProgramSaver:
+    """Saves ``cand``'s built plan as a program when first asked, in its build context
+    (its options and the prepared cases)."""
+    provider = cand.info.provider
+    if not callable(getattr(provider, "save_program", None)):
+        return ProgramSaver()  # saves nothing, and keeps no inputs alive
+    plan_context = attrs.evolve(
+        context, options=cand.options, cases=prepare.prepared_cases(reference)
+    )
+    return ProgramSaver(provider, cand.plan, plan_context)
+
+
+def saved_program_of(record: CacheRecord | None) -> SavedProgram | None:
+    """The program a record holds, or ``None``."""
+    if record is None or PROGRAM_ARTIFACT not in record.bundle.manifest.get("artifacts", {}):
+        return None
+    return SavedProgram(
+        record.bundle.artifact_path(PROGRAM_ARTIFACT), "saved with the plan cache record"
     )
 
 

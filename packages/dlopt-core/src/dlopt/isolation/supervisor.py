@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from dlopt.api.decision import OptimizationDecision
     from dlopt.api.optimizer import InferenceOptimizer
     from dlopt.api.policy import OptimizationPolicy
+    from dlopt.cache.record_store import CacheRecord
 
 #: How often the host looks at its worker.
 POLL_S = 0.05
@@ -516,6 +517,7 @@ def _decision_in_host(
 ) -> OptimizationDecision:
     """Build the winner again in the host and validate it against the host's reference."""
     from dlopt.api.decision import OptimizationDecision
+    from dlopt.cache.revalidate import comeback_from_record, program_saver, saved_program_of
     from dlopt.pipeline import plans, prepare, state
     from dlopt.plugins.contract import ProviderContext
     from dlopt.plugins.discovery import load_providers
@@ -525,9 +527,9 @@ def _decision_in_host(
     policy = attrs.evolve(optimizer.policy, include=(report.selected_plan,), exclude=())
     candidates = plans.choose_plans(registry, optimizer.explicit_providers, policy)
     winner = next(c for c in candidates if c.name == report.selected_plan)
-    saved = _saved_winner(optimizer.policy, report, winner)
-    if saved is not None:
-        winner.info = attrs.evolve(winner.info, provider=saved)
+    record = _worker_record(optimizer.policy, report)
+    if record is not None:
+        winner.info = attrs.evolve(winner.info, provider=comeback_from_record(record, winner))
     guard = ModelGuard(model, snapshot=optimizer.policy.quality.snapshot_weights)
     reference = capture_reference(
         model, workload, optimizer.policy.quality, target=optimizer.target, guard=guard
@@ -550,15 +552,16 @@ def _decision_in_host(
     state.close_all(candidates, keep=winner)
     emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
     assert winner.plan is not None
-    return OptimizationDecision(winner.plan, report)
+    program = program_saver(winner, context, reference)
+    program.saved = saved_program_of(record)
+    return OptimizationDecision(winner.plan, report, program=program)
 
 
-def _saved_winner(policy: OptimizationPolicy, report: OptimizationReport, winner: Any) -> Any:
-    """The winner as the worker's plan cache record saved it (its program, artifacts or
-    compile caches), so the host does not compile it again; ``None`` without a record.
-    The host validates it against its own reference either way."""
+def _worker_record(policy: OptimizationPolicy, report: OptimizationReport) -> CacheRecord | None:
+    """The plan cache record the worker wrote or reused for this decision: it brings the
+    winner back into the host (its program, artifacts or compile caches) without a second
+    compile; the host validates it against its own reference either way."""
     from dlopt.cache.record_store import PlanCache
-    from dlopt.cache.revalidate import comeback_from_record
 
     cache = report.cache
     if policy.plan_cache_dir is None or cache is None:
@@ -568,9 +571,9 @@ def _saved_winner(policy: OptimizationPolicy, report: OptimizationReport, winner
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the worker warned about its records already
         record = PlanCache(policy.plan_cache_dir).lookup(cache.key)
-    if record is None or record.report.selected_plan != winner.name:
+    if record is None or record.report.selected_plan != report.selected_plan:
         return None
-    return comeback_from_record(record, winner)
+    return record
 
 
 def _observers_only(optimizer: InferenceOptimizer) -> Callable[[Event], None]:
