@@ -307,11 +307,16 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]
     )
 
 
-def _json_value(value: Any) -> Any:
+def option_as_json(value: Any) -> Any:
     """An option value as report metadata (a custom graph pass is named by its class)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return type(value).__name__
+
+
+def options_as_json(options: dict[str, Any]) -> dict[str, Any]:
+    """Inductor options as report metadata, sorted by name."""
+    return {key: option_as_json(value) for key, value in sorted(options.items())}
 
 
 def compile_lazily(
@@ -352,7 +357,7 @@ def compile_lazily(
     runner = CompiledRunner(compiled, entry, marks, cache_dir, trace_config)
     metadata = {
         "compiler": "inductor",
-        "inductor_options": {k: _json_value(v) for k, v in sorted(options.items())},
+        "inductor_options": options_as_json(options),
         "dynamic_shapes": policy,
         "dynamic_dims": {str(index): list(dims) for index, dims in sorted(marks.items())},
         "compiles_on_first_call": True,

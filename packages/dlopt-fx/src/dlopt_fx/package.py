@@ -4,8 +4,7 @@ A compiled plan (:mod:`dlopt_fx.compiled`) comes back in a fresh process by comp
 again, which even with torch's caches restored costs Dynamo tracing every input shape and
 importing Inductor's compiler (seconds). Its package (``torch.export`` of the same
 callable, the same Inductor options, ``aoti_compile_and_package``) is one ``.pt2`` file
-that torch's C++ runtime loads in milliseconds, without the model, Dynamo or the
-compiler. It is the same computation compiled by another route, not the program the race
+that torch's C++ runtime loads without the model, Dynamo or the compiler. It is the same computation compiled by another route, not the program the race
 timed, so whoever serves it validates it and measures it again (the plan cache's
 revalidation does both).
 
@@ -21,7 +20,6 @@ can write).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,6 +37,11 @@ class PackageUnsupported(Exception):
     """This plan cannot be packaged for these cases (the reason is the message)."""
 
 
+def _constants(leaves: Sequence[Any]) -> list[Any]:
+    """The non-tensor leaves of flattened inputs, ``None`` where a tensor stands."""
+    return [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+
+
 class _FlatEntry(torch.nn.Module):
     """``call(*args, **kwargs)`` taking the cases' tensor leaves as positional inputs, so
     ``torch.export`` sees plain tensors; ``module`` is registered so its weights are
@@ -51,7 +54,7 @@ class _FlatEntry(torch.nn.Module):
         self.module = module
         self._call = call
         self._spec = spec
-        self._constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        self._constants = _constants(leaves)
         self._tensor_at = [isinstance(leaf, torch.Tensor) for leaf in leaves]
 
     def forward(self, *tensors: torch.Tensor) -> Any:
@@ -81,7 +84,7 @@ def save_package(
     import torch._inductor
     from torch.utils._pytree import tree_flatten
 
-    from dlopt_fx.compiled import varying_dims
+    from dlopt_fx.compiled import options_as_json, varying_dims
 
     if not cases:
         raise PackageUnsupported("no cases to export the plan on")
@@ -91,10 +94,9 @@ def save_package(
     flattened = [tree_flatten((case.args, case.kwargs)) for case in cases]
     spec = flattened[0][1]
     first = flattened[0][0]
-    constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in first]
-    for leaves, _ in flattened[1:]:
-        if [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves] != constants:
-            raise PackageUnsupported("a non-tensor input differs between cases")
+    constants = _constants(first)
+    if any(_constants(leaves) != constants for leaves, _ in flattened[1:]):
+        raise PackageUnsupported("a non-tensor input differs between cases")
     if not all(isinstance(value, _CONSTANT_TYPES) for value in constants):
         raise PackageUnsupported("a non-tensor input is not a plain number, string or None")
     # Export on the case whose varying dims are largest: a size of 1 would be specialised.
@@ -123,7 +125,7 @@ def save_package(
         "input_spec": str(spec),
         "constants": constants,
         "dynamic_dims": {str(i): list(dims) for i, dims in sorted(marks.items())},
-        "inductor_options": json.loads(json.dumps(inductor_options, default=str)),
+        "inductor_options": options_as_json(inductor_options),
         "export_time_s": round(export_s, 3),
         "compile_time_s": round(time.perf_counter() - start - export_s, 3),
         "torch": torch.__version__,
@@ -133,9 +135,8 @@ def save_package(
 class PackageRunner:
     """Calls a loaded package with the inputs the plan was raced with.
 
-    Loaded through torch's C++ package loader directly (``torch._inductor`` is not
-    imported; its import alone costs seconds), or through ``aoti_load_package`` on a
-    torch without it. A call whose input structure or constants differ from the package's
+    Loaded through torch's C++ package loader directly (``torch._inductor``, whose import
+    alone costs seconds, is not imported). A call whose input structure or constants differ from the package's
     is refused with a clear error: the program was compiled for exactly those.
     """
 
@@ -144,29 +145,23 @@ class PackageRunner:
 
         self._spec = metadata["input_spec"]
         self._constants = list(metadata["constants"])
-        loader_type = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
-        if loader_type is not None:
-            self._loader = loader_type(str(path), "model", False, 1, device_index)
-            self._out_spec = treespec_loads(self._loader.get_call_spec()[1])
-            self._run: Callable[[list[torch.Tensor]], Any] = self._boxed
-        else:  # pragma: no cover - an older torch
-            compiled = torch._inductor.aoti_load_package(str(path))
-            self._run = lambda tensors: compiled(*tensors)
-
-    def _boxed(self, tensors: list[torch.Tensor]) -> Any:
-        from torch.utils._pytree import tree_unflatten
-
-        return tree_unflatten(self._loader.boxed_run(tensors), self._out_spec)
+        # (path, model name, run single-threaded, runners, device index): what torch's
+        # own aoti_load_package passes.
+        self._loader = torch._C._aoti.AOTIModelPackageLoader(
+            str(path), "model", False, 1, device_index
+        )
+        self._out_spec = treespec_loads(self._loader.get_call_spec()[1])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from torch.utils._pytree import tree_flatten
+        from torch.utils._pytree import tree_flatten, tree_unflatten
 
         leaves, spec = tree_flatten((args, kwargs))
-        constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
+        constants = _constants(leaves)
         if str(spec) != self._spec or constants != self._constants:
             raise ValueError(
                 "this AOTInductor package was compiled for inputs shaped like the workload's "
                 f"cases ({self._spec}, constants {self._constants}); it was called with "
                 f"{spec} (constants {constants}): build the plan again for these inputs"
             )
-        return self._run([leaf for leaf in leaves if isinstance(leaf, torch.Tensor)])
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        return tree_unflatten(self._loader.boxed_run(tensors), self._out_spec)

@@ -132,7 +132,7 @@ class InductorOptions:
         metadata={
             "help": "when this plan is selected with the plan cache on, also save it as an "
             "AOTInductor package (torch.export, compiled ahead of time: about as long as "
-            "the plan's own compile), so a cache hit loads it in milliseconds instead of "
+            "the plan's own compile), so a cache hit loads it instead of "
             "compiling again; False skips it"
         },
     )

@@ -22,12 +22,7 @@ from dlopt.api.policy import OptimizationPolicy
 from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.cache import lookup
-from dlopt.cache.revalidate import (
-    Revalidation,
-    program_saver,
-    revalidate_record,
-    saved_program_of,
-)
+from dlopt.cache.revalidate import Revalidation, program_saver, revalidate_record
 from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
@@ -326,8 +321,7 @@ class InferenceOptimizer:
             run.emit(
                 Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
             )
-            program = program_saver(revalidation.selected, context, reference)
-            program.saved = saved_program_of(found.record)
+            program = program_saver(revalidation.selected, context, reference, found.record)
             step.decision = OptimizationDecision(
                 revalidation.selected.plan, report, scratch=scratch, program=program
             )

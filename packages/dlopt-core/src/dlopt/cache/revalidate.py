@@ -176,20 +176,24 @@ def _check(
 
 
 def program_saver(
-    cand: state.CandidateState, context: ProviderContext, reference: ReferenceOutputs
+    cand: state.CandidateState,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    record: CacheRecord | None = None,
 ) -> ProgramSaver:
     """Saves ``cand``'s built plan as a program when first asked, in its build context
-    (its options and the prepared cases)."""
+    (its options and the prepared cases); the program ``record`` holds, if it holds one."""
+    saved = _saved_program_of(record)
     provider = cand.info.provider
-    if not callable(getattr(provider, "save_program", None)):
-        return ProgramSaver()  # saves nothing, and keeps no inputs alive
+    if saved is not None or not callable(getattr(provider, "save_program", None)):
+        return ProgramSaver(saved=saved)  # keeps no inputs alive
     plan_context = attrs.evolve(
         context, options=cand.options, cases=prepare.prepared_cases(reference)
     )
     return ProgramSaver(provider, cand.plan, plan_context)
 
 
-def saved_program_of(record: CacheRecord | None) -> SavedProgram | None:
+def _saved_program_of(record: CacheRecord | None) -> SavedProgram | None:
     """The program a record holds, or ``None``."""
     if record is None or PROGRAM_ARTIFACT not in record.bundle.manifest.get("artifacts", {}):
         return None

@@ -517,7 +517,7 @@ def _decision_in_host(
 ) -> OptimizationDecision:
     """Build the winner again in the host and validate it against the host's reference."""
     from dlopt.api.decision import OptimizationDecision
-    from dlopt.cache.revalidate import comeback_from_record, program_saver, saved_program_of
+    from dlopt.cache.revalidate import comeback_from_record, program_saver
     from dlopt.pipeline import plans, prepare, state
     from dlopt.plugins.contract import ProviderContext
     from dlopt.plugins.discovery import load_providers
@@ -552,8 +552,7 @@ def _decision_in_host(
     state.close_all(candidates, keep=winner)
     emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
     assert winner.plan is not None
-    program = program_saver(winner, context, reference)
-    program.saved = saved_program_of(record)
+    program = program_saver(winner, context, reference, record)
     return OptimizationDecision(winner.plan, report, program=program)
 
 
