@@ -52,6 +52,22 @@ class DecisionRun:
     #: Plans that passed validation in this run.
     valid_plans: tuple[str, ...] = field(default=(), converter=tuple)
     error: str | None = None
+    #: dlopt: where the wall time went. ``build_s``: every plan's build (its setup cost);
+    #: ``first_calls_s``: every plan's first call per case, where lazy compilers
+    #: (Inductor, TorchAO + Inductor) do their work; the rest of ``wall_s`` beyond these
+    #: and ``measure_s`` is plugin discovery, probes, the reference and validation.
+    build_s: float | None = None
+    first_calls_s: float | None = None
+    #: dlopt: each built plan's build plus first calls (s), costliest first.
+    plan_costs_s: dict[str, float] = field(factory=dict)
+
+    def other_s(self) -> float | None:
+        """Wall time that was neither building, first calls nor measuring."""
+        parts = (self.wall_s, self.build_s, self.first_calls_s, self.measure_s)
+        if any(part is None for part in parts):
+            return None
+        wall, build, first, measure = (float(part) for part in parts)  # type: ignore[arg-type]
+        return max(0.0, wall - build - first - measure)
 
 
 @frozen
@@ -140,6 +156,12 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def _median_run(runs: Sequence[DecisionRun]) -> DecisionRun | None:
+    """The run whose wall time is the median (the lower middle one of an even count)."""
+    timed = sorted((r for r in runs if r.wall_s is not None), key=lambda r: r.wall_s or 0.0)
+    return timed[(len(timed) - 1) // 2] if timed else None
+
+
 @frozen
 class ModelSummary:
     """One table row: what the runs of one workload add up to."""
@@ -151,6 +173,11 @@ class ModelSummary:
     runs: int
     dlopt_wall_s: float | None
     dlopt_measure_s: float | None
+    dlopt_build_s: float | None
+    dlopt_first_calls_s: float | None
+    dlopt_other_s: float | None
+    #: The three costliest plans to build (build + first calls) in the median-wall run.
+    dlopt_costliest: tuple[tuple[str, float], ...]
     dlopt_timed_calls: float | None
     dlopt_regrets: tuple[float | None, ...]
     dlopt_pick_speedup: Interval | None
@@ -183,6 +210,7 @@ def summarize(result: ModelResult) -> ModelSummary:
     eager = oracle.latency("eager_fp32") if oracle is not None else None
     picked = oracle.latency(d_pick) if oracle is not None else None
     modal = next((r for r in result.dlopt if r.pick == d_pick), None)
+    typical = _median_run(result.dlopt)
     errors = [result.error, oracle.error if oracle is not None else None]
     errors += [f"{r.tool}: {r.error}" for r in (*result.dlopt, *result.peer) if r.error]
     return ModelSummary(
@@ -193,6 +221,14 @@ def summarize(result: ModelResult) -> ModelSummary:
         runs=d_runs,
         dlopt_wall_s=d_wall,
         dlopt_measure_s=_median([r.measure_s for r in result.dlopt]),
+        dlopt_build_s=_median([r.build_s for r in result.dlopt]),
+        dlopt_first_calls_s=_median([r.first_calls_s for r in result.dlopt]),
+        dlopt_other_s=_median([r.other_s() for r in result.dlopt]),
+        dlopt_costliest=(
+            tuple(sorted(typical.plan_costs_s.items(), key=lambda kv: -kv[1])[:3])
+            if typical is not None
+            else ()
+        ),
         dlopt_timed_calls=_median([r.timed_calls for r in result.dlopt]),
         dlopt_regrets=tuple(regret(oracle, r.pick, valid) for r in result.dlopt),
         dlopt_pick_speedup=modal.pick_speedup if modal is not None else None,
@@ -339,6 +375,7 @@ def markdown(
             f"{_num(s.wall_ratio, '.2f', 'x')} | {s.best_plan or '-'} ({s.best_built or '-'}) | "
             f"{_pct(s.top_two_gap)} | {_num(s.pick_speedup_vs_eager, '.2f', 'x')} |"
         )
+    lines += _wall_time_section(summaries)
     lines += ["", "## Targets", ""]
     for t in targets:
         verdict = "not judged" if t.met is None else "met" if t.met else "not met"
@@ -383,6 +420,34 @@ def markdown(
             for name, why in oracle.failures.items():
                 lines.append(f"| {name} | - | not timed: {why} | - | - |")
     return "\n".join(lines) + "\n"
+
+
+def _wall_time_section(summaries: Sequence[ModelSummary]) -> list[str]:
+    """Where dlopt's wall time to a decision went (medians over its runs)."""
+    rows = [s for s in summaries if s.dlopt_wall_s is not None and s.dlopt_build_s is not None]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Where dlopt's wall time goes",
+        "",
+        "Medians over dlopt's runs. Build: every plan's build; first calls: every plan's "
+        "first call per case, where Inductor and TorchAO + Inductor compile; measuring: the "
+        "race; other: plugin discovery, probes, the reference, validation. The costliest "
+        "plans are from the run with the median wall time.",
+        "",
+        "| workload | wall s | build s | first calls s | measuring s | other s | costliest "
+        "plans (build + first calls, s) | peer wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        costly = ", ".join(f"{name} {sec:.1f}" for name, sec in s.dlopt_costliest) or "-"
+        lines.append(
+            f"| {s.title} | {_num(s.dlopt_wall_s)} | {_num(s.dlopt_build_s)} | "
+            f"{_num(s.dlopt_first_calls_s)} | {_num(s.dlopt_measure_s)} | "
+            f"{_num(s.dlopt_other_s)} | {costly} | {_num(s.peer_wall_s)} |"
+        )
+    return lines
 
 
 CONVERTER = cattrs.Converter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -62,6 +63,12 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
     pick = report.candidate(report.selected_plan)
     speedup = pick.speedup_vs_eager
     measurement = report.measurement
+    lifecycles = {c.name: c.lifecycle for c in report.candidates}
+    costs = {
+        name: (life.setup_time_s or 0.0) + (life.first_call_time_s or 0.0)
+        for name, life in lifecycles.items()
+        if life.setup_time_s is not None or life.first_call_time_s is not None
+    }
     return DecisionRun(
         tool="dlopt",
         pick=report.selected_plan,
@@ -76,6 +83,9 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         valid_plans=tuple(
             c.name for c in report.candidates if c.parity is not None and c.parity.passed
         ),
+        build_s=math.fsum(life.setup_time_s or 0.0 for life in lifecycles.values()),
+        first_calls_s=math.fsum(life.first_call_time_s or 0.0 for life in lifecycles.values()),
+        plan_costs_s=costs,
     )
 
 

@@ -234,3 +234,43 @@ def test_the_oracle_section_lists_rounds_early_leavers_and_failures():
     assert "| inductor | 1.000 | 0.980-1.020 | 30 | independent |" in page
     assert "| 3 (left: > 2x the leader) | provider |" in page
     assert "| onnxruntime_cpu | - | not timed: RuntimeError: export failed |" in page
+
+
+def test_wall_time_anatomy_uses_the_median_run_and_lists_the_costliest_plans():
+    def timed(wall: float, costs: dict[str, float]) -> DecisionRun:
+        return DecisionRun(
+            "dlopt",
+            "inductor",
+            "inductor",
+            wall_s=wall,
+            measure_s=3.0,
+            build_s=1.0,
+            first_calls_s=wall - 6.0,
+            plan_costs_s=costs,
+        )
+
+    runs = (
+        timed(30.0, {"slowest_run": 99.0}),
+        timed(20.0, {"fx": 0.5, "inductor": 12.0, "inductor_freezing": 6.0, "eager": 0.1}),
+        timed(10.0, {"fastest_run": 1.0}),
+    )
+    result = ModelResult("m", "Model", dlopt=runs, peer=(peer_run("native", "eager_fp32"),))
+    summary = summarize(result)
+    assert summary.dlopt_build_s == 1.0
+    assert summary.dlopt_first_calls_s == 14.0
+    assert summary.dlopt_other_s == pytest.approx(2.0)  # 20 - 1 - 14 - 3
+    assert summary.dlopt_costliest == (("inductor", 12.0), ("inductor_freezing", 6.0), ("fx", 0.5))
+    page = markdown([summary], evaluate_targets([summary]), {})
+    section = page.split("## Where dlopt's wall time goes")[1].split("## Targets")[0]
+    assert (
+        "| Model | 20.0 | 1.0 | 14.0 | 3.0 | 2.0 | inductor 12.0, inductor_freezing 6.0, fx 0.5 | 5.0 |"
+        in section
+    )
+    # A run without the figures (a peer's, an old record) has no remainder to report.
+    assert DecisionRun("peer", wall_s=5.0).other_s() is None
+    assert CONVERTER.structure(to_json_data(runs[1]), DecisionRun) == runs[1]
+
+
+def test_no_wall_time_section_without_build_figures():
+    summary = summarize(ModelResult("m", "Model", dlopt=(dlopt_run("fx"),)))
+    assert "Where dlopt's wall time goes" not in markdown([summary], [], {})
