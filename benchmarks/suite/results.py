@@ -58,6 +58,8 @@ class DecisionRun:
     #: and ``measure_s`` is plugin discovery, probes, the reference and validation.
     build_s: float | None = None
     first_calls_s: float | None = None
+    #: dlopt: the decision was served from the plan cache (a repeat decision), or raced.
+    cache_hit: bool | None = None
     #: dlopt: each built plan's build plus first calls (s), costliest first.
     plan_costs_s: dict[str, float] = field(factory=dict)
 
@@ -119,6 +121,8 @@ class ModelResult:
     dlopt: tuple[DecisionRun, ...] = field(default=(), converter=tuple)
     peer: tuple[DecisionRun, ...] = field(default=(), converter=tuple)
     oracle: OracleResult | None = None
+    #: dlopt deciding again in a fresh process from the plan cache its last run wrote.
+    repeat: DecisionRun | None = None
     #: The workload could not be built (a missing package, say): nothing else ran.
     error: str | None = None
 
@@ -179,6 +183,9 @@ class ModelSummary:
     #: The three costliest plans to build (build + first calls) in the median-wall run.
     dlopt_costliest: tuple[tuple[str, float], ...]
     dlopt_timed_calls: float | None
+    #: The repeat decision from the plan cache: its wall time and whether it was a hit.
+    repeat_wall_s: float | None
+    repeat_hit: bool | None
     dlopt_regrets: tuple[float | None, ...]
     dlopt_pick_speedup: Interval | None
     peer_pick: str | None
@@ -230,6 +237,8 @@ def summarize(result: ModelResult) -> ModelSummary:
             else ()
         ),
         dlopt_timed_calls=_median([r.timed_calls for r in result.dlopt]),
+        repeat_wall_s=result.repeat.wall_s if result.repeat is not None else None,
+        repeat_hit=result.repeat.cache_hit if result.repeat is not None else None,
         dlopt_regrets=tuple(regret(oracle, r.pick, valid) for r in result.dlopt),
         dlopt_pick_speedup=modal.pick_speedup if modal is not None else None,
         peer_pick=p_pick,
@@ -434,20 +443,29 @@ def _wall_time_section(summaries: Sequence[ModelSummary]) -> list[str]:
         "Medians over dlopt's runs. Build: every plan's build; first calls: every plan's "
         "first call per case, where Inductor and TorchAO + Inductor compile; measuring: the "
         "race; other: plugin discovery, probes, the reference, validation. The costliest "
-        "plans are from the run with the median wall time.",
+        "plans are from the run with the median wall time. Repeat: dlopt deciding again in "
+        "a fresh process from the plan cache its last run wrote (the record revalidated "
+        "on every case and probed against the baseline; docs/cache.md).",
         "",
         "| workload | wall s | build s | first calls s | measuring s | other s | costliest "
-        "plans (build + first calls, s) | peer wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        "plans (build + first calls, s) | repeat s (plan cache) | peer wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in rows:
         costly = ", ".join(f"{name} {sec:.1f}" for name, sec in s.dlopt_costliest) or "-"
         lines.append(
             f"| {s.title} | {_num(s.dlopt_wall_s)} | {_num(s.dlopt_build_s)} | "
             f"{_num(s.dlopt_first_calls_s)} | {_num(s.dlopt_measure_s)} | "
-            f"{_num(s.dlopt_other_s)} | {costly} | {_num(s.peer_wall_s)} |"
+            f"{_num(s.dlopt_other_s)} | {costly} | {_repeat(s)} | {_num(s.peer_wall_s)} |"
         )
     return lines
+
+
+def _repeat(s: ModelSummary) -> str:
+    if s.repeat_wall_s is None:
+        return "-"
+    how = {True: "hit", False: "miss: raced"}.get(s.repeat_hit, "?")  # type: ignore[arg-type]
+    return f"{s.repeat_wall_s:.1f} ({how})"
 
 
 CONVERTER = cattrs.Converter()

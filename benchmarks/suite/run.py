@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,13 +91,24 @@ def _read(path: Path) -> Any:
 
 
 def decision_run(
-    tool: str, key: str, run: int, raw: Path, quick: bool, timeout_s: float
+    tool: str,
+    key: str,
+    run: int | None,
+    raw: Path,
+    quick: bool,
+    timeout_s: float,
+    plan_cache: Path | None = None,
 ) -> DecisionRun:
-    """One decision in a fresh process, as a record (its error if it failed)."""
-    args = [tool, "--workload", key, "--out", str(raw), "--run", str(run)]
-    record = raw / f"{tool}-{key}-{run}.json"
+    """One decision in a fresh process, as a record (its error if it failed).
+
+    ``tool`` "repeat" (``run`` None) is dlopt deciding from ``plan_cache``; a dlopt run
+    given ``plan_cache`` keeps its decision there."""
+    args = [tool, "--workload", key, "--out", str(raw)]
+    args += ["--run", str(run)] if run is not None else []
+    args += ["--plan-cache", str(plan_cache)] if plan_cache is not None else []
+    record = raw / f"dlopt-{key}-repeat.json" if run is None else raw / f"{tool}-{key}-{run}.json"
     record.unlink(missing_ok=True)  # a record from an earlier suite run is not this run's
-    error = run_worker([*args, "--quick"] if quick and tool == "dlopt" else args, timeout_s)
+    error = run_worker([*args, "--quick"] if quick and tool != "peer" else args, timeout_s)
     if error is not None or not record.is_file():
         return DecisionRun(tool=tool, error=error or "the worker wrote no record")
     return CONVERTER.structure(_read(record), DecisionRun)
@@ -121,17 +133,22 @@ def run_model(
     title = WORKLOADS[key][0]
     dlopt_runs: list[DecisionRun] = []
     peer_runs: list[DecisionRun] = []
+    # dlopt's last run keeps its decision in a plan cache of its own; the repeat decides from it.
+    plan_cache = raw / f"plan-cache-{key}"
+    shutil.rmtree(plan_cache, ignore_errors=True)
     for run in range(1, repeats + 1):
         # Alternating tools spreads slow drift of the machine over both.
         for tool, runs in (("dlopt", dlopt_runs), ("peer", peer_runs)):
-            record = decision_run(tool, key, run, raw, quick, timeout_s)
+            keep = plan_cache if tool == "dlopt" and run == repeats else None
+            record = decision_run(tool, key, run, raw, quick, timeout_s, keep)
             runs.append(record)
-            what = record.error or (
-                f"{record.wall_s:.1f} s, pick {record.pick}" if record.wall_s else record.pick
-            )
-            print(f"  {key}: {tool} run {run}/{repeats}: {what}", flush=True)
+            _say(key, f"{tool} run {run}/{repeats}", record)
+    repeat = decision_run("repeat", key, None, raw, quick, timeout_s, plan_cache)
+    _say(key, "dlopt repeat from the plan cache", repeat)
     if all(r.error for r in dlopt_runs):
-        return ModelResult(key, title, dlopt_runs, peer_runs, None, "every dlopt run failed")
+        return ModelResult(
+            key, title, dlopt_runs, peer_runs, None, repeat, "every dlopt run failed"
+        )
     plans = oracle_plans(key, dlopt_runs, raw)
     peer_fx = any(r.oracle_name == "peer_fx" for r in peer_runs)
     # The picks (and eager fp32, for the speedup) are timed every round: their regret is wanted.
@@ -155,7 +172,16 @@ def run_model(
     else:
         oracle = OracleResult(error=f"oracle: {error or 'no record written'}")
         print(f"  {key}: {oracle.error}", flush=True)
-    return ModelResult(key, title, dlopt_runs, peer_runs, oracle)
+    return ModelResult(key, title, dlopt_runs, peer_runs, oracle, repeat)
+
+
+def _say(key: str, what: str, record: DecisionRun) -> None:
+    outcome = record.error or (
+        f"{record.wall_s:.1f} s, pick {record.pick}" if record.wall_s else record.pick
+    )
+    if record.cache_hit is not None:
+        outcome = f"{outcome} ({'plan cache hit' if record.cache_hit else 'no plan cache hit'})"
+    print(f"  {key}: {what}: {outcome}", flush=True)
 
 
 def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:

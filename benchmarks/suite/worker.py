@@ -1,6 +1,8 @@
 """One measurement in a fresh process: a dlopt decision, a peer decision or the oracle.
 
     python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 1
+    python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 3 --plan-cache C
+    python -m benchmarks.suite.worker repeat --workload mlp --out DIR --plan-cache C
     python -m benchmarks.suite.worker peer   --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker oracle --workload mlp --out DIR --plans PLANS.json
 
@@ -8,6 +10,10 @@ The suite (``python -m benchmarks.suite``) starts these, each with a timeout; ea
 strict JSON into ``--out`` (dlopt's own report, then the suite's record) and nothing else.
 Wall time to a decision is timed the same way for both tools: from constructing the
 optimizer (plugin discovery included) to the decision in hand.
+
+``--plan-cache C`` on a dlopt run races as always (``reuse_cached_plan=False``) and keeps
+the decision in the plan cache ``C``; ``repeat`` then decides again from ``C`` in a fresh
+process: the time a repeat decision on the same machine takes (docs/cache.md).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from .models import build
 from .results import PEER_PLAN_IN_ORACLE, DecisionRun, Interval, OracleResult, to_json_data
 
@@ -28,16 +36,24 @@ def _write(path: Path, record: Any) -> None:
     path.write_text(json.dumps(to_json_data(record), indent=2, allow_nan=False) + "\n")
 
 
-def _dlopt_policy(quick: bool) -> Any:
+def _dlopt_policy(quick: bool, plan_cache: Path | None = None, reuse: bool = False) -> Any:
+    """The default policy (every installed plan races); ``--quick`` shortens the race.
+    With ``plan_cache`` the decision is kept there, and served from it when ``reuse``."""
     from dlopt.api.policy import OptimizationPolicy
     from dlopt.measurement import MeasurementPolicy
 
+    cache: dict[str, Any] = {}
+    if plan_cache is not None:
+        cache = {"plan_cache_dir": str(plan_cache), "reuse_cached_plan": reuse}
     if not quick:
-        return OptimizationPolicy()  # the default policy: every installed plan races
-    return OptimizationPolicy(measurement=MeasurementPolicy(max_rounds=4, max_time_s=10.0))
+        return OptimizationPolicy(**cache)
+    return OptimizationPolicy(measurement=MeasurementPolicy(max_rounds=4, max_time_s=10.0), **cache)
 
 
-def run_dlopt(key: str, out: Path, run: int, quick: bool) -> None:
+def run_dlopt(
+    key: str, out: Path, run: int | None, quick: bool, plan_cache: Path | None = None
+) -> None:
+    """One decision (``run``), or with ``run=None`` the repeat decision from ``plan_cache``."""
     import dlopt
     from dlopt.api.workload import WorkloadCase, WorkloadProfile
 
@@ -45,14 +61,19 @@ def run_dlopt(key: str, out: Path, run: int, quick: bool) -> None:
     workload = WorkloadProfile(
         name=key, cases=tuple(WorkloadCase(n, args=a, kwargs=k, weight=w) for n, a, k, w in cases)
     )
+    policy = _dlopt_policy(quick, plan_cache, reuse=run is None)
     started = time.perf_counter()
-    optimizer = dlopt.InferenceOptimizer("cpu", _dlopt_policy(quick))
+    optimizer = dlopt.InferenceOptimizer("cpu", policy)
     decision = optimizer.select(model, workload)
     wall_s = time.perf_counter() - started
-    report_path = out / f"dlopt-report-{key}-{run}.json"
+    label = "repeat" if run is None else str(run)
+    report_path = out / f"dlopt-report-{key}-{label}.json"
     decision.save_report(report_path)
     decision.close()
-    _write(out / f"dlopt-{key}-{run}.json", decision_from_report(report_path, wall_s))
+    record = decision_from_report(report_path, wall_s)
+    if run is None:
+        record = attrs.evolve(record, tool="dlopt-repeat")
+    _write(out / f"dlopt-{key}-{label}.json", record)
 
 
 def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
@@ -83,6 +104,7 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         valid_plans=tuple(
             c.name for c in report.candidates if c.parity is not None and c.parity.passed
         ),
+        cache_hit=report.cache.cache_hit if report.cache is not None else None,
         build_s=math.fsum(life.setup_time_s or 0.0 for life in lifecycles.values()),
         first_calls_s=math.fsum(life.first_call_time_s or 0.0 for life in lifecycles.values()),
         plan_costs_s=costs,
@@ -177,15 +199,22 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("dlopt", "peer", "oracle"))
+    parser.add_argument("mode", choices=("dlopt", "repeat", "peer", "oracle"))
     parser.add_argument("--workload", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--run", type=int, default=1)
     parser.add_argument("--plans", type=Path, help="oracle: JSON file of the plans to time")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--plan-cache", type=Path, help="dlopt: keep the decision here; repeat: decide from it"
+    )
     args = parser.parse_args(argv)
     if args.mode == "dlopt":
-        run_dlopt(args.workload, args.out, args.run, args.quick)
+        run_dlopt(args.workload, args.out, args.run, args.quick, args.plan_cache)
+    elif args.mode == "repeat":
+        if args.plan_cache is None:
+            parser.error("repeat needs --plan-cache DIR (written by a dlopt run)")
+        run_dlopt(args.workload, args.out, None, args.quick, args.plan_cache)
     elif args.mode == "peer":
         run_peer(args.workload, args.out, args.run)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from benchmarks.suite.results import (
@@ -254,21 +255,26 @@ def test_wall_time_anatomy_uses_the_median_run_and_lists_the_costliest_plans():
         timed(20.0, {"fx": 0.5, "inductor": 12.0, "inductor_freezing": 6.0, "eager": 0.1}),
         timed(10.0, {"fastest_run": 1.0}),
     )
-    result = ModelResult("m", "Model", dlopt=runs, peer=(peer_run("native", "eager_fp32"),))
+    repeat = DecisionRun("dlopt-repeat", "inductor", "inductor", wall_s=4.5, cache_hit=True)
+    result = ModelResult(
+        "m", "Model", dlopt=runs, peer=(peer_run("native", "eager_fp32"),), repeat=repeat
+    )
     summary = summarize(result)
     assert summary.dlopt_build_s == 1.0
     assert summary.dlopt_first_calls_s == 14.0
     assert summary.dlopt_other_s == pytest.approx(2.0)  # 20 - 1 - 14 - 3
     assert summary.dlopt_costliest == (("inductor", 12.0), ("inductor_freezing", 6.0), ("fx", 0.5))
+    assert (summary.repeat_wall_s, summary.repeat_hit) == (4.5, True)
     page = markdown([summary], evaluate_targets([summary]), {})
     section = page.split("## Where dlopt's wall time goes")[1].split("## Targets")[0]
-    assert (
-        "| Model | 20.0 | 1.0 | 14.0 | 3.0 | 2.0 | inductor 12.0, inductor_freezing 6.0, fx 0.5 | 5.0 |"
-        in section
-    )
+    row = "| Model | 20.0 | 1.0 | 14.0 | 3.0 | 2.0 | inductor 12.0, inductor_freezing 6.0, fx 0.5 |"
+    assert f"{row} 4.5 (hit) | 5.0 |" in section
+    # A repeat that missed the cache raced again, and says so.
+    missed = attrs.evolve(result, repeat=attrs.evolve(repeat, cache_hit=False, wall_s=25.0))
+    assert "| 25.0 (miss: raced) |" in markdown([summarize(missed)], [], {})
     # A run without the figures (a peer's, an old record) has no remainder to report.
     assert DecisionRun("peer", wall_s=5.0).other_s() is None
-    assert CONVERTER.structure(to_json_data(runs[1]), DecisionRun) == runs[1]
+    assert model_result_from_json(json.loads(json.dumps(to_json_data(result)))) == result
 
 
 def test_no_wall_time_section_without_build_figures():

@@ -36,8 +36,8 @@ def test_a_failed_worker_is_a_recorded_error(tmp_path):
 def test_a_workload_whose_runs_all_fail_is_reported_and_no_oracle_runs(tmp_path, monkeypatch):
     calls = []
 
-    def failing(tool, key, number, raw, quick, timeout_s):
-        calls.append((tool, number))
+    def failing(tool, key, number, raw, quick, timeout_s, plan_cache=None):
+        calls.append((tool, number, plan_cache.name if plan_cache is not None else None))
         return DecisionRun(tool=tool, error="exit 1: ModuleNotFoundError: No module named 'x'")
 
     def no_oracle(*args, **kwargs):
@@ -47,8 +47,17 @@ def test_a_workload_whose_runs_all_fail_is_reported_and_no_oracle_runs(tmp_path,
     monkeypatch.setattr(run, "run_worker", no_oracle)
     result = run.run_model("mlp", 2, tmp_path, quick=True, timeout_s=1, oracle_timeout_s=1)
     assert result.error == "every dlopt run failed" and result.oracle is None
-    # Both tools ran every repeat, alternating.
-    assert calls == [("dlopt", 1), ("peer", 1), ("dlopt", 2), ("peer", 2)]
+    # Both tools ran every repeat, alternating; dlopt's last run kept its decision in the
+    # workload's plan cache, and the repeat decided from it.
+    cache = "plan-cache-mlp"
+    assert calls == [
+        ("dlopt", 1, None),
+        ("peer", 1, None),
+        ("dlopt", 2, cache),
+        ("peer", 2, None),
+        ("repeat", None, cache),
+    ]
+    assert result.repeat is not None and result.repeat.error is not None
 
 
 @pytest.mark.parametrize(
