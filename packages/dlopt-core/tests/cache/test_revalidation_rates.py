@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from dlopt.cache.revalidate import PROBE_MAX_ROUNDS, probe_keeps, probe_policy
+from dlopt.cache.revalidate import PROBE_CEILING_S, PROBE_MAX_ROUNDS, probe_keeps, probe_policy
 from dlopt.measurement import MeasurementPolicy
 from dlopt.testing.simulation import NoiseModel, run_simulated_race
 
@@ -15,18 +15,22 @@ SEEDS = 200
 BASELINE_S = 0.005  # a 5 ms model call, as the demo's plans take
 
 
-def reuse_rate(true_speedup: float, noise: NoiseModel) -> float:
-    policy = probe_policy(MeasurementPolicy())
+def probe(true_speedup: float, baseline_s: float, seed: int, noise: NoiseModel | None = None):
+    """One simulated revalidation probe: the baseline against the cached pick."""
+    return run_simulated_race(
+        {"baseline": [baseline_s], "cached": [baseline_s / true_speedup]},
+        baseline="baseline",
+        min_speedup=MIN_SPEEDUP,
+        policy=attrs.evolve(probe_policy(MeasurementPolicy()), seed=seed),
+        noise=noise,
+        seed=seed,
+    )
+
+
+def reuse_rate(true_speedup: float, noise: NoiseModel, baseline_s: float = BASELINE_S) -> float:
     kept = 0
     for seed in range(SEEDS):
-        result = run_simulated_race(
-            {"baseline": [BASELINE_S], "cached": [BASELINE_S / true_speedup]},
-            baseline="baseline",
-            min_speedup=MIN_SPEEDUP,
-            policy=attrs.evolve(policy, seed=seed),
-            noise=noise,
-            seed=seed,
-        )
+        result = probe(true_speedup, baseline_s, seed, noise)
         assert result.rounds <= PROBE_MAX_ROUNDS
         kept += probe_keeps(result.candidate("cached").speedup_vs_baseline, MIN_SPEEDUP)
     return kept / SEEDS
@@ -66,5 +70,27 @@ def test_the_rule_reads_the_upper_bound():
 
 def test_the_probe_is_short():
     policy = probe_policy(MeasurementPolicy())
-    assert policy.max_rounds == PROBE_MAX_ROUNDS and policy.max_time_s <= 3.0
+    assert policy.max_rounds == PROBE_MAX_ROUNDS and policy.auto_budget_min_s <= 3.0
     assert policy.futility_confidence is None
+    # A fast model's probe stays within its 3 s.
+    assert probe(1.3, BASELINE_S, seed=0).total_time_s <= 3.5
+
+
+@pytest.mark.parametrize("noise", NOISES.values(), ids=NOISES.keys())
+def test_a_slow_models_probe_keeps_both_rates(noise):
+    """A 150 ms call (mobilenet_v2 on 2 cores): paired rounds of about 2 s still give the
+    probe the rounds that make both rates hold."""
+    assert reuse_rate(1.3, noise, baseline_s=0.15) >= 0.95
+    assert reuse_rate(MIN_SPEEDUP / 1.1, noise, baseline_s=0.15) <= 0.05
+
+
+@pytest.mark.parametrize("call_s", [0.06, 0.25])
+def test_a_slow_models_probe_still_measures_its_minimum_rounds(call_s):
+    """Paired rounds of seconds (mobilenet_v2 on 2 cores): the probe takes the time its
+    minimum rounds need, so an unchanged plan keeps its interval and is reused."""
+    result = probe(1.6, call_s, seed=1)
+    assert result.rounds >= probe_policy(MeasurementPolicy()).min_rounds
+    interval = result.candidate("cached").speedup_vs_baseline
+    assert interval is not None and interval.high is not None
+    assert probe_keeps(interval, MIN_SPEEDUP)
+    assert result.total_time_s <= PROBE_CEILING_S

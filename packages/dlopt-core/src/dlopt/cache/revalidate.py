@@ -39,19 +39,32 @@ from dlopt.plugins.contract import Comeback, ProviderContext
 from dlopt.validation import ModelGuard, ReferenceOutputs
 
 #: The probe's rounds: at most this many paired rounds (it stops earlier once the gate
-#: is decided either way), within :data:`PROBE_MAX_TIME_S` of measurement.
+#: is decided either way), within :data:`PROBE_MAX_TIME_S` of measurement, or longer
+#: where ``min_rounds`` need it (slow models), up to :data:`PROBE_CEILING_S`.
 PROBE_MAX_ROUNDS = 12
 PROBE_MAX_TIME_S = 3.0
+PROBE_CEILING_S = 60.0
 
 
 def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
     """The race's measurement policy, cut down to the revalidation probe: a few rounds
-    within a small budget, no futility stop (the probe's interval decides)."""
+    within a small budget, no futility stop (the probe's interval decides).
+
+    The budget is the kernel's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
+    at the first round's pace, at least :data:`PROBE_MAX_TIME_S` and at most
+    :data:`PROBE_CEILING_S`. A fast model's probe keeps its 3 s; a slow model's gets the
+    rounds that make its interval tell (a fixed 3 s measured no interval at all for
+    mobilenet_v2 at batch 8 on 2 cores, whose paired round takes over a second, so its
+    record was never reused; 3 rounds gave an uninformative interval)."""
+    floor = min(measurement.max_time_s or PROBE_MAX_TIME_S, PROBE_MAX_TIME_S)
     return attrs.evolve(
         measurement,
         min_rounds=min(measurement.min_rounds, PROBE_MAX_ROUNDS),
         max_rounds=PROBE_MAX_ROUNDS,
-        max_time_s=min(measurement.max_time_s or PROBE_MAX_TIME_S, PROBE_MAX_TIME_S),
+        max_time_s=None,
+        auto_budget_rounds=PROBE_MAX_ROUNDS,
+        auto_budget_min_s=floor,
+        auto_budget_max_s=max(floor, min(measurement.auto_budget_max_s, PROBE_CEILING_S)),
         futility_confidence=None,
         warmup_leave_factor=None,
     )
