@@ -332,8 +332,17 @@ def test_metadata_of_another_execution_provider_is_refused(built: Any, tmp_path:
         )
 
 
-def test_outputs_that_only_code_could_rebuild_are_not_loadable(tmp_path: Path) -> None:
-    """A namedtuple class cannot be recreated from JSON without importing code: refused."""
+class OtherNamedOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[:, :4], x.sum()
+
+
+def test_outputs_that_only_code_could_rebuild_come_back_from_the_models_own_outputs(
+    tmp_path: Path,
+) -> None:
+    """A namedtuple class cannot be recreated from JSON without importing code: from a
+    bundle alone the saved plan is refused; given the model's reference outputs (a plan
+    cache hit) they give the structure, once they match the record."""
     model = NamedOut().eval()
     x = torch.randn(2, 8)
     provider = _provider("onnxruntime_cpu")
@@ -341,10 +350,25 @@ def test_outputs_that_only_code_could_rebuild_are_not_loadable(tmp_path: Path) -
     try:
         assert "Pair" in plan.metadata["load_problem"]
         directory = _as_bundle(plan, tmp_path / "bundle")
-        with pytest.raises(ProviderBuildError, match=r"cannot be loaded.*Pair"):
-            provider.load(
-                directory, _recorded(plan.metadata), ProviderContext(artifact_dir=tmp_path)
-            )
+        recorded = _recorded(plan.metadata)
+        with pytest.raises(
+            ProviderBuildError, match=r"cannot be loaded without the model's own outputs.*Pair"
+        ):
+            provider.load(directory, recorded, ProviderContext(artifact_dir=tmp_path))
+        # Another model's outputs (a plain tuple of as many tensors) do not stand in.
+        other = OtherNamedOut().eval()
+        with pytest.raises(ProviderBuildError, match=r"not the saved plan's"):
+            provider.load(directory, recorded, _context(tmp_path / "other", other, ((x,), {})))
+        y = torch.randn(2, 8)  # other values than the build saw
+        loaded = provider.load(directory, recorded, _context(tmp_path / "load", model, ((y,), {})))
+        try:
+            with torch.inference_mode():
+                out, expected = loaded(y), model(y)
+            assert type(out) is Pair
+            torch.testing.assert_close(out.a, expected.a, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.b, expected.b, rtol=1e-5, atol=1e-4)
+        finally:
+            loaded.close()
     finally:
         plan.close()
 

@@ -274,6 +274,17 @@ def template_to_json(template: Any) -> Any:
     )
 
 
+def template_signature(template: Any) -> dict[str, Any]:
+    """What a live output must share to stand in for a template JSON cannot describe
+    (a ModelOutput dataclass, a namedtuple): its type's qualified name and its tensors'
+    dtypes in order. Plain JSON; compared, never imported."""
+    kind = type(template)
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "tensors": [str(t.dtype).removeprefix("torch.") for t in iter_tensors(template)],
+    }
+
+
 def template_from_json(data: Any) -> Any:
     """The template :func:`template_to_json` described (``ValueError`` when malformed)."""
     if not isinstance(data, dict) or len(data) != 1:

@@ -59,6 +59,7 @@ from dlopt_onnxruntime.export import (
     signature_hash,
     summarize_error,
     template_from_json,
+    template_signature,
     template_to_json,
     write_manifest,
 )
@@ -444,6 +445,9 @@ class OnnxRuntimeProvider(Provider):
             load_problem = None
         except NotLoadable as exc:
             outputs_json, load_problem = None, str(exc)
+        # A structure JSON cannot describe comes back from the model's own live outputs
+        # (the plan cache and load_bundle(path, model=...) have them), checked against this.
+        signature = template_signature(template) if load_problem is not None else None
         metadata = {
             **built.opened.record.metadata(),
             "onnxruntime": ort.__version__,
@@ -466,6 +470,7 @@ class OnnxRuntimeProvider(Provider):
             "layout": layout_to_json(layout),
             "outputs": outputs_json,
             "load_problem": load_problem,
+            "output_signature": signature,
             "artifact_files": {name: path.name for name, path in artifacts.items()},
             # Quantizing plans: quantized_ops, quantizable_ops, quantized_fraction, op types.
             **(built.coverage.metadata() if built.coverage is not None else {}),
@@ -487,11 +492,9 @@ class OnnxRuntimeProvider(Provider):
         """
         options = self._options(context)
         directory = Path(directory)
+        live_template = None
         if metadata.get("load_problem"):
-            raise ProviderBuildError(
-                f"{self.name}: this saved plan cannot be loaded: {metadata['load_problem']}; "
-                "rebuild it from the model"
-            )
+            live_template = self._live_output_template(metadata, context)
         if metadata.get("execution_provider") != self.execution_provider:
             raise ProviderBuildError(
                 f"{self.name}: the saved plan ran with "
@@ -512,7 +515,11 @@ class OnnxRuntimeProvider(Provider):
             )
         try:
             layout = layout_from_json(metadata.get("layout"))
-            template = template_from_json(metadata.get("outputs"))
+            template = (
+                live_template
+                if live_template is not None
+                else template_from_json(metadata.get("outputs"))
+            )
             output_names = metadata.get("output_names")
             if not isinstance(output_names, list) or len(output_names) != len(
                 iter_tensors(template)
@@ -545,6 +552,30 @@ class OnnxRuntimeProvider(Provider):
             "loaded_from": str(directory),
         }
         return _plan(opened, self.precision, artifacts, loaded)
+
+    def _live_output_template(self, metadata: dict[str, Any], context: ProviderContext) -> Any:
+        """The output structure of a saved plan whose outputs JSON cannot describe, taken
+        from the model's own reference outputs in ``context.cases`` (a plan cache hit
+        has them), once they match the recorded signature."""
+        problem = metadata["load_problem"]
+        if not context.cases:
+            raise ProviderBuildError(
+                f"{self.name}: this saved plan cannot be loaded without the model's own "
+                f"outputs: {problem}; the plan cache brings it back (it calls the model on "
+                "the workload), a bundle alone cannot: rebuild the plan from the model"
+            )
+        example = metadata.get("example_case")
+        case = next((c for c in context.cases if c.name == example), context.cases[0])
+        template = output_template(case.reference)
+        expected = metadata.get("output_signature")
+        found = template_signature(template)
+        if found != expected:
+            raise ProviderBuildError(
+                f"{self.name}: the model's outputs ({found['type']}, "
+                f"{len(found['tensors'])} tensors) are not the saved plan's "
+                f"({expected!r:.200}); the plan was saved from another model: rebuild it"
+            )
+        return template
 
     # ------------------------------------------------------------------ internals
     def _config(self, options: OrtOptions) -> dict[str, str]:
