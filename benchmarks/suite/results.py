@@ -14,6 +14,7 @@ hand-made records.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -65,11 +66,10 @@ class DecisionRun:
 
     def other_s(self) -> float | None:
         """Wall time that was neither building, first calls nor measuring."""
-        parts = (self.wall_s, self.build_s, self.first_calls_s, self.measure_s)
-        if any(part is None for part in parts):
+        spent = (self.build_s, self.first_calls_s, self.measure_s)
+        if self.wall_s is None or None in spent:
             return None
-        wall, build, first, measure = (float(part) for part in parts)  # type: ignore[arg-type]
-        return max(0.0, wall - build - first - measure)
+        return max(0.0, self.wall_s - math.fsum(s for s in spent if s is not None))
 
 
 @frozen
@@ -464,7 +464,7 @@ def _wall_time_section(summaries: Sequence[ModelSummary]) -> list[str]:
 def _repeat(s: ModelSummary) -> str:
     if s.repeat_wall_s is None:
         return "-"
-    how = {True: "hit", False: "miss: raced"}.get(s.repeat_hit, "?")  # type: ignore[arg-type]
+    how = "?" if s.repeat_hit is None else "hit" if s.repeat_hit else "miss: raced"
     return f"{s.repeat_wall_s:.1f} ({how})"
 
 

@@ -4,9 +4,9 @@ A compiled plan (:mod:`dlopt_fx.compiled`) comes back in a fresh process by comp
 again, which even with torch's caches restored costs Dynamo tracing every input shape and
 importing Inductor's compiler (seconds). Its package (``torch.export`` of the same
 callable, the same Inductor options, ``aoti_compile_and_package``) is one ``.pt2`` file
-that torch's C++ runtime loads without the model, Dynamo or the compiler. It is the same computation compiled by another route, not the program the race
-timed, so whoever serves it validates it and measures it again (the plan cache's
-revalidation does both).
+that torch's C++ runtime loads without the model, Dynamo or the compiler. It is the same
+computation compiled by another route, not the program the race timed, so whoever
+serves it validates it and measures it again (the plan cache's revalidation does both).
 
 The package takes the cases' tensor leaves as its inputs, in their flattened order; the
 non-tensor leaves (equal on every case, or nothing is packaged) are constants of the
@@ -136,8 +136,9 @@ class PackageRunner:
     """Calls a loaded package with the inputs the plan was raced with.
 
     Loaded through torch's C++ package loader directly (``torch._inductor``, whose import
-    alone costs seconds, is not imported). A call whose input structure or constants differ from the package's
-    is refused with a clear error: the program was compiled for exactly those.
+    alone costs seconds, is not imported). A call whose input structure or constants
+    differ from the package's is refused with a clear error: the program was compiled
+    for exactly those.
     """
 
     def __init__(self, path: Path, metadata: dict[str, Any], device_index: int = -1) -> None:

@@ -445,8 +445,8 @@ class OnnxRuntimeProvider(Provider):
             load_problem = None
         except NotLoadable as exc:
             outputs_json, load_problem = None, str(exc)
-        # A structure JSON cannot describe comes back from the model's own live outputs
-        # (the plan cache and load_bundle(path, model=...) have them), checked against this.
+        # A structure JSON cannot describe comes back from the model's own reference
+        # outputs (a plan cache hit has them), once they match this.
         signature = template_signature(template) if load_problem is not None else None
         metadata = {
             **built.opened.record.metadata(),
@@ -487,7 +487,9 @@ class OnnxRuntimeProvider(Provider):
         names (as a bundle holds them); ``metadata`` is the plan's recorded metadata,
         which names the session's model file and records the input layout and output
         structure. The session gets the settings ``context.options`` and
-        ``context.target`` give, as at build. Nothing is exported and no model is needed.
+        ``context.target`` give, as at build. Nothing is exported and no model is needed,
+        except for outputs JSON cannot describe (a class): their structure is taken from
+        the reference outputs in ``context.cases`` (:meth:`_live_output_template`).
         Raises :class:`ProviderBuildError` naming what is missing or unreadable.
         """
         options = self._options(context)

@@ -19,9 +19,9 @@ else is rebuilt from scratch (compiled again).
 
 A provider may also save the selected plan as a program that serves without the model
 and without compiling (``save_program``; the Inductor plans write an AOTInductor
-package): the record keeps it under ``dlopt.bundle.store.PROGRAM_ARTIFACT`` with the metadata the
-provider returned, and a hit loads it (``load_program``) under the same checks as the
-kernels, falling back to the rebuild above when it cannot.
+package): the record keeps it under ``dlopt.bundle.store.PROGRAM_ARTIFACT`` with the
+metadata the provider returned, and a hit loads it (``load_program``) under the same
+checks as the kernels, falling back to the rebuild above when it cannot.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,8 @@ class ProgramSaver:
 
     provider: Any = None
     plan: BuiltPlan | None = None
-    context: ProviderContext | None = None
+    #: The plan's build context, made only when a program is saved (it copies the inputs).
+    context: Callable[[], ProviderContext] | None = None
     saved: SavedProgram | None = None
     _asked: bool = attrs.field(default=False, init=False)
 
@@ -129,7 +131,7 @@ class ProgramSaver:
         plan's provider saves no programs."""
         if self.saved is None and not self._asked and self.plan is not None:
             assert self.context is not None
-            self.saved = save_program(self.provider, self.plan, parent, self.context)
+            self.saved = save_program(self.provider, self.plan, parent, self.context())
         self._asked = True
         return self.saved
 

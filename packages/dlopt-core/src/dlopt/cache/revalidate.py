@@ -195,14 +195,16 @@ def program_saver(
     record: CacheRecord | None = None,
 ) -> ProgramSaver:
     """Saves ``cand``'s built plan as a program when first asked, in its build context
-    (its options and the prepared cases); the program ``record`` holds, if it holds one."""
+    (its options and the prepared cases, copied only then); the program ``record``
+    holds, if it holds one."""
     saved = _saved_program_of(record)
     provider = cand.info.provider
     if saved is not None or not callable(getattr(provider, "save_program", None)):
         return ProgramSaver(saved=saved)  # keeps no inputs alive
-    plan_context = attrs.evolve(
-        context, options=cand.options, cases=prepare.prepared_cases(reference)
-    )
+
+    def plan_context() -> ProviderContext:
+        return attrs.evolve(context, options=cand.options, cases=prepare.prepared_cases(reference))
+
     return ProgramSaver(provider, cand.plan, plan_context)
 
 
