@@ -61,13 +61,41 @@ def encoder() -> Workload:
     return model, (("batch-8", (torch.randn(8, 128, 256, generator=gen),), {}, 1.0),)
 
 
+#: Random batches the torchvision models' BatchNorm statistics are estimated on.
+CALIBRATION_BATCHES = 4
+
+
 def _torchvision(name: str, batch: int) -> Workload:
     import torchvision
 
     torch.manual_seed(SEED)
-    model = getattr(torchvision.models, name)(weights=None).eval()
+    model = getattr(torchvision.models, name)(weights=None)
+    _estimate_batch_norm_statistics(model, torch.Generator().manual_seed(SEED + 2))
     gen = torch.Generator().manual_seed(SEED + 1)
-    return model, ((f"batch-{batch}", (_images(batch, 224, gen),), {}, 1.0),)
+    return model.eval(), ((f"batch-{batch}", (_images(batch, 224, gen),), {}, 1.0),)
+
+
+def _estimate_batch_norm_statistics(model: nn.Module, generator: torch.Generator) -> None:
+    """Give every BatchNorm the running statistics of its real input, as training would.
+
+    Freshly initialised, a BatchNorm in eval mode normalises with mean 0 and variance 1,
+    whatever its input: through mobilenet_v2's depth the activations shrink to ~1e-9
+    (efficientnet_b0's to ~1e-14), a signal no trained model serves, on which int8
+    activation scales underflow to zero. Estimated on random images (cumulative average,
+    ``momentum=None``), every layer's activations keep unit scale, as in a trained net.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momenta = [m.momentum for m in norms]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+    model.train()
+    with torch.no_grad():
+        for _ in range(CALIBRATION_BATCHES):
+            model(_images(8, 224, generator))
+    for norm, momentum in zip(norms, momenta, strict=True):
+        norm.momentum = momentum
+    model.eval()
 
 
 def bert() -> Workload:
