@@ -233,7 +233,7 @@ def validate_calls(
         return ValidationResult.from_cases(
             validate_outputs(
                 out,
-                case.outputs,
+                case,
                 precision=cand.plan.precision,
                 output_dtype=cand.plan.output_dtype,
                 policy=policy.quality,

@@ -20,6 +20,7 @@ from dlopt.measurement import FakeClock, MeasurementPolicy
 from dlopt.plugins.contract import Role
 from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.fakes import FakeProvider
+from dlopt.validation import QualityPolicy
 
 
 class FakeRace:
@@ -55,6 +56,7 @@ class FakeRace:
         objective: str = "steady_state_latency",
         constraints: DeploymentConstraints | None = None,
         include: Sequence[str] | None = None,
+        quality: QualityPolicy | None = None,
         **measurement: Any,
     ) -> InferenceOptimizer:
         """An optimizer racing exactly ``providers`` (built-ins are loaded but not included)."""
@@ -66,6 +68,7 @@ class FakeRace:
             constraints=constraints or DeploymentConstraints(),
             measurement=MeasurementPolicy(**measurement),
             include=tuple(include) if include is not None else tuple(p.name for p in providers),
+            quality=quality if quality is not None else QualityPolicy(),
         )
         registry = load_providers(PluginSettings(autoload=False))
         return InferenceOptimizer("cpu", policy, providers, registry=registry, clock=self.clock)

@@ -23,6 +23,7 @@ from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, text
 from dlopt.platform.serialization import user_document
 from dlopt.precision import Precision
+from dlopt.validation.rounding import LeafRounding
 
 Direction = Literal["higher", "lower"]
 
@@ -257,6 +258,20 @@ def _training_mode(_: Any, __: Any, value: str) -> None:
         raise ConfigurationError(f"training_mode must be 'error' or 'warn', got {value!r}")
 
 
+def _widened_to_rounding(
+    limits: QualityLimits, rounding: LeafRounding, factor: float
+) -> QualityLimits:
+    """``limits`` loosened (never tightened) to ``factor`` times the reference's rounding:
+    two fp32 computations of one exact result differ by about their own rounding each."""
+    rel_l2 = factor * rounding.rel_l2
+    return attrs.evolve(
+        limits,
+        max_rel_l2=max(limits.max_rel_l2, rel_l2),
+        min_cosine=min(limits.min_cosine, 1.0 - rel_l2**2),
+        atol=max(limits.atol, factor * rounding.max_abs_error),
+    )
+
+
 def _is_under(path: str, prefix: str) -> bool:
     return path == prefix or (path.startswith(prefix) and path[len(prefix)] in "[.")
 
@@ -279,6 +294,11 @@ class QualityPolicy:
     ``snapshot_weights``: keep one CPU copy of the weights during a race so that a plan
     that mutates the model can be undone; ``False`` saves the memory, and a mutating plan
     then stops the race.
+    ``fp32_rounding_factor``: the reference is also run once per case in float64 (on a
+    copy of the model) to measure its own fp32 rounding; an fp32 plan's limits widen to
+    this many times that rounding where it exceeds the fixed fp32 limits (deep networks:
+    resnet50's eager fp32 is ~1.6e-5 from float64, above the fixed 1e-5). ``0`` skips the
+    float64 run and keeps the fixed limits. Overrides still replace what they set.
     """
 
     limits: LimitOverride = field(factory=LimitOverride, validator=instance_of(LimitOverride))
@@ -289,6 +309,7 @@ class QualityPolicy:
     allow_nonfinite_reference: bool = field(default=False, validator=boolean())
     reference_rel_tolerance: float = 0.0
     snapshot_weights: bool = field(default=True, validator=boolean())
+    fp32_rounding_factor: float = 10.0
 
     def __attrs_post_init__(self) -> None:
         names = [m.name for m in self.user_metrics]
@@ -296,18 +317,32 @@ class QualityPolicy:
         if repeated:
             raise ConfigurationError(f"user metric names must be unique, repeated: {repeated}")
         _check_limit("reference_rel_tolerance", self.reference_rel_tolerance, optional=False)
+        _check_limit("fp32_rounding_factor", self.fp32_rounding_factor, optional=False)
 
     def limits_for(
-        self, precision: Precision | str, path: str = "out"
+        self,
+        precision: Precision | str,
+        path: str = "out",
+        rounding: LeafRounding | None = None,
     ) -> tuple[QualityLimits, str]:
         """The limits for a leaf at ``path`` of a plan computing in ``precision``.
 
-        Returns ``(limits, label)``; the label says where they came from, e.g.
-        ``"bf16 limits"`` or ``"bf16 limits + override for out[\\"boxes\\"]"``.
+        ``rounding``: the reference leaf's measured fp32 rounding, which widens the fp32
+        defaults (see ``fp32_rounding_factor``). Returns ``(limits, label)``; the label
+        says where they came from, e.g. ``"bf16 limits"`` or
+        ``"bf16 limits + override for out[\\"boxes\\"]"``.
         """
         precision = Precision.parse(precision)
         limits = default_limits(precision)
         sources: list[str] = []
+        if rounding is not None and precision is Precision.FP32:
+            widened = _widened_to_rounding(limits, rounding, self.fp32_rounding_factor)
+            if widened != limits:
+                limits = widened
+                sources.append(
+                    f"widened to {self.fp32_rounding_factor:g}x the reference's own fp32 "
+                    f"rounding ({rounding.describe()} from float64)"
+                )
         if not self.limits.is_empty:
             limits = limits.with_override(self.limits)
             sources.append("global override")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -23,7 +24,10 @@ from dlopt.validation.inputs import (
 )
 from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
+from dlopt.validation.rounding import LeafRounding, measure_fp32_rounding
 from dlopt.validation.structure import iter_leaves, match_structure
+
+log = logging.getLogger(__name__)
 
 _NONDETERMINISM_HELP = (
     "likely causes: the model (or a submodule) is in training mode, so dropout or "
@@ -41,7 +45,11 @@ def _to_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
 
 @define(eq=False)
 class ReferenceCase:
-    """The reference for one case: its prepared inputs and the fp32 outputs (on CPU)."""
+    """The reference for one case: its prepared inputs and the fp32 outputs (on CPU).
+
+    ``fp32_rounding``: each float output leaf's measured distance from float64, by path
+    (empty when not measured; see :mod:`dlopt.validation.rounding`).
+    """
 
     name: str
     args: tuple[Any, ...]
@@ -49,6 +57,7 @@ class ReferenceCase:
     outputs: Any
     leaf_paths: tuple[str, ...]
     weight: float = 1.0
+    fp32_rounding: dict[str, LeafRounding] = field(factory=dict)
 
 
 @define(eq=False)
@@ -56,12 +65,14 @@ class ReferenceOutputs:
     """Eager fp32 outputs per case, plus the model's fingerprint taken around them.
 
     ``cases[i].args/kwargs`` are the inputs already on the target device: call every
-    candidate with those. Outputs are detached CPU copies.
+    candidate with those. Outputs are detached CPU copies. ``fp32_rounding_note`` says
+    why the fp32 rounding was not measured (``None``: measured, or not asked for).
     """
 
     cases: tuple[ReferenceCase, ...] = field(converter=_to_tuple)
     fingerprint: ModelFingerprint
     device: str
+    fp32_rounding_note: str | None = None
 
     def __getitem__(self, name: str) -> ReferenceCase:
         for case in self.cases:
@@ -206,7 +217,20 @@ def capture_reference(
     except ReferenceCheckError as exc:
         raise ReferenceCheckError(f"{exc}{_restored(model, guard)}") from exc.__cause__
     _check_paths(policy, all_paths)
-    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device))
+    note = _measure_rounding(model, captured) if policy.fp32_rounding_factor > 0 else None
+    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device), note)
+
+
+def _measure_rounding(model: torch.nn.Module, captured: list[ReferenceCase]) -> str | None:
+    """Attach each case's measured fp32 rounding; the note says why there is none."""
+    per_case, note = measure_fp32_rounding(
+        model, [(case.args, case.kwargs, case.outputs) for case in captured]
+    )
+    for case, rounding in zip(captured, per_case, strict=True):
+        case.fp32_rounding = rounding
+    if note is not None:
+        log.info("fp32 limits stay fixed: %s", note)
+    return note
 
 
 def _restored(model: torch.nn.Module, guard: ModelGuard) -> str:

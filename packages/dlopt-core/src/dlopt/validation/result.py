@@ -14,6 +14,8 @@ from dlopt.platform.serialization import finite_or_none
 from dlopt.precision import Precision
 from dlopt.validation.limits import Direction, QualityLimits, QualityPolicy, UserMetric
 from dlopt.validation.metrics import LeafMetrics, compute_leaf_metrics, fmt, pct
+from dlopt.validation.reference import ReferenceCase
+from dlopt.validation.rounding import LeafRounding
 from dlopt.validation.structure import find_path, match_structure
 
 #: How many failures a reason spells out before saying "and N more".
@@ -201,7 +203,8 @@ def validate_outputs(
 ) -> CaseValidation:
     """Check a candidate's outputs for one case against the reference's outputs.
 
-    ``reference`` is the eager fp32 output for the case (or a ``ReferenceCase``).
+    ``reference`` is the eager fp32 output for the case, or its ``ReferenceCase`` (whose
+    measured fp32 rounding then widens the fp32 limits, see ``QualityPolicy``).
     Structure first (paths, types, keys, lengths, shapes, dtypes; ``output_dtype`` is
     the lower-precision dtype the plan declared for its floating outputs), then metrics
     per leaf in float64, held to the limits of ``precision`` as overridden by ``policy``,
@@ -209,7 +212,9 @@ def validate_outputs(
     """
     policy = policy or QualityPolicy()
     precision = Precision.parse(precision)
-    reference = getattr(reference, "outputs", reference)
+    rounding: dict[str, LeafRounding] = {}
+    if isinstance(reference, ReferenceCase):
+        rounding, reference = reference.fp32_rounding, reference.outputs
     pairs, mismatches = match_structure(candidate, reference, output_dtype=output_dtype)
     if mismatches:
         structural = [("structure mismatch", m, "") for m in mismatches]
@@ -224,7 +229,7 @@ def validate_outputs(
     leaves: list[LeafMetrics] = []
     failures: list[tuple[str, str, str]] = []
     for pair in pairs:
-        limits, label = policy.limits_for(precision, pair.path)
+        limits, label = policy.limits_for(precision, pair.path, rounding.get(pair.path))
         metrics = compute_leaf_metrics(
             pair.path, pair.candidate, pair.reference, atol=limits.atol, rtol=limits.rtol
         )
