@@ -12,6 +12,7 @@ import torch
 import dlopt.platform.probing
 from dlopt.plugin import ExecutionTarget, ProviderContext
 from dlopt_torchao import Scheme, TorchAOProvider
+from dlopt_torchao import cpu as cpu_module
 from dlopt_torchao import provider as provider_module
 from dlopt_torchao.provider import TorchAOOptions, not_offered_by_default
 
@@ -79,11 +80,38 @@ def test_every_scheme_declares_its_precision() -> None:
 def test_which_plans_are_offered_by_default(
     scheme: Scheme, compiled: bool, device: str, needle: str | None
 ) -> None:
-    why_not = not_offered_by_default(scheme, compiled, device)
+    why_not = not_offered_by_default(scheme, compiled, device, int8_dot=True)
     if needle is None:
         assert why_not is None
     else:
         assert why_not is not None and needle in why_not
+
+
+@pytest.mark.parametrize(
+    ("scheme", "compiled", "device", "offered"),
+    [
+        (Scheme.INT8_DYNAMIC, True, "cpu", False),  # int8 x int8 matmuls, emulated
+        (Scheme.INT8_WEIGHT_ONLY, True, "cpu", True),  # float matmuls on int8 weights
+        (Scheme.INT8_DYNAMIC, True, "cuda", True),  # a GPU flag is not a CPU flag
+    ],
+)
+def test_without_int8_dot_products_int8_dynamic_is_not_offered_on_cpu(
+    scheme: Scheme, compiled: bool, device: str, offered: bool
+) -> None:
+    why_not = not_offered_by_default(scheme, compiled, device, int8_dot=False)
+    assert (why_not is None) is offered
+    if not offered:
+        assert "no int8 dot-product instructions (VNNI or AMX-INT8)" in why_not
+        assert not_offered_by_default(scheme, compiled, device, int8_dot=True) is None
+
+
+@pytest.mark.parametrize(("flags", "offered"), [({"avx2"}, False), ({"avx2", "avx_vnni"}, True)])
+def test_int8_dynamic_inductor_reads_this_cpus_flags(
+    monkeypatch: Any, flags: set[str], offered: bool
+) -> None:
+    monkeypatch.setattr(cpu_module, "cpu_flags", lambda: frozenset(flags))
+    why_not = not_offered_by_default(Scheme.INT8_DYNAMIC, True, "cpu")
+    assert (why_not is None) is offered
 
 
 def test_a_plan_not_offered_by_default_says_how_to_race_it() -> None:

@@ -27,7 +27,7 @@ from dlopt.testing import ProviderContractSuite
 from dlopt.testing.contexts import build_context, case_outputs
 from dlopt.testing.models import Elementwise, SmallConvNet
 from dlopt.validation import validate_outputs
-from dlopt_torchao import pt2e
+from dlopt_torchao import cpu
 from dlopt_torchao.provider import probe_inductor
 from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider, read_calibration_file
 
@@ -51,7 +51,7 @@ def test_offered_where_the_cpu_has_vnni_or_amx(
     monkeypatch: pytest.MonkeyPatch, flags: frozenset[str], offered: bool
 ) -> None:
     _skip_without_inductor()
-    monkeypatch.setattr(pt2e, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
     availability = PT2EStaticInt8Provider().probe(ProviderContext())
     assert availability.available is offered, availability.reason
     assert availability.details["int8_dot_flags"] == ("amx_int8" if offered else "none")
@@ -210,6 +210,6 @@ class TestPT2EStaticInt8ContractOnAnyCpu(TestPT2EStaticInt8Contract):
 
     @pytest.fixture(autouse=True)
     def _claim_int8_dot_products(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        if not pt2e.int8_dot_flags():
-            flags = (pt2e.cpu_flags() or frozenset()) | {"amx_int8"}
-            monkeypatch.setattr(pt2e, "cpu_flags", lambda: flags)
+        if not cpu.int8_dot_flags():
+            flags = (cpu.cpu_flags() or frozenset()) | {"amx_int8"}
+            monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)

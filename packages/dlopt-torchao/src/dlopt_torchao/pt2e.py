@@ -35,13 +35,13 @@ from dlopt.plugin import (
     ProviderContext,
     Role,
     WorkloadCase,
-    cpu_flags,
     cpu_info,
     distribution_version,
     iter_tensors,
     read_npz,
     try_import,
 )
+from dlopt_torchao.cpu import INT8_CPU_HINT, int8_dot_flags
 from dlopt_torchao.provider import (
     compute_layers,
     layer_coverage,
@@ -50,13 +50,6 @@ from dlopt_torchao.provider import (
     refuse_unquantized,
 )
 
-#: CPU flags of the int8 dot-product instructions oneDNN's int8 kernels use.
-INT8_DOT_FLAGS = ("amx_int8", "avx512_vnni", "avx_vnni")
-INT8_CPU_HINT = (
-    "run on a CPU with AVX-512 VNNI, AVX-VNNI or AMX (Intel Cascade Lake, Alder Lake, "
-    "Sapphire Rapids or newer; AMD Zen 4 or newer); torchao_int8_dynamic_inductor and the "
-    "fp32 plans run here"
-)
 QUANTIZER_MODULE = "torchao.quantization.pt2e.quantizer.x86_inductor_quantizer"
 #: The graph ops that carry a quantized weight after ``convert_pt2e`` (one per layer).
 _WEIGHT_DEQUANTIZE = "quantized_decomposed.dequantize_per_channel"
@@ -98,12 +91,6 @@ class PT2EOptions:
                 f"calibration_file must name a .npz file (numpy.savez), got "
                 f"{self.calibration_file!r}"
             )
-
-
-def int8_dot_flags() -> tuple[str, ...]:
-    """This CPU's int8 dot-product flags (see :data:`INT8_DOT_FLAGS`)."""
-    flags = cpu_flags() or frozenset()
-    return tuple(f for f in INT8_DOT_FLAGS if f in flags)
 
 
 def read_calibration_file(path_text: str) -> list[tuple[str, torch.Tensor]]:
