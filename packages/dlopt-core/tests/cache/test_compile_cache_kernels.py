@@ -54,3 +54,21 @@ def test_the_isa_check_library_is_found_by_its_source(tmp_path):
     write(outside.with_suffix(".cpp"), VecISA._avx_code.encode())
 
     assert _isa_check_binaries(tmp_path) == [check]
+
+
+def test_the_avx512_and_amx_check_libraries_are_found_too(tmp_path):
+    # An AVX-512 CPU also compiles torch's bf16, VNNI and AMX checks: each is saved, so a
+    # cache hit on such a CPU compiles none of them again.
+    from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecISA
+
+    from dlopt.cache.comeback import _isa_check_binaries
+
+    checks = []
+    for index, code in enumerate((VecISA._avx_code, VecAVX512._avx512_bf16_code, VecAMX._amx_code)):
+        binary = write(tmp_path / f"c{index}" / f"cc{index}check.so", b"isa check")
+        write(binary.with_suffix(".cpp"), code.encode())
+        checks.append(binary)
+    kernel = write(tmp_path / "ab" / "cabkernel.so", b"kernel")
+    write(kernel.with_suffix(".cpp"), VecAVX512._avx512_bf16_code.encode() + b"// changed")
+
+    assert _isa_check_binaries(tmp_path) == checks

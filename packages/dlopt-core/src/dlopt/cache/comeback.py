@@ -190,27 +190,42 @@ def _loaded_kernel_binaries(root: Path) -> list[Path]:
     return found
 
 
-def _isa_check_binaries(root: Path) -> list[Path]:
-    """The test library Inductor compiled to check which vector ISA this CPU runs: the
-    first kernel a process loads asks for it, and a fresh cache directory pays a C++
-    compile for it (about 2 s here). Found by its source, torch's own ISA check code,
-    beside it; none where this torch does not say what that code is."""
+def _isa_check_sources() -> set[str]:
+    """The C++ programs torch compiles to check the CPU's vector ISA: the base check
+    every ISA runs and the extra ones an AVX-512 or AMX CPU runs (bf16, VNNI, AMX tiles),
+    read from torch's ``VecISA`` classes (``_avx_code``, ``_avx512_bf16_code``, ...);
+    empty where this torch does not say what that code is."""
     try:
         from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return set()
+    sources: set[str] = set()
+    pending = [VecISA]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        sources.update(
+            value
+            for name, value in vars(cls).items()
+            if name.endswith("_code") and isinstance(value, str)
+        )
+    return sources
 
-        code = VecISA._avx_code
-    except (ImportError, AttributeError):
-        return []
-    if not isinstance(code, str):
-        return []
-    size = len(code.encode())
+
+def _isa_check_binaries(root: Path) -> list[Path]:
+    """The test libraries Inductor compiled to check which vector ISA this CPU runs: the
+    first kernel a process loads asks for them, and a fresh cache directory pays a C++
+    compile for each (about 2 s, several on an AVX-512 CPU). Found by their source,
+    torch's own ISA check code, beside them."""
+    sources = _isa_check_sources()
+    sizes = {len(code.encode()) for code in sources}
     found = []
     for source in sorted(root.glob("??/*.cpp")):
         binary = source.with_suffix(".so")
         if not binary.is_file() or not _KERNEL_PATH.fullmatch(binary.relative_to(root).as_posix()):
             continue
         try:
-            if source.stat().st_size == size and source.read_text() == code:
+            if source.stat().st_size in sizes and source.read_text() in sources:
                 found.append(binary)
         except (OSError, UnicodeDecodeError):
             continue
