@@ -130,6 +130,65 @@ def test_a_model_the_quantizer_leaves_alone_is_rejected() -> None:
         PT2EStaticInt8Provider().build(model, _context(model, torch.randn(2, 8)))
 
 
+class _ResidualBlock(nn.Module):
+    """A ResNet block: one ``relu`` module called three times, a residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.stem = nn.Conv2d(3, 8, 1)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = self.relu(self.stem(x))
+        out = self.relu(self.conv1(identity))
+        out = self.conv2(out)
+        out += identity
+        return self.relu(out)
+
+
+def test_each_call_of_a_reused_module_gets_its_own_partition() -> None:
+    from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
+
+    from dlopt_torchao.pt2e import _one_partition_per_call
+
+    model = _ResidualBlock().eval()
+    graph_module = torch.export.export(model, (torch.randn(1, 3, 8, 8),)).module()
+    before = get_source_partitions(graph_module.graph, [nn.ReLU]).get(nn.ReLU, [])
+    assert _one_partition_per_call(graph_module, model) == 3  # the relu's calls, not the convs
+    after = get_source_partitions(graph_module.graph, [nn.ReLU])[nn.ReLU]
+    assert len(after) == 3
+    assert all(len(partition.output_nodes) == 1 for partition in after)
+    # What the quantizer refused: one partition with three outputs (or none found at all).
+    assert len(before) != 3
+
+
+@pytest.mark.slow
+def test_a_residual_block_with_a_reused_relu_quantizes() -> None:
+    """The x86 quantizer refused such a block (torchvision's resnet50) with "Input
+    partition has more than one output node"."""
+    _skip_without_inductor()
+    torch.manual_seed(0)
+    model = _ResidualBlock().eval()
+    gen = torch.Generator().manual_seed(1)
+    context = _context(model, torch.randn(2, 3, 8, 8, generator=gen))
+    plan = PT2EStaticInt8Provider().build(model, context)
+    try:
+        assert plan.metadata["quantized_weights"] == 3
+        (out,) = case_outputs(plan, context)
+        result = validate_outputs(
+            out,
+            context.cases[0].reference,
+            precision=plan.precision,
+            output_dtype=None,
+            case_name=context.cases[0].name,
+        )
+        assert result.passed, result.reason
+    finally:
+        plan.close()
+
+
 # -- a real build --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: Any) -> Any:

@@ -156,6 +156,47 @@ def _dynamic_shapes(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[
     return {name: tree_map(auto, value) for name, value in bound.arguments.items()}
 
 
+def _one_partition_per_call(graph_module: torch.fx.GraphModule, model: torch.nn.Module) -> int:
+    """Give each call of a module that ``forward`` calls more than once its own source
+    partition; returns how many nodes were labelled.
+
+    A non-strict ``torch.export`` leaves ``source_fn_stack`` unset, and the quantizer's
+    pattern matcher then groups nodes by their innermost module's name: the three calls of
+    a ResNet bottleneck's one ``relu`` become a single partition with three outputs, which
+    the x86 quantizer refuses ("Input partition has more than one output node"). Each
+    call has its own key in ``nn_module_stack`` (``...relu@1``); labelling the nodes with it
+    is what a strict export records.
+    """
+    calls: dict[str, set[str]] = {}
+    for node in graph_module.graph.nodes:
+        innermost = _innermost_module_call(node)
+        if innermost is not None:
+            calls.setdefault(innermost[1], set()).add(innermost[0])
+    labelled = 0
+    for node in graph_module.graph.nodes:
+        innermost = _innermost_module_call(node)
+        if innermost is None or len(calls[innermost[1]]) < 2:
+            continue
+        call_key, qualified_name = innermost
+        try:
+            module_type = type(model.get_submodule(qualified_name))
+        except AttributeError:
+            continue
+        node.meta["source_fn_stack"] = [(call_key, module_type)]
+        labelled += 1
+    return labelled
+
+
+def _innermost_module_call(node: torch.fx.Node) -> tuple[str, str] | None:
+    """``(call key, module name)`` of the innermost module a node came from, for an
+    operator node without ``source_fn_stack``; ``None`` otherwise."""
+    stack = node.meta.get("nn_module_stack")
+    if node.op != "call_function" or not stack or node.meta.get("source_fn_stack") is not None:
+        return None
+    call_key, (qualified_name, _) = list(stack.items())[-1]
+    return str(call_key), str(qualified_name)
+
+
 @frozen
 class PT2EStaticInt8Provider(Provider):
     """``torch.export`` + torchao's ``X86InductorQuantizer`` (static int8) + Inductor."""
@@ -249,6 +290,7 @@ class PT2EStaticInt8Provider(Provider):
                 f"{str(exc).splitlines()[0] if str(exc) else ''}); PT2E quantization needs an "
                 "exportable model"
             ) from exc
+        _one_partition_per_call(exported, plan_model)
         quantizer = x86.X86InductorQuantizer()
         # Without VNNI the int8 products may saturate: oneDNN's advice is a 7-bit range.
         reduce_range = not int8_dot_flags()
@@ -257,7 +299,13 @@ class PT2EStaticInt8Provider(Provider):
         )
         calls = 0
         with torch.no_grad():
-            prepared = quantize_pt2e.prepare_pt2e(exported, quantizer)
+            try:
+                prepared = quantize_pt2e.prepare_pt2e(exported, quantizer)
+            except Exception as exc:
+                raise ProviderBuildError(
+                    f"{self.name}: the x86 Inductor quantizer could not annotate this model "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+                ) from exc
             for _ in range(options.calibration_passes):
                 for case in cases:
                     prepared(*case.args, **case.kwargs)
