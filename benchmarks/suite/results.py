@@ -23,6 +23,11 @@ from typing import Any
 import cattrs
 from attrs import field, frozen
 
+from .timing import OracleSettings
+
+#: The oracle's default settings, as the results page describes them.
+_ORACLE = OracleSettings()
+
 #: The peer's plans on CPU and the oracle plan that runs the same thing. The peer applies
 #: AMP and channels-last only on CUDA, so its ``native`` plan is eager fp32 on CPU; its
 #: ``fx`` plan (its own Conv-BN folding) is timed by the oracle as ``peer_fx``.
@@ -84,8 +89,14 @@ class OraclePlan:
     built: str
     case_median_ms: dict[str, float] = field(factory=dict)
     rounds: int | None = None
-    #: It left the rounds after this round, clearly slower than the leader.
+    #: It left the rounds after this round (None: timed to the end), and why.
     dropped_after: int | None = None
+    left_because: str | None = None
+    #: Median ratio of its round values to the leader's in the same rounds, with the
+    #: interval, at the last look (None for the leader).
+    vs_leader: float | None = None
+    vs_leader_low: float | None = None
+    vs_leader_high: float | None = None
 
 
 @frozen
@@ -402,7 +413,13 @@ def markdown(
             "(random order each round, a burst per plan and case: untimed settling calls, "
             "then timed calls whose median is the burst's latency). Latency: the median over "
             "rounds of the traffic-weighted burst latencies, with its order-statistic "
-            "interval; a plan clearly slower than the leader leaves the rounds after 3. "
+            "interval. Vs leader, paired: the median of the plan's round values over the "
+            "leader's in the same rounds, with its interval (pairing cancels a slow spell "
+            "that every plan timed in it shares); the ranking is settled when each such "
+            f"interval lies above 1 or within {_ORACLE.tie_tolerance:.0%} of 1. A plan more "
+            f"than {_ORACLE.drop_factor:g}x slower than the leader leaves the rounds after "
+            f"{_ORACLE.drop_after_rounds}, and one settled more than "
+            f"{_ORACLE.tie_tolerance:.0%} slower after {_ORACLE.min_rounds} (picks too). "
             "Built: `independent` by the suite's own torch code, `provider` through dlopt's "
             "provider (no independent build written for it), `peer` the peer's own rewrite.",
         ]
@@ -415,19 +432,22 @@ def markdown(
                 "",
                 f"### {s.title}: {oracle.rounds} rounds, {oracle.time_s:.0f} s, {state}",
                 "",
-                "| plan | median ms | interval ms | rounds | built |",
-                "|---|---|---|---|---|",
+                "| plan | median ms | interval ms | vs leader, paired | rounds | built |",
+                "|---|---|---|---|---|---|",
             ]
             for p in sorted(oracle.plans, key=lambda p: (p.median_ms, p.name)):
                 rounds = _num(p.rounds, "d")
                 if p.dropped_after is not None:
-                    rounds += " (left: > 2x the leader)"
+                    rounds += f" (left: {p.left_because or '> 2x the leader'})"
+                paired = "-"
+                if p.vs_leader is not None:
+                    paired = f"{p.vs_leader:.3f}x [{p.vs_leader_low:.3f}, {p.vs_leader_high:.3f}]"
                 lines.append(
                     f"| {p.name} | {p.median_ms:.3f} | {p.low_ms:.3f}-{p.high_ms:.3f} | "
-                    f"{rounds} | {p.built} |"
+                    f"{paired} | {rounds} | {p.built} |"
                 )
             for name, why in oracle.failures.items():
-                lines.append(f"| {name} | - | not timed: {why} | - | - |")
+                lines.append(f"| {name} | - | not timed: {why} | - | - | - |")
     return "\n".join(lines) + "\n"
 
 

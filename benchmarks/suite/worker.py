@@ -185,6 +185,12 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
                 t.case_median_ms,
                 len(t.rounds_ms),
                 t.dropped_after,
+                t.left_because,
+                *(
+                    (t.vs_leader.median, t.vs_leader.low, t.vs_leader.high)
+                    if t.vs_leader is not None
+                    else (None, None, None)
+                ),
             )
             for t in timing.plans
         ),

@@ -221,7 +221,34 @@ def test_the_oracle_section_lists_rounds_early_leavers_and_failures():
     o = OracleResult(
         plans=(
             OraclePlan("inductor", 1.0, 0.98, 1.02, "independent", rounds=30),
-            OraclePlan("torchao_int4_weight_only", 90.0, 88.0, 95.0, "provider", {}, 3, 3),
+            OraclePlan(
+                "torchao_int4_weight_only",
+                90.0,
+                88.0,
+                95.0,
+                "provider",
+                {},
+                3,
+                3,
+                "> 2x the leader",
+                88.0,
+                86.0,
+                93.0,
+            ),
+            OraclePlan(
+                "fx",
+                1.2,
+                1.18,
+                1.23,
+                "provider",
+                {},
+                15,
+                15,
+                "settled slower than the leader",
+                1.19,
+                1.17,
+                1.21,
+            ),
         ),
         rounds=30,
         time_s=40.0,
@@ -232,8 +259,9 @@ def test_the_oracle_section_lists_rounds_early_leavers_and_failures():
     result = ModelResult("m", "M", dlopt=(dlopt_run("inductor"),), oracle=o)
     page = markdown([summarize(result)], [], {}, {"m": o})
     assert "### M: 30 rounds, 40 s, settled" in page
-    assert "| inductor | 1.000 | 0.980-1.020 | 30 | independent |" in page
-    assert "| 3 (left: > 2x the leader) | provider |" in page
+    assert "| inductor | 1.000 | 0.980-1.020 | - | 30 | independent |" in page
+    assert "| 88.000x [86.000, 93.000] | 3 (left: > 2x the leader) | provider |" in page
+    assert "| 1.190x [1.170, 1.210] | 15 (left: settled slower than the leader) |" in page
     assert "| onnxruntime_cpu | - | not timed: RuntimeError: export failed |" in page
 
 

@@ -80,10 +80,11 @@ def test_weighted_cases_give_the_traffic_weighted_latency(clock):
 
 
 def test_overlapping_plans_run_to_the_round_cap_and_say_so(clock, one_call_bursts):
-    # Medians 1.0 vs 1.05 with a wide spread: intervals overlap, beyond a 1% tie.
+    # Medians 1.0 vs 1.05; round by round "b" is 3x slower, 5% slower or 3x faster:
+    # the ratio's interval spans 1, beyond a 1% tie.
     plans = {
         "a": {"c": clock.plan("a", "c", [0.5, 1.0, 1.5])},
-        "b": {"c": clock.plan("b", "c", [0.55, 1.05, 1.55])},
+        "b": {"c": clock.plan("b", "c", [1.55, 1.05, 0.55])},
     }
     settings = one_call_bursts(min_rounds=3, max_rounds=12)
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
@@ -93,7 +94,7 @@ def test_overlapping_plans_run_to_the_round_cap_and_say_so(clock, one_call_burst
 def test_the_time_cap_stops_the_rounds(clock, one_call_bursts):
     plans = {
         "a": {"c": clock.plan("a", "c", [50.0, 100.0, 150.0])},
-        "b": {"c": clock.plan("b", "c", [55.0, 105.0, 155.0])},
+        "b": {"c": clock.plan("b", "c", [155.0, 95.0, 55.0])},
     }
     settings = one_call_bursts(
         min_rounds=2,
@@ -106,12 +107,53 @@ def test_the_time_cap_stops_the_rounds(clock, one_call_bursts):
 
 
 def test_a_tie_within_the_tolerance_counts_as_settled():
-    tie = {
-        "a": MedianInterval(1.000, 0.998, 1.003, 20, 0.95),
-        "b": MedianInterval(1.001, 0.999, 1.004, 20, 0.95),
-    }
+    tie = {"b": MedianInterval(1.001, 0.996, 1.006, 20, 0.95)}
     assert is_settled(tie, tie_tolerance=0.01)
     assert not is_settled(tie, tie_tolerance=0.001)
+    slower = {"b": MedianInterval(1.05, 1.001, 1.2, 20, 0.95)}
+    assert is_settled(slower, tie_tolerance=0.001)
+    open_question = {"b": MedianInterval(1.05, 0.999, 1.2, 20, 0.95)}
+    assert not is_settled(open_question, tie_tolerance=0.01)
+
+
+def test_pairing_settles_plans_that_a_slow_spell_slows_together(clock, one_call_bursts):
+    # The machine's speed swings 3x from round to round; "b" is 5% slower in every round.
+    # Unpaired, the two medians' intervals overlap for ever; round by round it is plain.
+    swings = [1.0, 2.0, 3.0, 2.5, 1.5]
+    plans = {
+        "a": {"c": clock.plan("a", "c", swings)},
+        "b": {"c": clock.plan("b", "c", [1.05 * v for v in swings])},
+    }
+    settings = one_call_bursts(min_rounds=10, max_rounds=200)
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
+    assert timing.settled and timing.rounds == 10
+    by_name = {p.name: p for p in timing.plans}
+    assert by_name["a"].vs_leader is None  # the leader
+    ratio = by_name["b"].vs_leader
+    assert ratio.median == pytest.approx(1.05) and ratio.low == pytest.approx(1.05)
+    assert by_name["b"].latency.low < by_name["a"].latency.high  # unpaired: overlapping
+
+
+def test_a_plan_settled_slower_leaves_after_min_rounds_picks_too(clock, one_call_bursts):
+    plans = {
+        # An unresolved near-tie keeps the rounds going to the cap.
+        "a": {"c": clock.plan("a", "c", [1.0, 1.1])},
+        "b": {"c": clock.plan("b", "c", [1.1, 1.0])},
+        "mid": {"c": clock.plan("mid", "c", [1.5])},
+        "mid_pick": {"c": clock.plan("mid_pick", "c", [1.5])},
+        "near": {"c": clock.plan("near", "c", [1.005 * 1.0, 1.005 * 1.1])},
+    }
+    settings = one_call_bursts(min_rounds=6, max_rounds=20)
+    timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock, keep={"mid_pick"})
+    assert timing.stop_reason == "max_rounds" and timing.rounds == 20
+    by_name = {p.name: p for p in timing.plans}
+    for name in ("mid", "mid_pick"):
+        assert by_name[name].dropped_after == 6 and len(by_name[name].rounds_ms) == 6
+        assert by_name[name].left_because == "settled slower than the leader"
+        assert by_name[name].vs_leader.low > 1.01
+    # Within the tolerance of the leader: timed to the end.
+    assert by_name["near"].dropped_after is None and len(by_name["near"].rounds_ms) == 20
+    assert sum(1 for name, _ in clock.log if name == "mid") == 6
 
 
 def test_plans_must_cover_the_same_cases():
@@ -148,10 +190,12 @@ def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept(clock, one_ca
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock, keep={"slow_pick"})
     by_name = {p.name: p for p in timing.plans}
     assert by_name["slow"].dropped_after == 3 and len(by_name["slow"].rounds_ms) == 3
+    assert by_name["slow"].left_because == "> 2x the leader"
     assert by_name["slow"].latency.median == pytest.approx(100.0)
-    assert by_name["slow_pick"].dropped_after is None and len(by_name["slow_pick"].rounds_ms) == 8
-    # Within 2x of the leader: timed to the end.
-    assert by_name["close"].dropped_after is None and len(by_name["close"].rounds_ms) == 8
+    # Kept past round 3; at the first look (round 8) it is settled slower and may leave.
+    assert len(by_name["slow_pick"].rounds_ms) == 8
+    # Within 2x of the leader: timed on past round 3, to the first look.
+    assert len(by_name["close"].rounds_ms) == 8
     assert sum(1 for name, _ in clock.log if name == "slow") == 3
 
 
