@@ -4,8 +4,9 @@ Torch-free: every value here comes from the workers' JSON, so this module is tes
 hand-made records.
 
 - **regret** of a pick = oracle latency of the pick / oracle latency of the fastest plan
-  that passed validation - 1; oracle latencies are traffic-weighted, so a weighted
-  workload's regret is too.
+  that passed validation - 1, each latency taken relative to the oracle's leader round by
+  round (the paired ratio, which a slow spell of the machine does not move); oracle
+  latencies are traffic-weighted, so a weighted workload's regret is too.
 - **stability**: how many of the runs made the most common pick.
 - **targets** (issue 20): dlopt's regret median <= 2% and max <= 5% over every decision;
   the same pick in all runs wherever the oracle's top two differ by > 5%; wall time to a
@@ -92,8 +93,8 @@ class OraclePlan:
     #: It left the rounds after this round (None: timed to the end), and why.
     dropped_after: int | None = None
     left_because: str | None = None
-    #: Median ratio of its round values to the leader's in the same rounds, with the
-    #: interval, at the last look (None for the leader).
+    #: Median ratio of its round values to the final leader's in the same rounds, with
+    #: its interval (None for the leader).
     vs_leader: float | None = None
     vs_leader_low: float | None = None
     vs_leader_high: float | None = None
@@ -110,19 +111,46 @@ class OracleResult:
     failures: dict[str, str] = field(factory=dict)
     error: str | None = None
 
-    def latency(self, name: str | None) -> float | None:
+    def relative(self, name: str | None) -> float | None:
+        """The plan's latency over the oracle's leader's: its paired ratio (the median of
+        its round values over the leader's in the same rounds), which a slow spell of
+        the machine does not move; 1.0 for the leader. Records without paired ratios
+        give the ratio of the two medians."""
         plan = next((p for p in self.plans if p.name == name), None)
-        return plan.median_ms if plan is not None else None
+        if plan is None:
+            return None
+        if plan.vs_leader is not None:
+            return plan.vs_leader
+        paired = any(p.vs_leader is not None for p in self.plans)
+        leader = (
+            next((p for p in self.plans if p.vs_leader is None), plan)
+            if paired
+            else min(self.plans, key=lambda p: (p.median_ms, p.name))
+        )
+        if plan is leader:
+            return 1.0
+        return plan.median_ms / leader.median_ms if leader.median_ms > 0 else None
+
+    def ranked(self, among: Sequence[str] | None) -> list[tuple[float, str, OraclePlan]]:
+        """``(relative latency, name, plan)`` fastest first, of ``among`` when given."""
+        ranked = []
+        for p in self.plans:
+            rel = self.relative(p.name)
+            if rel is not None and (among is None or p.name in among):
+                ranked.append((rel, p.name, p))
+        return sorted(ranked, key=lambda item: (item[0], item[1]))
 
     def best(self, among: Sequence[str] | None = None) -> OraclePlan | None:
         """The fastest plan (of ``among``, when given)."""
-        pool = [p for p in self.plans if among is None or p.name in among]
-        return min(pool, key=lambda p: (p.median_ms, p.name), default=None)
+        ranked = self.ranked(among)
+        return ranked[0][2] if ranked else None
 
     def top_two_gap(self, among: Sequence[str] | None = None) -> float | None:
         """How much slower the second plan is than the first (0.05: 5%)."""
-        pool = sorted(p.median_ms for p in self.plans if among is None or p.name in among)
-        return pool[1] / pool[0] - 1.0 if len(pool) >= 2 and pool[0] > 0 else None
+        ranked = self.ranked(among)
+        if len(ranked) < 2 or ranked[0][0] <= 0:
+            return None
+        return ranked[1][0] / ranked[0][0] - 1.0
 
 
 @frozen
@@ -151,10 +179,11 @@ def regret(oracle: OracleResult | None, pick: str | None, valid: Sequence[str]) 
     if oracle is None or pick is None:
         return None
     best = oracle.best(valid)
-    mine = oracle.latency(pick)
-    if best is None or mine is None or best.median_ms <= 0:
+    mine = oracle.relative(pick)
+    fastest = oracle.relative(best.name) if best is not None else None
+    if mine is None or not fastest:
         return None
-    return mine / best.median_ms - 1.0
+    return mine / fastest - 1.0
 
 
 def stability(picks: Sequence[str | None]) -> tuple[str | None, int, int]:
@@ -225,8 +254,8 @@ def summarize(result: ModelResult) -> ModelSummary:
     d_wall = _median([r.wall_s for r in result.dlopt])
     p_wall = _median([r.wall_s for r in result.peer])
     best = oracle.best(valid) if oracle is not None else None
-    eager = oracle.latency("eager_fp32") if oracle is not None else None
-    picked = oracle.latency(d_pick) if oracle is not None else None
+    eager = oracle.relative("eager_fp32") if oracle is not None else None
+    picked = oracle.relative(d_pick) if oracle is not None else None
     modal = next((r for r in result.dlopt if r.pick == d_pick), None)
     typical = _median_run(result.dlopt)
     errors = [result.error, oracle.error if oracle is not None else None]
@@ -367,6 +396,11 @@ def markdown(
         f"- command: `{env.get('command', '?')}`; {env.get('repeats', '?')} fresh processes "
         f"per tool and workload; suite time {_num(env.get('suite_time_s'), '.0f', ' s')}",
     ]
+    if env.get("rendered_at_commit"):
+        lines.append(
+            f"- measured at commit {env.get('commit', '?')}; tables computed again from its "
+            f"records at commit {env['rendered_at_commit']} (`--rerender`)"
+        )
     if env.get("quick"):
         lines.append("- **quick mode: a smoke run, the numbers mean nothing**")
     lines += [
@@ -415,7 +449,9 @@ def markdown(
             "rounds of the traffic-weighted burst latencies, with its order-statistic "
             "interval. Vs leader, paired: the median of the plan's round values over the "
             "leader's in the same rounds, with its interval (pairing cancels a slow spell "
-            "that every plan timed in it shares); the ranking is settled when each such "
+            "that every plan timed in it shares): regrets, the top-two gap and speedups "
+            "are taken from these ratios, and the table is ordered by them. The ranking is "
+            "settled when each such "
             f"interval lies above 1 or within {_ORACLE.tie_tolerance:.0%} of 1. A plan more "
             f"than {_ORACLE.drop_factor:g}x slower than the leader leaves the rounds after "
             f"{_ORACLE.drop_after_rounds}, and one settled more than "
@@ -435,7 +471,10 @@ def markdown(
                 "| plan | median ms | interval ms | vs leader, paired | rounds | built |",
                 "|---|---|---|---|---|---|",
             ]
-            for p in sorted(oracle.plans, key=lambda p: (p.median_ms, p.name)):
+            ranked = oracle.ranked(None)
+            ranked_names = [name for _, name, _ in ranked]
+            unranked = [p for p in oracle.plans if p.name not in ranked_names]
+            for p in [plan for _, _, plan in ranked] + unranked:
                 rounds = _num(p.rounds, "d")
                 if p.dropped_after is not None:
                     rounds += f" (left: {p.left_because or '> 2x the leader'})"

@@ -38,6 +38,7 @@ from .results import (
     TargetOutcome,
     evaluate_targets,
     markdown,
+    model_result_from_json,
     summarize,
     to_json_data,
 )
@@ -296,6 +297,24 @@ def write_outputs(
     return written
 
 
+def rerender(results_json: Path, output: Path) -> int:
+    """Regret, targets and tables computed again from ``results_json``'s records."""
+    from .._common import git_commit
+
+    try:
+        data = json.loads(results_json.read_text())
+        env = dict(data["environment"])
+        results = [model_result_from_json(item) for item in data["results"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"cannot rerender {results_json}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    env["rendered_at_commit"] = git_commit()
+    summaries = [summarize(r) for r in results]
+    for path in write_outputs(output, env, results, summaries, evaluate_targets(summaries)):
+        print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.suite", description=__doc__.split("\n")[0]
@@ -337,7 +356,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1200.0,
         help="seconds one workload's oracle may take (default 1200)",
     )
+    parser.add_argument(
+        "--rerender",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="measure nothing: compute the tables again from a results.json's records "
+        "(after a change to the arithmetic) and write them to --output-dir",
+    )
     args = parser.parse_args(argv)
+    if args.rerender is not None:
+        return rerender(args.rerender, args.output_dir or args.rerender.parent)
     unknown = [m for m in args.models if m not in WORKLOADS]
     if unknown:
         parser.error(

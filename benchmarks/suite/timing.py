@@ -123,8 +123,8 @@ class PlanTiming:
     #: The round after which it left the rounds (None: timed to the end), and why.
     dropped_after: int | None = None
     left_because: str | None = None
-    #: Its round-by-round ratio to the leader's round value (median and interval) at the
-    #: last look: when it left the rounds or when they stopped (None for the leader).
+    #: Its round values over the final leader's in the same rounds: the median ratio and
+    #: its interval (None for the leader): the oracle's estimate of latency / leader's.
     vs_leader: MedianInterval | None = None
 
 
@@ -158,9 +158,9 @@ def ratios_to_leader(
     leader: str,
     confidence: float,
 ) -> dict[str, MedianInterval]:
-    """Each active plan's round value over the leader's in the same round: the median of
-    those ratios with its interval. Active plans were timed in every round so far, so
-    their round values line up."""
+    """Each plan of ``active`` but the leader: its round values over the leader's in the
+    same rounds (a plan's rounds are the first ones, as plans only leave), the median of
+    those ratios with its interval."""
     out = {}
     for name in active:
         if name == leader:
@@ -227,7 +227,6 @@ def time_interleaved(
     stop_reason = "max_rounds"
     active = list(plans)
     dropped: dict[str, tuple[int, str]] = {}
-    last_look: dict[str, MedianInterval] = {}
     case_order = list(shares)
     rounds = 0
     for rounds in range(1, settings.max_rounds + 1):
@@ -261,7 +260,6 @@ def time_interleaved(
         if rounds >= settings.min_rounds:
             leader = leader_of(per_round, active)
             ratios = ratios_to_leader(per_round, active, leader, settings.confidence)
-            last_look.update(ratios)
             for name, ratio in ratios.items():
                 if ratio.low > 1.0 + settings.tie_tolerance:
                     active.remove(name)
@@ -273,12 +271,10 @@ def time_interleaved(
         if clock() - started >= settings.max_time_s:
             stop_reason = "max_time"
             break
-    if len(active) > 1 and rounds < settings.min_rounds:
-        # Stopped by the time cap before any look: the ratios as they stand.
-        last_look.update(
-            ratios_to_leader(per_round, active, leader_of(per_round, active), settings.confidence)
-        )
+    # Every plan against the final leader, over the rounds both ran (the leader ran them
+    # all: a plan only leaves when slower than a leader still in the rounds).
     final_leader = leader_of(per_round, active)
+    vs_final = ratios_to_leader(per_round, list(per_round), final_leader, settings.confidence)
     timings = tuple(
         PlanTiming(
             name,
@@ -287,7 +283,7 @@ def time_interleaved(
             values,
             dropped[name][0] if name in dropped else None,
             dropped[name][1] if name in dropped else None,
-            None if name == final_leader else last_look.get(name),
+            vs_final.get(name),
         )
         for name, values in per_round.items()
     )

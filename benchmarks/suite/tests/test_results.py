@@ -49,6 +49,41 @@ def peer_run(pick: str, oracle_name: str, wall: float = 5.0) -> DecisionRun:
     return DecisionRun("peer", pick, oracle_name, wall_s=wall, timed_calls=180)
 
 
+def paired(ms: float, vs: float | None, low: float = 0.0, high: float = 0.0, name: str = "p"):
+    return OraclePlan(
+        name, ms, ms * 0.9, ms * 1.1, "provider", {}, 17, None, None, vs, vs and low, vs and high
+    )
+
+
+def test_regret_speedup_and_gap_come_from_the_paired_ratios():
+    # mobilenet_v2 as timed: medians 11% apart over 17 rounds of a machine with slow
+    # spells, round by round 1.6% apart.
+    o = OracleResult(
+        plans=(
+            paired(32.433, None, name="onnxruntime_cpu_int8"),
+            paired(36.039, 1.016, 1.001, 1.043, name="onnxruntime_cpu"),
+            paired(123.898, 3.372, 3.192, 3.578, name="eager_fp32"),
+        ),
+        rounds=17,
+        settled=True,
+    )
+    valid = ("onnxruntime_cpu_int8", "onnxruntime_cpu", "eager_fp32")
+    assert o.relative("onnxruntime_cpu_int8") == 1.0
+    assert regret(o, "onnxruntime_cpu", valid) == pytest.approx(0.016)
+    assert o.top_two_gap(valid) == pytest.approx(0.016)
+    # The fastest valid plan need not be the leader: ratios are taken through it.
+    assert regret(o, "eager_fp32", ("onnxruntime_cpu", "eager_fp32")) == pytest.approx(
+        3.372 / 1.016 - 1
+    )
+    result = ModelResult("m", "M", dlopt=(dlopt_run("onnxruntime_cpu", valid=valid),), oracle=o)
+    summary = summarize(result)
+    assert summary.pick_speedup_vs_eager == pytest.approx(3.372 / 1.016)
+    assert summary.best_plan == "onnxruntime_cpu_int8"
+    page = markdown([summary], [], {}, {"m": o})
+    rows = [line for line in page.splitlines() if line.startswith("| onnxruntime_cpu")]
+    assert rows[0].startswith("| onnxruntime_cpu_int8 |")  # ordered by the paired ratios
+
+
 def test_regret_is_against_the_fastest_validated_plan():
     o = oracle(eager_fp32=2.0, fx=1.1, inductor=1.0, peer_fx=0.5)
     valid = ("eager_fp32", "fx", "inductor")

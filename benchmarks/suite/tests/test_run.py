@@ -112,3 +112,38 @@ def test_a_stopped_suite_takes_its_worker_with_it(monkeypatch, tmp_path):
         run.run_command([sys.executable, "-c", code], timeout_s=60)
     time.sleep(5)
     assert not marker.exists()  # killed before it could write
+
+
+def test_rerender_computes_the_tables_again_from_the_records(tmp_path, capsys):
+    import json
+
+    from benchmarks.suite.results import ModelResult, OraclePlan, OracleResult, to_json_data
+
+    # Recorded when regret came from the medians (11% apart); the paired ratio says 1.6%.
+    result = ModelResult(
+        "m",
+        "M",
+        dlopt=(DecisionRun("dlopt", "b", "b", wall_s=3.0, valid_plans=("a", "b")),),
+        oracle=OracleResult(
+            plans=(
+                OraclePlan("a", 32.4, 31.3, 39.8, "provider", {}, 17),
+                OraclePlan("b", 36.0, 31.9, 40.6, "provider", {}, 17, None, None, 1.016, 1.0, 1.04),
+            ),
+            rounds=17,
+            settled=True,
+        ),
+    )
+    source = tmp_path / "results.json"
+    data = {"environment": {"commit": "abc1234"}, "results": to_json_data([result])}
+    source.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert run.main(["--rerender", str(source), "--output-dir", str(out)]) == 0
+    page = (out / "results.md").read_text()
+    assert "measured at commit abc1234; tables computed again" in page
+    assert "| 1.6% |" in page
+    written = json.loads((out / "results.json").read_text())
+    assert written["summaries"][0]["dlopt_regrets"] == [pytest.approx(0.016)]
+    # A file that is not a suite's results is refused with a line, not a traceback.
+    (tmp_path / "bad.json").write_text("{}")
+    assert run.main(["--rerender", str(tmp_path / "bad.json")]) == 2
+    assert "cannot rerender" in capsys.readouterr().err

@@ -191,6 +191,8 @@ def test_a_clearly_slower_plan_leaves_the_rounds_unless_it_is_kept(clock, one_ca
     by_name = {p.name: p for p in timing.plans}
     assert by_name["slow"].dropped_after == 3 and len(by_name["slow"].rounds_ms) == 3
     assert by_name["slow"].left_because == "> 2x the leader"
+    # Its ratio is to the final leader, over the rounds both ran.
+    assert by_name["slow"].vs_leader.median == pytest.approx(100.0)
     assert by_name["slow"].latency.median == pytest.approx(100.0)
     # Kept past round 3; at the first look (round 8) it is settled slower and may leave.
     assert len(by_name["slow_pick"].rounds_ms) == 8
