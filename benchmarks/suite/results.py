@@ -123,7 +123,7 @@ class OracleResult:
             return plan.vs_leader
         paired = any(p.vs_leader is not None for p in self.plans)
         leader = (
-            next((p for p in self.plans if p.vs_leader is None), plan)
+            next((p for p in self.plans if p.vs_leader is None and p.dropped_after is None), plan)
             if paired
             else min(self.plans, key=lambda p: (p.median_ms, p.name))
         )
