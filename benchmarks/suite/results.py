@@ -401,6 +401,10 @@ def markdown(
             f"- measured at commit {env.get('commit', '?')}; tables computed again from its "
             f"records at commit {env['rendered_at_commit']} (`--rerender`)"
         )
+    if env.get("compiler_caches"):
+        lines.append(f"- compiler caches: {env['compiler_caches']}")
+    if env.get("note"):
+        lines.append(f"- note: {env['note']}")
     if env.get("quick"):
         lines.append("- **quick mode: a smoke run, the numbers mean nothing**")
     lines += [

@@ -185,6 +185,15 @@ def _say(key: str, what: str, record: DecisionRun) -> None:
     print(f"  {key}: {what}: {outcome}", flush=True)
 
 
+def fresh_compiler_caches(root: Path) -> dict[str, str]:
+    """Empty the suite's own compiler cache folder and return the environment that points
+    every worker at it: each suite run starts cold, as on a fresh machine, whatever
+    earlier runs left in torch's default cache (``/tmp/torchinductor_<user>``)."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
+
+
 def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
     import torch
 
@@ -381,7 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     raw = RAW if not args.quick else QUICK_OUTPUT / "runs"
     raw.mkdir(parents=True, exist_ok=True)
     command = "python -m benchmarks.suite " + " ".join(argv if argv is not None else sys.argv[1:])
+    compiler_caches = fresh_compiler_caches(raw.parent / "compiler-caches")
+    os.environ.update(compiler_caches)  # the workers inherit it
     env = environment(command.strip(), repeats, args.quick)
+    env["compiler_caches"] = f"empty at the start: {compiler_caches}"
     print(f"CPU {env['cpu_model']}, ISA {', '.join(env['isa_flags'])}; load {env['load_before']}")
     started = time.perf_counter()
     results = []

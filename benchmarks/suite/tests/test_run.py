@@ -147,3 +147,12 @@ def test_rerender_computes_the_tables_again_from_the_records(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert run.main(["--rerender", str(tmp_path / "bad.json")]) == 2
     assert "cannot rerender" in capsys.readouterr().err
+
+
+def test_every_suite_run_starts_with_empty_compiler_caches(tmp_path):
+    root = tmp_path / "compiler-caches"
+    (root / "inductor" / "fxgraph").mkdir(parents=True)
+    (root / "inductor" / "fxgraph" / "left-by-an-earlier-run").write_text("x")
+    env = run.fresh_compiler_caches(root)
+    assert env == {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
+    assert root.is_dir() and not any(root.iterdir())
