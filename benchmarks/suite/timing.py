@@ -134,7 +134,8 @@ class OracleTiming:
     rounds: int
     time_s: float
     settled: bool
-    #: Why the rounds stopped: "settled", "max_rounds" or "max_time".
+    #: Why the rounds stopped: "settled", "max_rounds", "max_time" or "left_unresolved"
+    #: (settled among the plans still timed, not for one that left them earlier).
     stop_reason: str
 
     def ranking(self) -> list[PlanTiming]:
@@ -148,8 +149,12 @@ LEFT_SETTLED_SLOWER = "settled slower than the leader"
 
 
 def leader_of(per_round: Mapping[str, list[float]], active: Collection[str]) -> str:
-    """The active plan with the lowest median round value (ties by name)."""
-    return min(active, key=lambda n: (statistics.median(per_round[n]), n))
+    """The active plan with the lowest geometric mean round value (ties by name).
+
+    Active plans share every round so far, so the ordering is that of their mean log
+    ratios round by round: consistent with the paired comparisons, where the medians of
+    two plans timed through different slow spells need not be."""
+    return min(active, key=lambda n: (math.fsum(map(math.log, per_round[n])), n))
 
 
 def ratios_to_leader(
@@ -275,6 +280,10 @@ def time_interleaved(
     # all: a plan only leaves when slower than a leader still in the rounds).
     final_leader = leader_of(per_round, active)
     vs_final = ratios_to_leader(per_round, list(per_round), final_leader, settings.confidence)
+    if stop_reason == "settled" and not is_settled(vs_final, settings.tie_tolerance):
+        # A plan left as slower than the leader of its time, and against the leader the
+        # rounds ended with it is not settled: the ranking is not, either.
+        stop_reason = "left_unresolved"
     timings = tuple(
         PlanTiming(
             name,

@@ -212,3 +212,25 @@ def test_the_time_cap_holds_before_min_rounds(clock, one_call_bursts):
     timing = time_interleaved(plans, {"c": 1.0}, settings, clock=clock)
     assert timing.stop_reason == "max_time" and not timing.settled
     assert timing.rounds == 2  # 2.5 s a round: the cap is passed after the second
+
+
+def test_a_plan_that_left_unresolved_against_the_final_leader_unsettles_the_ranking(
+    clock, one_call_bursts
+):
+    # "c" leaves at round 6, 5% slower than "a", then the leader of the rounds. "a" then
+    # slows down for good and "b" leads; against "b" over its six rounds "c" is a tie
+    # that needed more rounds. The rounds end settled among "a" and "b" only.
+    plans = {
+        "a": {"x": clock.plan("a", "x", [1.0] * 6 + [2.0] * 54)},
+        "b": {"x": clock.plan("b", "x", [1.0, 1.1])},
+        "c": {"x": clock.plan("c", "x", [1.05])},
+    }
+    settings = one_call_bursts(min_rounds=6, max_rounds=60)
+    timing = time_interleaved(plans, {"x": 1.0}, settings, clock=clock)
+    by_name = {p.name: p for p in timing.plans}
+    assert by_name["c"].dropped_after == 6
+    assert by_name["a"].left_because == "settled slower than the leader"
+    assert by_name["b"].vs_leader is None  # the final leader
+    ratio = by_name["c"].vs_leader
+    assert ratio.low < 1.0 < ratio.high
+    assert timing.stop_reason == "left_unresolved" and not timing.settled
