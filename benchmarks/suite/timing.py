@@ -10,7 +10,7 @@ burst's latency (preemption only ever adds time; the median ignores a stray slow
 A plan's round value is the traffic-weighted sum of its case latencies; its latency is the
 median over rounds, with a distribution-free (order-statistic) interval.
 
-Plans are compared with the leader (the lowest median) round by round: the ratio of a
+Plans are compared with the leader (the lowest geometric mean round value) round by round: the ratio of a
 plan's round value to the leader's in the same round, whose median has the same kind of
 interval. Pairing cancels what a round shares (a slow spell of the machine slows every plan
 timed in it), so a ranking settles in far fewer rounds than two unpaired intervals would
@@ -139,8 +139,11 @@ class OracleTiming:
     stop_reason: str
 
     def ranking(self) -> list[PlanTiming]:
-        """Fastest first (ties by name, so the order is reproducible)."""
-        return sorted(self.plans, key=lambda p: (p.latency.median, p.name))
+        """Fastest first by the ratio to the final leader (the leader first; ties by
+        name, so the order is reproducible)."""
+        return sorted(
+            self.plans, key=lambda p: (p.vs_leader.median if p.vs_leader else 1.0, p.name)
+        )
 
 
 #: Why a plan left the rounds early (``PlanTiming.left_because``).
@@ -195,7 +198,7 @@ def clearly_slower(
     factor: float,
 ) -> list[str]:
     """Active plans, not in ``keep``, whose fastest round is slower than ``factor`` x the
-    slowest round of the leader (the active plan with the lowest median so far)."""
+    slowest round of the leader (:func:`leader_of`)."""
     leader = leader_of(per_round, active)
     bar = factor * max(per_round[leader])
     return [n for n in active if n != leader and n not in keep and min(per_round[n]) > bar]

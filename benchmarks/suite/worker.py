@@ -186,11 +186,9 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
                 len(t.rounds_ms),
                 t.dropped_after,
                 t.left_because,
-                *(
-                    (t.vs_leader.median, t.vs_leader.low, t.vs_leader.high)
-                    if t.vs_leader is not None
-                    else (None, None, None)
-                ),
+                vs_leader=t.vs_leader.median if t.vs_leader else None,
+                vs_leader_low=t.vs_leader.low if t.vs_leader else None,
+                vs_leader_high=t.vs_leader.high if t.vs_leader else None,
             )
             for t in timing.plans
         ),
