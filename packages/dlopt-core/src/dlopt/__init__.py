@@ -49,6 +49,12 @@ _LAZY: dict[str, str] = {
     "OptimizationAgentToolkit": "dlopt.agents",
     "ToolkitLimits": "dlopt.agents",
     "SelectionCancelled": "dlopt.errors",
+    # serving
+    "GradMode": "dlopt.vocabulary",
+    "ServingTraits": "dlopt.plugins.contract",
+    "ServingError": "dlopt.errors",
+    "ServingContextError": "dlopt.errors",
+    "UnseenSignatureError": "dlopt.errors",
 }
 
 __all__ = ["PLUGIN_API_VERSION", "__version__", "hookimpl", *_LAZY]
@@ -72,7 +78,12 @@ if TYPE_CHECKING:
     from dlopt.api.workload import WorkloadCase, WorkloadProfile
     from dlopt.bundle.serve import load_bundle
     from dlopt.bundle.store import Bundle, BundleError, BundleLoadError, verify_bundle
-    from dlopt.errors import SelectionCancelled
+    from dlopt.errors import (
+        SelectionCancelled,
+        ServingContextError,
+        ServingError,
+        UnseenSignatureError,
+    )
     from dlopt.events import Event, EventKind
     from dlopt.evidence.provenance import RuntimeInfo, inspect_runtime
     from dlopt.evidence.report import OptimizationReport, load_report
@@ -82,7 +93,9 @@ if TYPE_CHECKING:
         ExecutionProvider,
         ProviderAvailability,
         ProviderContext,
+        ServingTraits,
     )
     from dlopt.plugins.discovery import PluginSettings, load_providers
     from dlopt.precision import Precision
     from dlopt.validation import QualityLimits, QualityPolicy
+    from dlopt.vocabulary import GradMode

@@ -38,6 +38,20 @@ class SelectionCancelled(DloptError):
     built so far was released."""
 
 
+class ServingError(DloptError):
+    """A decision cannot serve a call as made (see docs/serving.md)."""
+
+
+class ServingContextError(ServingError):
+    """The caller's context cannot be served by the selected plan: a caller that needs
+    gradients (autograd on, an input that requires grad) through a plan that has none."""
+
+
+class UnseenSignatureError(ServingError):
+    """A call whose signature (structure, shapes, dtypes, devices) no raced case had, under
+    ``on_unseen_signature="raise"`` or with no eager model to fall back to."""
+
+
 #: What a provider's code may raise that fails its own plan and not the selection:
 #: ``SystemExit`` included (a vendor SDK that calls ``sys.exit`` on an unsupported op),
 #: ``KeyboardInterrupt`` not (the user's Ctrl-C stops the run).

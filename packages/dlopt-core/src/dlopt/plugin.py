@@ -1,4 +1,4 @@
-"""Everything a provider author imports, in one module (plugin API 2.0).
+"""Everything a provider author imports, in one module (plugin API 2.1).
 
 A provider distribution imports from ``dlopt.plugin`` only; the rest of ``dlopt`` may
 move between releases, this module's names do not (they only grow). A plugin module::
@@ -7,7 +7,7 @@ move between releases, this module's names do not (they only grow). A plugin mod
         BuiltPlan, Precision, Provider, ProviderAvailability, ProviderContext, hookimpl,
     )
 
-    DLOPT_PLUGIN_API_VERSION = "2.0"  # the literal version this plugin was written for
+    DLOPT_PLUGIN_API_VERSION = "2.1"  # the literal version this plugin was written for
 
 
     class MyNpuProvider(Provider):
@@ -23,7 +23,8 @@ move between releases, this module's names do not (they only grow). A plugin mod
         register(MyNpuProvider())
 
 Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implements 1.0,
-0.2.x implements 2.0 (require ``dlopt-core>=0.2,<0.3`` for 2.0).
+0.2.x implements 2.0, 0.3.x implements 2.1 (2.0 plus ``BuiltPlan.serving`` and
+``BuiltPlan.thread_runner``; require ``dlopt-core>=0.3,<0.4`` for 2.1).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from dlopt.platform.serialization import atomic_write_text, strict_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.plugins.boundary import is_plain_name
 from dlopt.plugins.contract import (
+    EAGER_SERVING,
     PLUGIN_API_VERSION,
     BuiltPlan,
     Comeback,
@@ -66,14 +68,18 @@ from dlopt.plugins.contract import (
     ProviderContext,
     Register,
     Role,
+    ServingTraits,
 )
 from dlopt.plugins.hookspecs import hookimpl
 from dlopt.precision import Precision
+from dlopt.vocabulary import Concurrency
 
 __all__ = [
+    "EAGER_SERVING",
     "PLUGIN_API_VERSION",
     "BuiltPlan",
     "CapturedOutput",
+    "Concurrency",
     "ConfigurationError",
     "DloptError",
     "ExecutionProvider",
@@ -88,6 +94,7 @@ __all__ = [
     "Register",
     "Comeback",
     "Role",
+    "ServingTraits",
     "WorkloadCase",
     "WorkloadError",
     "WorkloadProfile",

@@ -91,3 +91,41 @@ class StopReason(Word):
     TIME_BUDGET = "time_budget"
     CANCELLED = "cancelled"
     NO_CHALLENGERS = "no_challengers"
+
+
+class GradMode(Word):
+    """The calling context plans are judged and served in (``WorkloadProfile.grad_mode``).
+
+    ``inference_mode``: calls inside ``torch.inference_mode()`` on inputs made there
+    (inference tensors), as most serving code runs; ``no_grad``: inside
+    ``torch.no_grad()``; ``enabled``: autograd on (plain grad mode).
+    """
+
+    INFERENCE_MODE = "inference_mode"
+    NO_GRAD = "no_grad"
+    ENABLED = "enabled"
+
+
+class Concurrency(Word):
+    """How a built plan may be called from several threads (``ServingTraits.concurrency``).
+
+    ``concurrent``: any number of threads may call it at once. ``serialized``: the
+    decision lets one thread call it at a time. ``per_thread``: each calling thread gets
+    its own runner (``BuiltPlan.thread_runner``).
+    """
+
+    CONCURRENT = "concurrent"
+    SERIALIZED = "serialized"
+    PER_THREAD = "per_thread"
+
+
+class UnseenSignature(Word):
+    """What a decision does with a call whose signature no raced case had
+    (``OptimizationPolicy.on_unseen_signature``), unless its plan serves any shape.
+
+    ``fallback``: eager fp32 serves that call (with a warning, once); ``raise``: the call
+    raises :class:`~dlopt.errors.UnseenSignatureError`.
+    """
+
+    FALLBACK = "fallback"
+    RAISE = "raise"

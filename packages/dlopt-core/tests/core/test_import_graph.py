@@ -60,7 +60,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dlopt.hookspecs",
         ),
     ),
-    ("gates", ("dlopt.validation", "dlopt.measurement")),
+    ("gates", ("dlopt.validation", "dlopt.measurement", "dlopt.serving")),
     ("policy and selection rules", ("dlopt.api.policy", "dlopt.selection")),
     ("plugins", ("dlopt.plugins", "dlopt.plugin")),
     ("pipeline", ("dlopt.pipeline",)),

@@ -302,7 +302,8 @@ def test_load_bundle_returns_a_ready_decision(report, tmp_path):
     with decision:
         assert isinstance(decision, OptimizationDecision)
         assert decision.selected_plan == "fast"
-        assert decision(torch.ones(2)).tolist() == [6.0, 6.0]
+        # the raced signature (4 x 16) goes to the loaded plan
+        assert bool((decision(torch.ones(4, 16)) == 6.0).all())
     assert [kind for kind, _ in provider.calls] == ["probe", "load"]
     directory, metadata, context = provider.calls[1][1]
     assert directory == bundle / "artifacts" / "fast"
@@ -355,7 +356,7 @@ def test_a_plan_rebuilt_from_the_model_comes_back_with_it(report, tmp_path):
     provider = Rebuilt()
     model = torch.nn.Identity()
     with load_bundle(bundle, registry=_registry(provider), model=model) as decision:
-        assert decision(torch.ones(2)).tolist() == [2.0, 2.0]
+        assert bool((decision(torch.ones(4, 16)) == 2.0).all())
     assert [kind for kind, _ in provider.calls] == ["probe", "build"]
 
 

@@ -11,6 +11,8 @@ from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, writ
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.plugins.contract import BuiltPlan
+from dlopt.serving.served import ServedPlan
+from dlopt.vocabulary import UnseenSignature
 
 
 class OptimizationDecision:
@@ -22,6 +24,13 @@ class OptimizationDecision:
     keeps its own copy. The directory also goes when the decision is garbage-collected
     or the interpreter exits. The decision is a context manager:
     ``with optimizer.select(model, workload) as decision:`` releases both on exit.
+
+    It serves callers the way the race judged the plan (docs/serving.md): in any grad
+    mode (entering the workload's around a plan bound to it), from many threads at once
+    (serialized or per thread where the plan says so), and a call whose signature no
+    case raced goes to eager fp32 (``fallback``, the user's model; counted in
+    :attr:`fallback_calls`) or raises, as ``report.serving`` says
+    (``on_unseen_signature`` overrides it).
     """
 
     def __init__(
@@ -31,12 +40,21 @@ class OptimizationDecision:
         *,
         scratch: TemporaryArtifacts | None = None,
         program: Callable[[Path | None], SavedProgram | None] | None = None,
+        fallback: Callable[..., Any] | None = None,
+        on_unseen_signature: UnseenSignature | str | None = None,
     ) -> None:
         self.plan = plan
         self.report = report
         self._scratch = scratch
         #: Saves the plan as a compiled program for a bundle (see :meth:`save_bundle`).
         self._program = program
+        self._served = ServedPlan.from_evidence(
+            plan,
+            report.serving,
+            plan_name=report.selected_plan,
+            fallback=fallback,
+            on_unseen=None if on_unseen_signature is None else UnseenSignature(on_unseen_signature),
+        )
 
     @property
     def selected_plan(self) -> str:
@@ -53,11 +71,23 @@ class OptimizationDecision:
         return self.report.selection_reason
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the selected plan; an asynchronous plan's outputs are finished on return."""
-        out = self.plan(*args, **kwargs)
-        if self.plan.synchronize is not None:
-            self.plan.synchronize()
-        return out
+        """Run the selected plan; an asynchronous plan's outputs are finished on return.
+
+        Raises :class:`~dlopt.errors.ServingContextError` for a caller that needs
+        gradients through a plan without them, and
+        :class:`~dlopt.errors.UnseenSignatureError` for a signature no case raced when the
+        policy refuses those (or there is no eager model to fall back to)."""
+        return self._served(*args, **kwargs)
+
+    @property
+    def fallback_calls(self) -> int:
+        """How many calls eager fp32 served because their signature was never raced."""
+        return self._served.fallback_calls
+
+    @property
+    def unseen_signatures(self) -> tuple[str, ...]:
+        """The first signatures this decision was called with that no case raced."""
+        return self._served.unseen_signatures
 
     def save_report(self, path: str | os.PathLike[str]) -> Path:
         """Write the strict-JSON report (atomically)."""

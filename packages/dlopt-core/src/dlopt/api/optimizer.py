@@ -259,6 +259,8 @@ class InferenceOptimizer:
             outcome = choose.choose_served(
                 candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
             )
+            served = next(c for c in candidates if c.name == outcome.selected)
+            serving = checks.serving_check(served, model, reference, workload, run)
             checks.check_model_after_race(model, guard)
             report = build_report(
                 target=self.target,
@@ -269,6 +271,7 @@ class InferenceOptimizer:
                 race=raced.result,
                 outcome=outcome,
                 expected_calls=expected_calls,
+                serving=serving,
             )
             if found is not None:
                 report = attrs.evolve(
@@ -289,7 +292,9 @@ class InferenceOptimizer:
             report = lookup.store(found, report, selected, program, context.artifact_dir)
         state.close_all(candidates, keep=selected)
         run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
-        return OptimizationDecision(selected.plan, report, scratch=scratch, program=program)
+        return OptimizationDecision(
+            selected.plan, report, scratch=scratch, program=program, fallback=model
+        )
 
     def _from_cache(
         self,
@@ -317,13 +322,13 @@ class InferenceOptimizer:
         step = _CacheStep(found, revalidation, seconds)
         if revalidation.reused and revalidation.selected is not None:
             assert revalidation.selected.plan is not None
-            report = lookup.hit_report(found, revalidation, seconds)
+            report = lookup.hit_report(found, revalidation, seconds, self.policy)
             run.emit(
                 Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
             )
             program = program_saver(revalidation.selected, context, reference, found.record)
             step.decision = OptimizationDecision(
-                revalidation.selected.plan, report, scratch=scratch, program=program
+                revalidation.selected.plan, report, scratch=scratch, program=program, fallback=model
             )
         return step
 

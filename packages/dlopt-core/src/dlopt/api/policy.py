@@ -13,7 +13,7 @@ from attrs import field, frozen
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.platform.serialization import user_document
-from dlopt.vocabulary import Objective
+from dlopt.vocabulary import Objective, UnseenSignature
 
 if TYPE_CHECKING:
     from dlopt.measurement import MeasurementPolicy
@@ -28,6 +28,14 @@ def _objective(value: object) -> object:
     """The :class:`Objective` named by ``value``; anything else is left to the validator."""
     try:
         return Objective(value)
+    except ValueError:
+        return value
+
+
+def _unseen(value: object) -> object:
+    """The :class:`UnseenSignature` named by ``value``; anything else to the validator."""
+    try:
+        return UnseenSignature(value)
     except ValueError:
         return value
 
@@ -188,6 +196,12 @@ class OptimizationPolicy:
     ``plan_cache_dir``: keep decisions in this directory, keyed by everything that can
     change them, and serve a matching one again after revalidating it (docs/cache.md);
     ``reuse_cached_plan=False`` races anyway and refreshes the record.
+
+    ``on_unseen_signature``: what the decision does with a call whose signature (shapes,
+    dtypes, devices, structure) no raced case had, unless its plan serves dynamic shapes
+    and passed the held-out check: ``"fallback"`` (default) serves it with eager fp32
+    and warns once, ``"raise"`` raises :class:`~dlopt.errors.UnseenSignatureError`
+    (docs/serving.md).
     """
 
     objective: Objective = field(
@@ -223,6 +237,11 @@ class OptimizationPolicy:
     )
     plan_cache_dir: str | None = field(default=None, converter=_cache_dir)
     reuse_cached_plan: bool = field(default=True, validator=boolean())
+    on_unseen_signature: UnseenSignature = field(
+        default=UnseenSignature.FALLBACK,
+        converter=_unseen,
+        validator=one_of(u.value for u in UnseenSignature),
+    )
 
     def wants(self, provider_name: str) -> bool:
         if provider_name in self.exclude:

@@ -10,6 +10,7 @@ from attrs import field, frozen
 
 from dlopt.errors import WorkloadError
 from dlopt.platform.config_checks import integer, number, text
+from dlopt.vocabulary import GradMode
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
@@ -102,12 +103,29 @@ def _tensor_shapes(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str,
         yield path, tuple(int(d) for d in value.shape)
 
 
+def _grad_mode(value: GradMode | str) -> GradMode:
+    try:
+        return GradMode(getattr(value, "value", value))
+    except ValueError:
+        raise WorkloadError(
+            f"grad_mode {value!r} is not a calling context; use one of "
+            f"{', '.join(m.value for m in GradMode)} (the grad mode your serving code calls "
+            "the model in: inference_mode for `with torch.inference_mode():`)"
+        ) from None
+
+
 @frozen(eq=False)
 class WorkloadProfile:
     """A weighted mix of request signatures, plus how many calls the deployment expects.
 
     ``inputs`` says where the example inputs came from (``"random tensors of the given
     shapes"``, ``"npz file x.npz, 2 entries"``...); the report records it.
+
+    ``grad_mode`` is the calling context the deployment serves in: ``inference_mode``
+    (default: calls inside ``torch.inference_mode()`` on inputs made there), ``no_grad``
+    or ``enabled``. Every plan's first calls, validation, race and revalidation run in it,
+    so what is judged is what serves; the decision still serves callers in the other two
+    (docs/serving.md).
     """
 
     cases: tuple[WorkloadCase, ...] = field(converter=_as_cases)
@@ -125,6 +143,8 @@ class WorkloadProfile:
     fit_to_memory: bool = False
     #: Why batch sizes were dropped for memory (set by the selection), else ``None``.
     memory_note: str | None = None
+    #: The calling context plans are judged and served in.
+    grad_mode: GradMode = field(default=GradMode.INFERENCE_MODE, converter=_grad_mode)
 
     def __attrs_post_init__(self) -> None:
         if self.batch_sizes is not None and len(self.batch_sizes) != len(self.cases):
@@ -151,7 +171,8 @@ class WorkloadProfile:
 
     @classmethod
     def single(cls, *args: Any, name: str = "default", **kwargs: Any) -> WorkloadProfile:
-        """A profile of one signature: ``WorkloadProfile.single(x)``."""
+        """A profile of one signature: ``WorkloadProfile.single(x)`` (keyword arguments
+        are the model's; set ``grad_mode`` with ``attrs.evolve`` or the constructor)."""
         return cls(cases=(WorkloadCase(name, args=args, kwargs=kwargs),), name=name)
 
     @classmethod
@@ -164,6 +185,7 @@ class WorkloadProfile:
         batch_dim: int = 0,
         kwargs: Mapping[str, Any] | None = None,
         name: str = "batched",
+        grad_mode: GradMode | str = GradMode.INFERENCE_MODE,
     ) -> WorkloadProfile:
         """A profile of one request served at several batch sizes (one case per size).
 
@@ -216,6 +238,7 @@ class WorkloadProfile:
             batch_sizes=sizes,
             batch_dim=batch_dim,
             fit_to_memory=max_batch_size is not None,
+            grad_mode=grad_mode,
         )
 
     def as_batched(
@@ -251,9 +274,10 @@ class WorkloadProfile:
             kwargs=case.kwargs,
             name=self.name,
         )
-        if self.inputs and self.batch_sizes is None:
-            import attrs
+        import attrs
 
+        profile = attrs.evolve(profile, grad_mode=self.grad_mode)
+        if self.inputs and self.batch_sizes is None:
             profile = attrs.evolve(profile, inputs=f"{self.inputs}; {profile.inputs}")
         return profile
 

@@ -33,6 +33,8 @@ from dlopt.platform.names import is_plain_name
 from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
+from dlopt.serving.evidence import with_unseen_policy
+from dlopt.vocabulary import UnseenSignature
 
 
 def load_bundle(
@@ -44,6 +46,7 @@ def load_bundle(
     model: torch.nn.Module | None = None,
     restore_compile_cache: bool = False,
     load_compiled_program: bool = False,
+    on_unseen_signature: UnseenSignature | str | None = None,
 ) -> OptimizationDecision:
     """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
 
@@ -65,6 +68,11 @@ def load_bundle(
     ``artifact_dir``: scratch space the provider may write to (engine
     caches; default: a new temporary directory), never the bundle itself.
 
+    The decision serves as the report's ``serving`` evidence says (docs/serving.md): in
+    the grad mode the plan was judged in, and a call whose signature no case raced falls
+    back to eager fp32 when ``model`` is given, or raises (``on_unseen_signature``
+    overrides the policy the bundle was raced with).
+
     Raises :class:`BundleError` when the bundle fails verification and
     :class:`BundleLoadError` when its plan cannot be served here: the plugin is not
     installed (the message names the distribution to install), the probe says the
@@ -73,6 +81,20 @@ def load_bundle(
     failed.
     """
     bundle = verify_bundle(directory)
+    if on_unseen_signature is not None:
+        try:
+            policy = UnseenSignature(on_unseen_signature)
+        except ValueError:
+            raise ConfigurationError(
+                f"on_unseen_signature {on_unseen_signature!r}: use one of "
+                f"{', '.join(u.value for u in UnseenSignature)}"
+            ) from None
+        bundle = attrs.evolve(
+            bundle,
+            report=attrs.evolve(
+                bundle.report, serving=with_unseen_policy(bundle.report.serving, policy)
+            ),
+        )
     return _load_plan(
         bundle,
         registry,
@@ -114,7 +136,7 @@ def _load_plan(
         if scratch is not None:
             scratch.release()
         raise
-    return OptimizationDecision(plan, bundle.report, scratch=scratch)
+    return OptimizationDecision(plan, bundle.report, scratch=scratch, fallback=model)
 
 
 def _load_selected_plan(

@@ -30,6 +30,7 @@ from dlopt.cache.revalidate import Revalidation
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
 from dlopt.plugins.contract import Comeback
+from dlopt.serving.evidence import with_unseen_policy
 
 
 @attrs.define(eq=False)
@@ -76,11 +77,16 @@ def look_up(
     return found
 
 
-def hit_report(found: Lookup, revalidation: Revalidation, seconds: float) -> OptimizationReport:
-    """The record's report, saying it was served from the cache and how it was checked."""
+def hit_report(
+    found: Lookup, revalidation: Revalidation, seconds: float, policy: OptimizationPolicy
+) -> OptimizationReport:
+    """The record's report, saying it was served from the cache and how it was checked
+    (and what this policy does with unseen signatures: not part of the key)."""
     assert found.record is not None
+    report = found.record.report
     return attrs.evolve(
-        found.record.report,
+        report,
+        serving=with_unseen_policy(report.serving, policy.on_unseen_signature),
         cache=CacheEvidence(
             cache_hit=True,
             key=found.key,

@@ -37,6 +37,7 @@ from dlopt.platform.serialization import finite_or_none, strict_jsonable, to_jso
 from dlopt.platform.tree import describe_inputs
 from dlopt.plugins.records import PluginFailure
 from dlopt.selection.rules import SelectionOutcome
+from dlopt.serving.evidence import ServingEvidence
 from dlopt.validation import CaseValidation
 from dlopt.vocabulary import Objective, Status
 
@@ -51,9 +52,10 @@ def build_report(
     race: RaceResult,
     outcome: SelectionOutcome,
     expected_calls: int | None,
+    serving: ServingEvidence | None = None,
 ) -> OptimizationReport:
     """The strict-JSON report of one selection: what ran where, every candidate's
-    evidence, the race's figures and the decision with its reason."""
+    evidence, the race's figures, the decision with its reason and how it serves."""
     runtime = record_providers(
         inspect_runtime(target, with_providers=False),
         [c.status for c in candidates if c.status is not None],
@@ -89,6 +91,7 @@ def build_report(
         plugin_failures=tuple(plugin_failures),
         batch_size=outcome.batch_size,
         throughput=throughput_evidence(policy, workload, candidates, outcome),
+        serving=serving,
     )
 
 

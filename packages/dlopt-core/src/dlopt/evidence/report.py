@@ -31,6 +31,7 @@ from dlopt.platform.serialization import (
 )
 from dlopt.plugins.records import PluginFailure
 from dlopt.selection.throughput import BatchPoint
+from dlopt.serving.evidence import ServingEvidence
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, Verdict
 
@@ -457,6 +458,9 @@ class OptimizationReport:
     batch_size: int | None = None
     #: The throughput objective only: the throughput curves and the budget's verdict.
     throughput: ThroughputEvidence | None = None
+    #: How the decision serves its plan: the calling context it was judged in, threads,
+    #: and what a call with an unseen signature gets (docs/serving.md).
+    serving: ServingEvidence | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -489,7 +493,9 @@ def _omitting_default(cls: type, *names: str) -> Any:
 
 converter.register_unstructure_hook(
     OptimizationReport,
-    _omitting_default(OptimizationReport, "isolation", "cache", "batch_size", "throughput"),
+    _omitting_default(
+        OptimizationReport, "isolation", "cache", "batch_size", "throughput", "serving"
+    ),
 )
 
 

@@ -553,7 +553,7 @@ def _decision_in_host(
     emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
     assert winner.plan is not None
     program = program_saver(winner, context, reference, record)
-    return OptimizationDecision(winner.plan, report, program=program)
+    return OptimizationDecision(winner.plan, report, program=program, fallback=model)
 
 
 def _worker_record(policy: OptimizationPolicy, report: OptimizationReport) -> CacheRecord | None:

@@ -21,6 +21,7 @@ from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json, to_jsonable
+from dlopt.vocabulary import GradMode
 
 #: How a plugin (not a plan) is named in the journal, the heartbeat and exclusions.
 PLUGIN_PREFIX = "plugin:"
@@ -58,6 +59,7 @@ class WorkloadSpec:
     batch_sizes: tuple[int, ...] | None = None
     batch_dim: int = 0
     fit_to_memory: bool = False
+    grad_mode: GradMode = GradMode.INFERENCE_MODE
 
 
 #: The profile's fields a spec carries as they are (all but the cases, written apart).

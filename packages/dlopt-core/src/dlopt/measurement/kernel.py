@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
-from attrs import define, frozen
+from attrs import define, field, frozen
 
 from dlopt.errors import PLAN_FAILURES, ConfigurationError
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
@@ -50,6 +50,8 @@ from dlopt.vocabulary import Gate, StopReason, Verdict
 
 #: What waits for queued device work: one callable for all plans, or one per plan name.
 Synchronize = Callable[[], None] | Mapping[str, Callable[[], None] | None] | None
+#: Inspects the outputs of one timed block's calls; raises to fail the plan.
+OutputCheck = Callable[[Sequence[object]], None]
 
 #: Calls of the baseline timed before the allocator is settled, per case.
 _ALLOCATOR_PROBE_CALLS = 3
@@ -85,6 +87,9 @@ class RaceEntrants:
     min_speedup: float
     case_names: Sequence[str] | None = None
     natives: Sequence[str] = ()
+    #: Per plan, one callable per case that inspects the outputs of every timed call
+    #: (after the timer stopped) and raises to fail the plan; absent: not inspected.
+    output_checks: Mapping[str, Sequence[OutputCheck]] = field(factory=dict)
 
 
 @frozen
@@ -142,13 +147,14 @@ class _Race:
             if isinstance(synchronize, Mapping)
             else dict.fromkeys(candidates, synchronize)
         )
+
+        def case_records(name: str, fns: Sequence[Callable[[], object]]) -> list[CaseRecord]:
+            checks = entrants.output_checks.get(name) or [None] * len(fns)
+            faults = 0 if record_faults else None
+            return [CaseRecord(fn, check, page_faults=faults) for fn, check in zip(fns, checks)]
+
         self.plans = [
-            PlanRecord(
-                name,
-                name == baseline,
-                syncs.get(name),
-                [CaseRecord(fn, page_faults=0 if record_faults else None) for fn in fns],
-            )
+            PlanRecord(name, name == baseline, syncs.get(name), case_records(name, fns))
             for name, fns in candidates.items()
         ]
         self.sched.plans_by_name = {p.name: p for p in self.plans}
@@ -239,7 +245,7 @@ class _Race:
         for case in self.base.cases:
             f0 = minor_faults()
             for _ in range(_ALLOCATOR_PROBE_CALLS):
-                before_s.append(self.sched.timed_block(self.base, case.fn, 1))
+                before_s.append(self.sched.timed_block(self.base, case, 1))
             f1 = minor_faults()
             if f0 is not None and f1 is not None:
                 before_faults.append((f1 - f0) / _ALLOCATOR_PROBE_CALLS)
@@ -917,6 +923,7 @@ def run_race(
     natives: Sequence[str] = (),
     allocator: AllocatorControl | None = None,
     measure_alone: bool = False,
+    output_checks: Mapping[str, Sequence[OutputCheck]] | None = None,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -943,6 +950,9 @@ def run_race(
     nothing with any other clock). ``measure_alone``: run at least ``min_rounds`` rounds
     even when no challenger is left (or none entered): the throughput objective reads
     each case's latency, which it needs from a plan that races alone too.
+    ``output_checks`` maps a plan to one callable per case that receives the outputs of
+    every call of a timed block once its timer has stopped, and raises to fail the plan
+    (the pipeline refuses non-finite outputs this way).
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
@@ -955,7 +965,9 @@ def run_race(
         allocator = None
     prepare_boundary(policy.min_rounds, policy.max_rounds)  # before the race's clock starts
     race = _Race(
-        RaceEntrants(candidates, weights, baseline, min_speedup, case_names, natives),
+        RaceEntrants(
+            candidates, weights, baseline, min_speedup, case_names, natives, output_checks or {}
+        ),
         RaceInstruments(policy, clock, synchronize, cpu, allocator),
     )
     race.measure_alone = measure_alone

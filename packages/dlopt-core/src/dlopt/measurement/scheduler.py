@@ -27,6 +27,8 @@ class CaseRecord:
     """What one plan did on one workload case."""
 
     fn: Callable[[], object]
+    #: Inspects the outputs of every call, after the timer stopped (raises to fail the plan).
+    check: Callable[[Sequence[object]], None] | None = None
     block: int = 1  # back-to-back calls per timed sample
     burst_calls: int = 0  # timed samples per burst, set after warm-up
     reference_s: float = 0.0  # recent typical seconds per call: the settle target
@@ -97,18 +99,30 @@ class Scheduler:
         self.plans_by_name: dict[str, PlanRecord] = {}
 
     # -- timing primitives -------------------------------------------------------------
-    def timed_block(self, plan: PlanRecord, fn: Callable[[], object], k: int) -> float:
-        """Seconds per call of ``k`` back-to-back calls, device work included."""
+    def timed_block(self, plan: PlanRecord, case: CaseRecord, k: int) -> float:
+        """Seconds per call of ``k`` back-to-back calls, device work included.
+
+        With a ``case.check``, every call's output is kept and handed to it once the timer
+        has stopped: what it costs to inspect them is never timed."""
+        fn, check = case.fn, case.check
         sync = plan.sync
         if sync is not None:
             sync()
+        outputs: list[object] = []
+        keep = outputs.append if check is not None else None
         t0 = self.clock.now_ns()
-        for _ in range(k):
-            fn()
+        if keep is None:
+            for _ in range(k):
+                fn()
+        else:
+            for _ in range(k):
+                keep(fn())
         if sync is not None:
             sync()
         elapsed = (self.clock.now_ns() - t0) / 1e9
         plan.longest_call_s = max(plan.longest_call_s, elapsed)
+        if check is not None:
+            check(outputs)
         return elapsed / k
 
     def quiesce(self, plan: PlanRecord) -> None:
@@ -158,7 +172,6 @@ class Scheduler:
         p = self.policy
         self.quiesce(plan)
         self.last_plan = plan.name
-        fn = case.fn
         k = 1
         history: list[float] = []
         steps = 0
@@ -166,7 +179,7 @@ class Scheduler:
         f0 = minor_faults() if self.record_faults else None
         per_call = 0.0
         while True:
-            per_call = self.timed_block(plan, fn, k)
+            per_call = self.timed_block(plan, case, k)
             case.warmup_calls += k
             if steps:
                 # Not the first block: it may carry a one-off cost (a recompile when the
@@ -212,7 +225,7 @@ class Scheduler:
         that just ran settles at once).
         """
         p = self.policy
-        fn, k = case.fn, case.block
+        k = case.block
         self.quiesce(plan)
         self.last_plan = plan.name
         start = self.clock.now_ns()
@@ -225,7 +238,7 @@ class Scheduler:
             elapsed = (self.clock.now_ns() - start) / 1e9
             if calls >= need and elapsed >= p.settle_time_s:
                 break
-            per_call = self.timed_block(plan, fn, k)
+            per_call = self.timed_block(plan, case, k)
             calls += k
             if tol is None:
                 continue
@@ -245,7 +258,7 @@ class Scheduler:
         if not settled:
             case.unsettled += 1
         f0 = minor_faults() if self.record_faults else None
-        samples = [self.timed_block(plan, fn, k) for _ in range(case.burst_calls)]
+        samples = [self.timed_block(plan, case, k) for _ in range(case.burst_calls)]
         if f0 is not None:
             f1 = minor_faults()
             case.page_faults = (case.page_faults or 0) + (f1 or 0) - f0

@@ -2,25 +2,42 @@
 
 A plan is served only if it was correct on the calls it was judged on: the outputs of
 its last measured calls (:func:`revalidate`) and one fresh call per case for the chosen
-plan (:func:`fresh_calls_check`, run by :mod:`dlopt.pipeline.choose`).
+plan (:func:`fresh_calls_check`, run by :mod:`dlopt.pipeline.choose`). How the chosen plan
+will be served is checked last (:func:`serving_check`: the raced signatures, and a
+held-out batch size for a plan that declares dynamic shapes).
 """
 
 from __future__ import annotations
 
 import torch
 
+from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import PLAN_FAILURES, ReferenceCheckError
 from dlopt.pipeline.prepare import validate_calls
 from dlopt.pipeline.race import RaceOutcome
 from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.platform.tree import map_tensors
+from dlopt.plugins.contract import BuiltPlan
+from dlopt.serving.evidence import ServingEvidence, unseen_words
+from dlopt.serving.signature import (
+    batch_sizes_along,
+    describe,
+    family_key,
+    held_out_size,
+    resize_batch,
+    signature_key,
+)
 from dlopt.validation import (
     ModelGuard,
     ModelMutatedError,
     ReferenceOutputs,
     ValidationResult,
     copy_inputs,
+    validate_outputs,
 )
-from dlopt.vocabulary import Stage
+from dlopt.validation.reference import ReferenceCase
+from dlopt.validation.rounding import measure_fp32_rounding
+from dlopt.vocabulary import Concurrency, Stage
 
 
 def check_model_after_race(model: torch.nn.Module, guard: ModelGuard) -> None:
@@ -77,7 +94,7 @@ def fresh_calls_check(
     sync = run.synchronize(plan)
     outputs = []
     try:
-        with torch.inference_mode():
+        with reference.calling_context():
             for case in reference.cases:
                 args, kwargs = copy_inputs(case.args, case.kwargs)
                 outputs.append(plan(*args, **kwargs))
@@ -86,3 +103,105 @@ def fresh_calls_check(
     except PLAN_FAILURES as exc:
         return ValidationResult.rejected(f"the call raised {type(exc).__name__}: {exc}")
     return validate_calls(cand, outputs, reference, run.policy)
+
+
+def serving_check(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    reference: ReferenceOutputs,
+    workload: WorkloadProfile,
+    run: Run,
+) -> ServingEvidence:
+    """How the decision will serve the selected plan, checked where a promise needs it.
+
+    The raced signatures are recorded; a plan that declares dynamic shapes is called on a
+    held-out batch size (the first case's inputs at a size no case raced, rows repeated
+    cyclically), and its output is validated against eager fp32 on the same inputs, with
+    the plan's own limits. Only when that passes are unseen shapes of a raced case's
+    family routed to it; otherwise they go where ``on_unseen_signature`` says.
+    """
+    plan = cand.plan
+    assert plan is not None
+    traits = plan.serving
+    raced = tuple(dict.fromkeys(describe(signature_key(c.args, c.kwargs)) for c in reference.cases))
+    held_out: str | None = None
+    families: tuple[str, ...] = ()
+    if traits.dynamic_shapes:
+        passed, held_out = _held_out(plan, model, reference, workload, run)
+        if passed:
+            families = tuple(
+                dict.fromkeys(
+                    describe(family_key(signature_key(c.args, c.kwargs))) for c in reference.cases
+                )
+            )
+    policy = run.policy.on_unseen_signature
+    return ServingEvidence(
+        grad_mode=reference.grad_mode,
+        concurrency=(
+            Concurrency.SERIALIZED
+            if traits.concurrency is Concurrency.PER_THREAD and plan.thread_runner is None
+            else traits.concurrency
+        ),
+        any_grad_mode=traits.any_grad_mode,
+        differentiable=traits.differentiable,
+        dynamic_shapes=traits.dynamic_shapes,
+        on_unseen_signature=policy,
+        raced_signatures=raced,
+        served_families=families,
+        held_out_check=held_out,
+        unseen=unseen_words(bool(families), policy),
+    )
+
+
+def _held_out(
+    plan: BuiltPlan,
+    model: torch.nn.Module,
+    reference: ReferenceOutputs,
+    workload: WorkloadProfile,
+    run: Run,
+) -> tuple[bool, str]:
+    """``(passed, what happened)`` of the selected plan on a held-out batch size."""
+    dim = workload.batch_dim if workload.batch_sizes is not None else 0
+    raced: set[int] = set()
+    for case in reference.cases:
+        raced |= batch_sizes_along(case.args, case.kwargs, dim)
+    size = held_out_size(raced)
+    first = reference.cases[0]
+    resized = resize_batch(first.args, first.kwargs, dim, size)
+    if resized is None:
+        return False, f"not checked: the inputs have no dimension {dim} to vary"
+    args, kwargs = resized
+    try:
+        with reference.calling_context():
+            expected = map_tensors(
+                lambda t: t.detach().to("cpu", copy=True), model(*args, **kwargs)
+            )
+    except Exception as exc:
+        return False, (
+            f"not checked: eager fp32 does not take batch {size} along dim {dim} "
+            f"({type(exc).__name__}: {exc})"
+        )
+    held = ReferenceCase(f"held-out batch {size}", args, kwargs, expected, ())
+    if run.policy.quality.fp32_rounding_factor > 0:
+        rounding, _ = measure_fp32_rounding(model, [(args, kwargs, expected)])
+        held.fp32_rounding = rounding[0]
+    sync = run.synchronize(plan)
+    try:
+        with reference.calling_context():
+            own_args, own_kwargs = copy_inputs(args, kwargs)
+            out = plan(*own_args, **own_kwargs)
+            if sync is not None:
+                sync()
+    except PLAN_FAILURES as exc:
+        return False, f"failed: batch {size} raised {type(exc).__name__}: {exc}"
+    result = validate_outputs(
+        out,
+        held,
+        precision=plan.precision,
+        output_dtype=plan.output_dtype,
+        policy=run.policy.quality,
+        case_name=held.name,
+    )
+    if not result.passed:
+        return False, f"failed on batch {size}: {result.reason}"
+    return True, f"passed on batch {size} (raced: {', '.join(map(str, sorted(raced)))})"

@@ -30,6 +30,7 @@ from dlopt.plugins.contract import (
     PreparedCase,
     ProviderContext,
 )
+from dlopt.serving.context import inputs_of_kind
 from dlopt.validation import (
     InputFingerprint,
     ModelGuard,
@@ -39,7 +40,7 @@ from dlopt.validation import (
     copy_inputs,
     validate_outputs,
 )
-from dlopt.vocabulary import Stage
+from dlopt.vocabulary import GradMode, Stage
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,8 @@ def first_calls(
     assert plan is not None
     sync = run.synchronize(plan)
     try:
-        with torch.inference_mode():
+        # In the workload's calling context, on inputs made in it: what is judged serves.
+        with reference.calling_context():
             for case in reference.cases:
                 # Its own copy: a plan that writes into its inputs must not change what
                 # the plans judged after it see.
@@ -247,11 +249,12 @@ def validate_calls(
 
 
 def prepared_cases(reference: ReferenceOutputs) -> tuple[PreparedCase, ...]:
-    """Each case as plans see it, on a private copy so a build cannot change the inputs
-    the race and the validation use."""
+    """Each case as a build sees it, on a private copy so a build cannot change the inputs
+    the race and the validation use. Builds get ordinary tensors whatever the calling
+    context (exporters and quantizers trace with them); calls get the context's kind."""
     prepared = []
     for case in reference.cases:
-        args, kwargs = copy_inputs(case.args, case.kwargs)
+        args, kwargs = inputs_of_kind(GradMode.NO_GRAD, *copy_inputs(case.args, case.kwargs))
         prepared.append(PreparedCase(case.name, args, kwargs, case.outputs, case.weight))
     return tuple(prepared)
 

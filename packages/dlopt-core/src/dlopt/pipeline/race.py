@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -15,6 +16,7 @@ from dlopt.measurement import (
     run_race,
 )
 from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.platform.tree import leaves_with_paths
 from dlopt.plugins.contract import (
     BuiltPlan,
     Role,
@@ -53,15 +55,49 @@ def _throughput_min_rounds(run: Run, batch_sizes: int) -> int:
     return min(rounds, policy.max_rounds)
 
 
+class NonFiniteOutput(RuntimeError):
+    """A raced call returned NaN or infinity where the reference has a finite value."""
+
+
+def _nonfinite_counts(outputs: Any) -> dict[str, int]:
+    """Per floating output leaf (by path), how many of its values are not finite."""
+    counts: dict[str, int] = {}
+    leaves = [("output", outputs)] if isinstance(outputs, torch.Tensor) else None
+    for path, leaf in leaves if leaves is not None else leaves_with_paths(outputs, "output"):
+        if not isinstance(leaf, torch.Tensor) or not (
+            leaf.is_floating_point() or leaf.is_complex()
+        ):
+            continue
+        finite = torch.isfinite(leaf)
+        if not bool(finite.all()):
+            counts[path] = int(finite.numel() - finite.sum())
+    return counts
+
+
 class LastOutput:
-    """One plan's call on one case, keeping the output of the latest call for revalidation."""
+    """One plan's call on one case, keeping the output of the latest call for revalidation.
 
-    __slots__ = ("args", "calls", "kwargs", "output", "plan")
+    :meth:`check` inspects the outputs of every raced call (the kernel hands them over
+    after the timer stopped): a plan that turns NaN or infinite on its tenth call fails
+    the race there, named with the call number.
+    """
 
-    def __init__(self, plan: BuiltPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    __slots__ = ("allowed", "args", "calls", "case", "kwargs", "output", "plan")
+
+    def __init__(
+        self,
+        plan: BuiltPlan,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        case: str = "",
+        allowed: dict[str, int] | None = None,
+    ) -> None:
         self.plan = plan
         self.args = args
         self.kwargs = kwargs
+        self.case = case
+        #: Non-finite values the reference itself has, per output path (allowed by policy).
+        self.allowed = allowed or {}
         self.output: Any = None
         self.calls = 0
 
@@ -69,6 +105,19 @@ class LastOutput:
         self.output = self.plan(*self.args, **self.kwargs)
         self.calls += 1
         return self.output
+
+    def check(self, outputs: Sequence[Any]) -> None:
+        """Raise :class:`NonFiniteOutput` naming the first call of ``outputs`` (the latest
+        calls, in order) with more non-finite values than the reference."""
+        first = self.calls - len(outputs) + 1
+        for number, output in enumerate(outputs, start=first):
+            for path, bad in _nonfinite_counts(output).items():
+                if bad > self.allowed.get(path, 0):
+                    raise NonFiniteOutput(
+                        f"raced call {number} on case {self.case!r} returned {bad} non-finite "
+                        f"value(s) in {path} where the reference has "
+                        f"{self.allowed.get(path, 0)}"
+                    )
 
 
 @attrs.frozen
@@ -87,8 +136,12 @@ def race(
 ) -> RaceOutcome:
     """Measure every surviving plan against the reference (first and alive)."""
     alive = [c for c in candidates if c.alive]
+    allowed = [_nonfinite_counts(case.outputs) for case in reference.cases]
     recorders = {
-        cand.name: [LastOutput(cand.plan, case.args, case.kwargs) for case in reference.cases]  # type: ignore[arg-type]
+        cand.name: [
+            LastOutput(cand.plan, case.args, case.kwargs, case.name, allowed[i])  # type: ignore[arg-type]
+            for i, case in enumerate(reference.cases)
+        ]
         for cand in alive
     }
 
@@ -123,7 +176,7 @@ def race(
             min_rounds=_throughput_min_rounds(run, len(workload.cases)),
         )
     try:
-        with torch.inference_mode():
+        with reference.calling_context():
             result = run_race(
                 recorders,
                 weights=workload.weights,
@@ -137,6 +190,10 @@ def race(
                 case_names=[case.name for case in reference.cases],
                 natives=[c.name for c in alive if c.role is Role.NATIVE],
                 measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
+                output_checks={
+                    name: [recorder.check for recorder in per_case]
+                    for name, per_case in recorders.items()
+                },
             )
     except DloptError:
         raise

@@ -18,7 +18,8 @@ from typing import Any
 from dlopt.errors import ProviderBuildError
 from dlopt.platform.names import NAME_RULE, PLAIN_NAME, check_plan_name, is_inside, is_plain_name
 from dlopt.platform.serialization import NotJsonableError, strict_jsonable
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
+from dlopt.plugins.contract import BuiltPlan, ProviderAvailability, ServingTraits
+from dlopt.vocabulary import Concurrency
 
 __all__ = [
     "PLAIN_NAME",
@@ -89,7 +90,9 @@ def check_built_plan(plan: object, context: Any, *, plan_name: str, plugin: str)
     * ``metadata`` becomes strict-JSON-able (see :func:`~dlopt.platform.serialization.strict_jsonable`);
     * ``artifacts``: every name is a plain name and every path (links followed) lies
       inside ``context.plan_dir(plan_name)``; paths become :class:`~pathlib.Path`;
-    * ``output_dtype`` is ``None`` or a floating ``torch.dtype``.
+    * ``output_dtype`` is ``None`` or a floating ``torch.dtype``;
+    * ``serving`` is a :class:`~dlopt.plugins.contract.ServingTraits`, and ``per_thread``
+      concurrency comes with a callable ``thread_runner``.
 
     The plan's ``metadata`` and ``artifacts`` are replaced in place by their checked
     forms. Raises :class:`~dlopt.errors.ProviderBuildError` naming the plugin and plan
@@ -114,7 +117,22 @@ def check_built_plan(plan: object, context: Any, *, plan_name: str, plugin: str)
     plan.metadata = metadata
     plan.artifacts = _checked_artifacts(plan.artifacts, context, plan_name, where)
     _check_output_dtype(plan.output_dtype, where)
+    _check_serving(plan, where)
     return plan
+
+
+def _check_serving(plan: BuiltPlan, where: str) -> None:
+    if not isinstance(plan.serving, ServingTraits):
+        raise ProviderBuildError(
+            f"{where}: BuiltPlan.serving must be a ServingTraits (from dlopt.plugin), got "
+            f"{type(plan.serving).__name__}"
+        )
+    if plan.serving.concurrency is Concurrency.PER_THREAD and not callable(plan.thread_runner):
+        raise ProviderBuildError(
+            f"{where}: it declares per_thread concurrency but gives no thread_runner; set "
+            "BuiltPlan.thread_runner to a function that makes a runner for one thread, or "
+            "declare serialized"
+        )
 
 
 def _checked_artifacts(

@@ -22,6 +22,7 @@ from dlopt.platform.machine import cpu_info
 from dlopt.platform.probing import cuda_bf16_native
 from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.plugins.contract import (
+    EAGER_SERVING,
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
@@ -30,7 +31,7 @@ from dlopt.plugins.contract import (
 from dlopt.plugins.hookspecs import hookimpl
 from dlopt.precision import Precision
 
-DLOPT_PLUGIN_API_VERSION = "2.0"
+DLOPT_PLUGIN_API_VERSION = "2.1"
 
 _FORMAT_BY_RANK = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -47,7 +48,12 @@ class EagerFp32Provider:
         return ProviderAvailability.ok(sdk_versions={"torch": torch.__version__})
 
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
-        return BuiltPlan(runner=model, precision=self.precision, metadata={"plan": "eager"})
+        return BuiltPlan(
+            runner=model,
+            precision=self.precision,
+            metadata={"plan": "eager"},
+            serving=EAGER_SERVING,
+        )
 
 
 @frozen
@@ -139,6 +145,8 @@ class NativeProvider:
         return BuiltPlan(
             runner=runner,
             precision=self.precision,
+            # Eager torch (autocast and channels-last included): any thread, mode, shape.
+            serving=EAGER_SERVING,
             # Autocast returns bf16/fp16 leaves where the last op ran in low precision.
             output_dtype=autocast_dtype,
             metadata={

@@ -17,6 +17,7 @@ from attrs import define, field, frozen
 
 from dlopt.api.target import ExecutionTarget
 from dlopt.precision import Precision
+from dlopt.vocabulary import Concurrency
 
 if TYPE_CHECKING:
     import torch
@@ -28,8 +29,9 @@ log = logging.getLogger(__name__)
 
 #: The plugin API this core implements, as "MAJOR.MINOR". A plugin declares the version
 #: it was written for; it is compatible when the majors match and its minor is not newer.
-#: dlopt-core 0.1.x implements 1.0; 0.2.x implements 2.0 (see the dlopt-core README).
-PLUGIN_API_VERSION = "2.0"
+#: dlopt-core 0.1.x implements 1.0; 0.2.0 implements 2.0; 0.2.1 implements 2.1, which adds
+#: ``BuiltPlan.serving`` and ``BuiltPlan.thread_runner`` (see the dlopt-core README).
+PLUGIN_API_VERSION = "2.1"
 
 
 class Role(str, enum.Enum):
@@ -215,6 +217,53 @@ class ProviderContext:
         return path
 
 
+def _concurrency(value: str | Concurrency) -> Concurrency:
+    try:
+        return Concurrency(getattr(value, "value", value))
+    except ValueError:
+        raise ValueError(
+            f"ServingTraits.concurrency {value!r}: use one of "
+            f"{', '.join(c.value for c in Concurrency)}"
+        ) from None
+
+
+@frozen
+class ServingTraits:
+    """What a built plan promises about being served; every default is the safe choice.
+
+    ``concurrency``: ``serialized`` (default: the decision lets one thread call the plan
+    at a time), ``concurrent`` (its runtime may be called from many threads at once:
+    eager torch, an ONNX Runtime session) or ``per_thread`` (each calling thread gets its
+    own runner from ``BuiltPlan.thread_runner``).
+
+    ``any_grad_mode``: the plan computes the same under ``inference_mode``, ``no_grad`` or
+    autograd on, on inference or ordinary input tensors (eager torch, a runtime of its
+    own), so the decision calls it in the caller's own context. ``False`` (default): it
+    serves only in the context it was judged in (a compiled graph guards on it), and the
+    decision enters that context around every call.
+
+    ``differentiable``: its outputs carry gradients back to inputs that require them
+    (eager autograd); a caller that needs gradients through a plan without them gets a
+    clear error. ``dynamic_shapes``: it serves input shapes it was never called with; the
+    decision checks that on a held-out batch size before it routes such calls to it
+    (otherwise they fall back to eager fp32 or raise, as the policy says).
+    """
+
+    concurrency: Concurrency = field(default=Concurrency.SERIALIZED, converter=_concurrency)
+    any_grad_mode: bool = False
+    differentiable: bool = False
+    dynamic_shapes: bool = False
+
+
+#: The traits of an eager torch plan: thread-safe, any context, autograd, any shape.
+EAGER_SERVING = ServingTraits(
+    concurrency=Concurrency.CONCURRENT,
+    any_grad_mode=True,
+    differentiable=True,
+    dynamic_shapes=True,
+)
+
+
 @define(eq=False)
 class BuiltPlan:
     """An executable plan: a runner callable plus what it computes in and what it made.
@@ -232,6 +281,10 @@ class BuiltPlan:
     peak device memory the plan's runtime used, in MiB, as its SDK reports it (an NPU's
     memory, an arena torch cannot see); reported beside the CPU/CUDA figures and held to
     ``max_peak_memory_mb`` too.
+
+    ``serving``: what the plan promises about threads, grad modes, gradients and shapes
+    (:class:`ServingTraits`; the defaults are safe). ``thread_runner``: a new runner for
+    one calling thread, required by ``per_thread`` concurrency.
     """
 
     runner: Callable[..., Any]
@@ -242,6 +295,8 @@ class BuiltPlan:
     on_close: Callable[[], None] | None = None
     synchronize: Callable[[], None] | None = None
     device_memory_mb: Callable[[], float | None] | None = None
+    serving: ServingTraits = field(factory=ServingTraits)
+    thread_runner: Callable[[], Callable[..., Any]] | None = None
     closed: bool = field(default=False, init=False)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

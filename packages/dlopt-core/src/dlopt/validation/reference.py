@@ -14,6 +14,7 @@ from dlopt.api.target import ExecutionTarget
 from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
 from dlopt.platform.tree import map_tensors
+from dlopt.serving.context import grad_mode_scope, inputs_of_kind
 from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
 from dlopt.validation.inputs import (
     CaseLike,
@@ -26,6 +27,7 @@ from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
 from dlopt.validation.rounding import LeafRounding, measure_fp32_rounding
 from dlopt.validation.structure import iter_leaves, match_structure
+from dlopt.vocabulary import GradMode
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +66,22 @@ class ReferenceCase:
 class ReferenceOutputs:
     """Eager fp32 outputs per case, plus the model's fingerprint taken around them.
 
-    ``cases[i].args/kwargs`` are the inputs already on the target device: call every
-    candidate with those. Outputs are detached CPU copies. ``fp32_rounding_note`` says
-    why the fp32 rounding was not measured (``None``: measured, or not asked for).
+    ``cases[i].args/kwargs`` are the inputs already on the target device, made the way
+    serving code in ``grad_mode`` makes them (inference tensors under ``inference_mode``):
+    call every candidate with those, inside ``grad_mode_scope(grad_mode)``. Outputs are
+    detached CPU copies. ``fp32_rounding_note`` says why the fp32 rounding was not
+    measured (``None``: measured, or not asked for).
     """
 
     cases: tuple[ReferenceCase, ...] = field(converter=_to_tuple)
     fingerprint: ModelFingerprint
     device: str
     fp32_rounding_note: str | None = None
+    grad_mode: GradMode = GradMode.INFERENCE_MODE
+
+    def calling_context(self) -> Any:
+        """The context every judged call runs in (a fresh context manager)."""
+        return grad_mode_scope(self.grad_mode)
 
     def __getitem__(self, name: str) -> ReferenceCase:
         for case in self.cases:
@@ -179,8 +188,12 @@ def capture_reference(
     *,
     target: ExecutionTarget | torch.device | str | None = None,
     guard: ModelGuard | None = None,
+    grad_mode: GradMode | None = None,
 ) -> ReferenceOutputs:
     """Run eager fp32 twice per case and keep the outputs as the ground truth.
+
+    Every call runs in ``grad_mode`` (default: the workload's, else ``inference_mode``) on
+    inputs made as serving code in that mode makes them; the plans are judged the same way.
 
     Refuses (``ReferenceCheckError``) a model in training mode (unless
     ``policy.training_mode == "warn"``), a model that fails on a case, outputs of an
@@ -212,13 +225,17 @@ def capture_reference(
 
     device = target if target is not None else _model_device(model)
     guard = guard if guard is not None else ModelGuard(model, snapshot=policy.snapshot_weights)
+    if grad_mode is None:
+        grad_mode = (
+            cases.grad_mode if isinstance(cases, WorkloadProfile) else GradMode.INFERENCE_MODE
+        )
     try:
-        captured, all_paths = _capture_cases(model, cases, policy, device, guard)
+        captured, all_paths = _capture_cases(model, cases, policy, device, guard, grad_mode)
     except ReferenceCheckError as exc:
         raise ReferenceCheckError(f"{exc}{_restored(model, guard)}") from exc.__cause__
     _check_paths(policy, all_paths)
     note = _measure_rounding(model, captured) if policy.fp32_rounding_factor > 0 else None
-    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device), note)
+    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device), note, grad_mode)
 
 
 def _measure_rounding(model: torch.nn.Module, captured: list[ReferenceCase]) -> str | None:
@@ -264,18 +281,20 @@ def _capture_cases(
     policy: QualityPolicy,
     device: Any,
     guard: ModelGuard,
+    grad_mode: GradMode,
 ) -> tuple[list[ReferenceCase], set[str]]:
     captured: list[ReferenceCase] = []
     all_paths: set[str] = set()
     for name, case, weight in _normalize_cases(cases):
         # The reference and every plan run on copies the caller does not hold: a model
         # that writes into its inputs never changes the caller's tensors.
-        args, kwargs = copy_inputs(*prepare_inputs(case, device))
+        # Made as serving code makes them: inference tensors under inference_mode.
+        args, kwargs = inputs_of_kind(grad_mode, *copy_inputs(*prepare_inputs(case, device)))
         before = InputFingerprint.of(args, kwargs)
         runs = []
         for attempt in (1, 2):
             try:
-                with torch.inference_mode():
+                with grad_mode_scope(grad_mode):
                     out = model(*args, **kwargs)
                 runs.append(_to_cpu(out))
             except Exception as exc:
