@@ -58,6 +58,18 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *(session.posargs or []))
 
 
+@nox.session(python=PYTHON, name="tests-serving")
+def tests_serving(session: nox.Session) -> None:
+    """The serving contract end to end (``pytest -m serving``): every first-party plan
+    family that can win on a CPU selected, then served in each grad mode, from 4 threads
+    and at a batch size it never raced; again after a plan cache hit and from
+    ``load_bundle`` in a fresh process; and the README's Python example as written. Each
+    selection compiles or exports, so it is its own session (CI runs it after ``tests``)."""
+    _install(session, *PROVIDERS)
+    session.install(*TEST_DEPS)
+    session.run("pytest", "-m", "serving", *(session.posargs or ["tests/integration"]))
+
+
 @nox.session(python=PYTHON, name="tests-core")
 def tests_core(session: nox.Session) -> None:
     """Core alone: proves dlopt-core works with no provider distribution installed."""

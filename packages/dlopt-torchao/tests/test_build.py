@@ -12,6 +12,7 @@ from dlopt.plugin import (
     Precision,
     ProviderBuildError,
     ProviderContext,
+    WorkloadCase,
     WorkloadProfile,
 )
 from dlopt_torchao import Scheme, TorchAOProvider
@@ -186,3 +187,20 @@ def test_compiled_weight_only_plan_stays_close_and_scopes_its_inductor_settings(
             rel_l2, cosine = _errors(plan(x), model(x))
         assert 1e-5 < rel_l2 < 0.05 and cosine > 0.998
     assert inductor_config.save_config_portable() == before
+
+
+def test_cuda_int8_matmuls_are_refused_for_layers_that_see_16_rows_or_fewer():
+    from dlopt_torchao.provider import int_mm_row_problem
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    gen = torch.Generator().manual_seed(0)
+    # Rows are every dimension but the last: 2 x 9 tokens = 18 rows is enough, 16 is not.
+    big = WorkloadCase("tokens", args=(torch.randn(2, 9, 8, generator=gen),))
+    small = WorkloadCase("b16", args=(torch.randn(16, 8, generator=gen),))
+    assert int_mm_row_problem(model, {"0", "2"}, [big]) is None
+    problem = int_mm_row_problem(model, {"0", "2"}, [big, small])
+    assert problem is not None
+    assert "more than 16 rows" in problem and "16 row(s) in case 'b16'" in problem
+    assert "2 layer(s)" in problem and "torchao_int8_dynamic plan" in problem
+    # Only the layers that would be quantized are counted.
+    assert "1 layer(s)" in int_mm_row_problem(model, {"2"}, [small])

@@ -8,6 +8,8 @@ is checked here on a tiny conv net, compiled once for the module.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +244,55 @@ def test_static_int8_plan_records_its_calibration(built: Any) -> None:
     assert meta["calibration_file_entries"] == 1
     assert meta["inductor_options"]["freezing"] is True
     assert meta["dynamic_dims"] == {"0": [0]}
+
+
+@pytest.mark.slow
+def test_static_int8_plan_comes_back_from_its_recorded_calibration(
+    built: Any, tmp_path: Path
+) -> None:
+    """A bundle or cache record keeps no inputs: the rebuild reads the recorded observer
+    parameters and example shapes instead, and is the same int8 plan."""
+    record_file = built["plan"].artifacts["calibration"]
+    record = json.loads(record_file.read_text())
+    assert record["example"]["args"] == [{"shape": [4, 3, 16, 16], "dtype": "float32"}]
+    assert len(record["observers"]) == 4  # weights and inputs of the conv and the linear
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    shutil.copy(record_file, saved / record_file.name)
+    torch.manual_seed(0)
+    model = SmallConvNet().eval()  # the same weights, a new object
+    again = ProviderContext(
+        artifact_dir=tmp_path / "artifacts", options=PT2EOptions(), saved_plan_dir=saved
+    )
+    with PT2EStaticInt8Provider().build(model, again) as rebuilt:
+        assert rebuilt.metadata["calibration_record"] == "reused from the saved plan"
+        assert rebuilt.metadata["calibration_calls"] == 0
+        for case, first in zip(built["context"].cases, built["outputs"]):
+            with torch.inference_mode():
+                out = rebuilt(*case.args)
+            assert torch.allclose(out, first, atol=1e-6), (out - first).abs().max()
+
+
+def test_a_calibration_record_that_does_not_fit_is_refused(tmp_path: Path) -> None:
+    from dlopt_torchao.calibration import (
+        apply_recorded_qparams,
+        example_from_record,
+        read_calibration_record,
+    )
+
+    (tmp_path / "calibration.json").write_text('{"format": 99}')
+    with pytest.raises(ProviderBuildError, match="not a calibration record of format 1"):
+        read_calibration_record(tmp_path, "p")
+    (tmp_path / "calibration.json").write_text('{"format": 1, "observers": {"a": NaN}}')
+    with pytest.raises(ProviderBuildError, match=r"unreadable.*NaN is not a finite number"):
+        read_calibration_record(tmp_path, "p")
+    assert read_calibration_record(None, "p") is None
+    with pytest.raises(ProviderBuildError, match=r"example args\[0\] is malformed"):
+        example_from_record({"example": {"args": [{"shape": [-1], "dtype": "float32"}]}}, "p")
+    observed = nn.Module()
+    observed.activation_post_process_0 = torch.ao.quantization.MinMaxObserver()
+    with pytest.raises(ProviderBuildError, match=r"no longer match.*1 observers now, 0 recorded"):
+        apply_recorded_qparams(observed, {"observers": {}}, "p")
 
 
 @pytest.mark.slow

@@ -5,4 +5,4 @@ two plans), then ``tests/`` (the contract suite and a race). The tutorial that w
 through it is docs/writing-a-provider.md in the dlopt repository.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

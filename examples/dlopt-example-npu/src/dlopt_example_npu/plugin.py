@@ -9,7 +9,7 @@ from __future__ import annotations
 from dlopt.plugin import Register, hookimpl
 
 #: The plugin API this module was written for: a literal, checked against dlopt-core's.
-DLOPT_PLUGIN_API_VERSION = "2.0"
+DLOPT_PLUGIN_API_VERSION = "2.1"
 
 
 @hookimpl

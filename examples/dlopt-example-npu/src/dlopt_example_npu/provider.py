@@ -20,6 +20,7 @@ import attrs
 
 from dlopt.plugin import (
     BuiltPlan,
+    Concurrency,
     ExecutionTarget,
     Precision,
     PreparedCase,
@@ -28,6 +29,7 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
     Role,
+    ServingTraits,
     check_distribution,
     is_plain_name,
     try_import,
@@ -249,6 +251,9 @@ class ExampleNpuProvider(Provider):
             on_close=device.close,
             synchronize=device.synchronize,
             device_memory_mb=lambda: device.memory_stats()["peak_bytes"] / 2**20,
+            # One command queue per device, and programs specialised to the raced shapes:
+            # callers one at a time, unseen shapes to eager (the safe defaults, stated).
+            serving=ServingTraits(concurrency=Concurrency.SERIALIZED, dynamic_shapes=False),
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,15 @@ import pytest
 import torch
 
 from dlopt.plugin import (
+    EAGER_SERVING,
     BuiltPlan,
+    Concurrency,
     Precision,
     Provider,
     ProviderAvailability,
     ProviderContext,
     Role,
+    ServingTraits,
     atomic_write_text,
     map_tensors,
     try_import,
@@ -635,3 +639,62 @@ def test_a_plugin_importing_deep_core_modules_is_caught(tmp_path, monkeypatch):
         "provider.py:2 imports dlopt.plugins.contract",
         "provider.py:3 imports dlopt.hookimpl",
     ]
+
+
+# ----------------------------------------------------------------- serving declarations
+
+
+class SharedBuffer(GoodProvider):
+    """Declares concurrent calls, but keeps each call's output in one shared buffer: two
+    threads at once read each other's results."""
+
+    def make_plan(self, plan_model, **fields):
+        fields["serving"] = ServingTraits(concurrency=Concurrency.CONCURRENT)
+        return super().make_plan(plan_model, **fields)
+
+    def compute(self, model, args, kwargs):
+        self.buffer = model(*args, **kwargs)
+        time.sleep(0.002)  # another thread's call lands here
+        return self.buffer
+
+
+def test_a_plan_that_lies_about_concurrent_calls_fails(tmp_path):
+    _passes_the_gate_but_not(
+        SharedBuffer,
+        "test_declared_concurrency_holds",
+        FAILED,
+        "declares concurrent concurrency, but called from 4 threads at once",
+        tmp_path,
+    )
+
+
+def test_a_plan_safe_to_call_concurrently_passes_and_a_serialized_one_is_not_called_so(tmp_path):
+    class Concurrent(GoodProvider):
+        def make_plan(self, plan_model, **fields):
+            fields["serving"] = EAGER_SERVING
+            return super().make_plan(plan_model, **fields)
+
+    suite(Concurrent).test_declared_concurrency_holds(tmp_path / "a")
+    suite(Concurrent).test_declared_any_grad_mode_holds(tmp_path / "b")
+    with pytest.raises(SKIPPED, match="serialized"):
+        suite(GoodProvider).test_declared_concurrency_holds(tmp_path / "c")
+
+
+def test_a_plan_that_lies_about_serving_any_grad_mode_fails(tmp_path):
+    class InferenceOnly(GoodProvider):
+        def make_plan(self, plan_model, **fields):
+            fields["serving"] = ServingTraits(any_grad_mode=True)
+            return super().make_plan(plan_model, **fields)
+
+        def compute(self, model, args, kwargs):
+            if not torch.is_inference_mode_enabled():
+                raise RuntimeError("this runtime only runs inside inference mode")
+            return model(*args, **kwargs)
+
+    _passes_the_gate_but_not(
+        InferenceOnly,
+        "test_declared_any_grad_mode_holds",
+        FAILED,
+        "declares any_grad_mode but raised under no_grad",
+        tmp_path,
+    )

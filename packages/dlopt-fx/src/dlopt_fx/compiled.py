@@ -29,8 +29,22 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from dlopt.plugin import Concurrency, ServingTraits
+
 if TYPE_CHECKING:
     from dlopt.plugin import PreparedCase, ProviderContext, WorkloadCase
+
+#: How a compiled plan is served. Dynamo guards on the grad mode and on whether inputs are
+#: inference tensors, so the plan serves only in the context it was judged in (the
+#: decision enters it); a signature it never raced would compile at serving time, so it
+#: serves none; and one thread at a time (Dynamo's caches and guards are not promised to
+#: be safe to evaluate while another thread compiles).
+COMPILED_SERVING = ServingTraits(
+    concurrency=Concurrency.SERIALIZED,
+    any_grad_mode=False,
+    differentiable=False,
+    dynamic_shapes=False,
+)
 
 #: Sub-directory of a plan's artifact directory that holds Inductor's caches.
 CACHE_SUBDIR = "inductor-cache"

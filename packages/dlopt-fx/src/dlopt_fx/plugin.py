@@ -11,7 +11,7 @@ from typing import Any
 from dlopt.plugin import hookimpl
 
 #: The plugin API this module was written for (a literal: it is checked against core's).
-DLOPT_PLUGIN_API_VERSION = "2.0"
+DLOPT_PLUGIN_API_VERSION = "2.1"
 
 
 @hookimpl

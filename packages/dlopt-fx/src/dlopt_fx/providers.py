@@ -19,6 +19,7 @@ import torch
 from attrs import field, frozen
 
 from dlopt.plugin import (
+    EAGER_SERVING,
     BuiltPlan,
     Comeback,
     PlanNotApplicable,
@@ -32,6 +33,7 @@ from dlopt.plugin import (
 from dlopt_fx import probes
 from dlopt_fx.compiled import (
     CHANNELS_LAST_BY_RANK,
+    COMPILED_SERVING,
     channels_last_rank,
     equals_reference_bit_for_bit,
     with_autocast_and_layout,
@@ -168,6 +170,8 @@ class FxProvider(Provider):
             runner=gm,
             precision=self.precision,
             metadata={"plan": self.name, "graph": "fx", **evidence},
+            # A GraphModule runs eagerly: any thread, grad mode and shape (checked).
+            serving=EAGER_SERVING,
         )
 
 
@@ -353,6 +357,7 @@ class InductorProvider(Provider):
             output_dtype=self.autocast_dtype,
             metadata=metadata,
             on_close=runner.close,
+            serving=COMPILED_SERVING,
         )
 
     def save_program(
@@ -406,9 +411,11 @@ class InductorProvider(Provider):
         case = context.cases[0]
         dtype = self.precision.value
         try:
-            # Under inference mode, as the race calls plans: the guards then match.
-            with torch.inference_mode():
-                outputs = runner(*case.args, **case.kwargs)
+            # In the race's calling context, on its kind of inputs: the guards then match
+            # and this compile serves the race.
+            args, kwargs = context.call_inputs(case)
+            with context.calling_context():
+                outputs = runner(*args, **kwargs)
         except Exception as exc:
             raise ProviderBuildError(
                 f"{self.name}: the compiled plan fails on case {case.name!r}: "

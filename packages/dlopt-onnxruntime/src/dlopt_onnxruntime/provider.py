@@ -17,6 +17,7 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
+    Concurrency,
     DloptError,
     Precision,
     PreparedCase,
@@ -25,6 +26,7 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
     Role,
+    ServingTraits,
     capture_output,
     is_plain_name,
     iter_tensors,
@@ -942,6 +944,13 @@ def _plan(
         artifacts=artifacts,
         metadata=metadata,
         on_close=opened.close,
+        # A session's run() may be called from many threads, in any grad mode (ONNX
+        # Runtime sees arrays); shapes beyond the raced ones only along dynamic axes.
+        serving=ServingTraits(
+            concurrency=Concurrency.CONCURRENT,
+            any_grad_mode=True,
+            dynamic_shapes=bool(metadata.get("dynamic_axes")),
+        ),
     )
 
 

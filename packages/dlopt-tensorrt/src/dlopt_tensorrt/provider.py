@@ -31,12 +31,14 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
+    Concurrency,
     Precision,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
     Role,
+    ServingTraits,
     WorkloadError,
     check_distribution,
     distribution_version,
@@ -521,6 +523,10 @@ class TensorRTProvider(Provider):
             metadata=metadata,
             output_dtype=_LOW_DTYPE.get(self.precision),
             on_close=release,
+            # One execution context per engine (not safe to enter from two threads at
+            # once), judged in one grad mode, and an engine's profile bounds its shapes:
+            # the safe defaults, stated.
+            serving=ServingTraits(concurrency=Concurrency.SERIALIZED, dynamic_shapes=False),
         )
 
     def _builder_kwargs(self, options: TensorRTOptions, parameters: set[str]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from dlopt.plugin import hookimpl
 from dlopt_torchao.provider import all_providers
 
-DLOPT_PLUGIN_API_VERSION = "2.0"
+DLOPT_PLUGIN_API_VERSION = "2.1"
 
 
 @hookimpl

@@ -24,12 +24,15 @@ from attrs import field, frozen
 from dlopt.plugin import (
     BuiltPlan,
     Comeback,
+    Concurrency,
+    PlanNotApplicable,
     Precision,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
     Role,
+    ServingTraits,
     check_distribution,
     cpu_info,
     distribution_version,
@@ -460,6 +463,10 @@ class TorchAOProvider(Provider):
                 layers,
                 f"no Linear layer fits {recipe.layout} (e.g. {first[0]!r}: {first[1]})",
             )
+        if self.compiled and self.scheme is Scheme.INT8_DYNAMIC and device.type == "cuda":
+            too_few = int_mm_row_problem(qmodel, eligible, context.build_cases())
+            if too_few is not None:
+                raise PlanNotApplicable(f"{self.name}: {too_few}")
         config = recipe.make_config(group_size)
         try:
             with torch.no_grad():
@@ -520,9 +527,17 @@ class TorchAOProvider(Provider):
         }
         if not self.compiled:
             return BuiltPlan(
-                runner=runner, precision=self.precision, output_dtype=cast_dtype, metadata=metadata
+                runner=runner,
+                precision=self.precision,
+                output_dtype=cast_dtype,
+                metadata=metadata,
+                # Eager torch with quantized weights: any thread, grad mode and shape
+                # (checked), but no gradients through the quantized layers.
+                serving=ServingTraits(
+                    concurrency=Concurrency.CONCURRENT, any_grad_mode=True, dynamic_shapes=True
+                ),
             )
-        from dlopt_fx.compiled import compile_lazily
+        from dlopt_fx.compiled import COMPILED_SERVING, compile_lazily
 
         compiled, compile_metadata = compile_lazily(
             runner,
@@ -537,7 +552,57 @@ class TorchAOProvider(Provider):
             output_dtype=cast_dtype,
             metadata=metadata,
             on_close=compiled.close,
+            serving=COMPILED_SERVING,
         )
+
+
+#: ``torch._int_mm``, which Inductor lowers int8 dynamic matmuls to on CUDA, refuses a
+#: matrix of this many rows or fewer ("self.size(0) needs to be greater than 16").
+INT_MM_MAX_REFUSED_ROWS = 16
+
+
+def int_mm_row_problem(model: torch.nn.Module, layers: set[str], cases: Any) -> str | None:
+    """Why the compiled int8 dynamic plan cannot serve these cases on CUDA, or ``None``.
+
+    Runs ``model`` (unquantized) once per case and counts the rows each Linear in
+    ``layers`` multiplies (every dimension of its input but the last); a layer that sees
+    :data:`INT_MM_MAX_REFUSED_ROWS` rows or fewer in any case is named with the case.
+    """
+    modules = dict(model.named_modules())
+    fewest: dict[str, tuple[int, str]] = {}
+    current = [""]
+    hooks = []
+
+    def count(name: str) -> Any:
+        def hook(_module: torch.nn.Module, inputs: tuple[Any, ...]) -> None:
+            if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dim() >= 1:
+                rows = inputs[0].numel() // max(1, inputs[0].shape[-1])
+                if name not in fewest or rows < fewest[name][0]:
+                    fewest[name] = (rows, current[0])
+
+        return hook
+
+    for name in sorted(layers):
+        hooks.append(modules[name].register_forward_pre_hook(count(name)))
+    try:
+        with torch.inference_mode():
+            for case in cases:
+                current[0] = case.name
+                model(*case.args, **case.kwargs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    small = {n: v for n, v in fewest.items() if v[0] <= INT_MM_MAX_REFUSED_ROWS}
+    if not small:
+        return None
+    name, (rows, case) = min(small.items(), key=lambda item: item[1][0])
+    return (
+        f"on CUDA its int8 matmuls run torch._int_mm, which needs more than "
+        f"{INT_MM_MAX_REFUSED_ROWS} rows, and Linear {name!r} sees {rows} row(s) in case "
+        f"{case!r} ({len(small)} layer(s) see {INT_MM_MAX_REFUSED_ROWS} or fewer); race "
+        f"batches of more than {INT_MM_MAX_REFUSED_ROWS} rows, or the eager "
+        "torchao_int8_dynamic plan, which falls back for small batches"
+    )
 
 
 def _torchao_version() -> str | None:

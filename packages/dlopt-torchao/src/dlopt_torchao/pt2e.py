@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import inspect
+import json
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,20 @@ from dlopt.plugin import (
     ProviderContext,
     Role,
     WorkloadCase,
+    atomic_write_text,
     cpu_info,
     distribution_version,
     iter_tensors,
+    map_tensors,
     read_npz,
     try_import,
+)
+from dlopt_torchao.calibration import (
+    CALIBRATION_RECORD,
+    apply_recorded_qparams,
+    calibration_record,
+    example_from_record,
+    read_calibration_record,
 )
 from dlopt_torchao.cpu import INT8_CPU_HINT, int8_dot_flags
 from dlopt_torchao.provider import (
@@ -252,15 +262,17 @@ class PT2EStaticInt8Provider(Provider):
         options: PT2EOptions = context.options or PT2EOptions()
         if context.target.device_type != "cpu":
             raise ProviderBuildError(f"{self.name}: CPU targets only")
+        # Brought back from a bundle or a cache record: the calibration it raced with.
+        recorded = read_calibration_record(context.saved_plan_dir, self.name)
         cases: list[PreparedCase | WorkloadCase] = list(context.build_cases())
-        if not cases:
+        if not cases and recorded is None:
             raise ProviderBuildError(
                 f"{self.name}: static quantization calibrates on the workload's inputs, and "
-                "this build got none"
+                "this build got none (nor a calibration recorded when it was raced)"
             )
         extra = (
             read_calibration_file(options.calibration_file)
-            if options.calibration_file is not None
+            if options.calibration_file is not None and recorded is None
             else []
         )
         if extra and any(
@@ -274,15 +286,19 @@ class PT2EStaticInt8Provider(Provider):
             )
         quantize_pt2e, x86, lift_up = _import_quantizer()
         layers = compute_layers(model)
-        # The largest case as the example: a batch of 1 would be specialised.
-        example = max(cases, key=lambda c: sum(t.numel() for t in iter_tensors(c.args)))
+        if recorded is not None:
+            example_args, example_kwargs = example_from_record(recorded, self.name)
+        else:
+            # The largest case as the example: a batch of 1 would be specialised.
+            example = max(cases, key=lambda c: sum(t.numel() for t in iter_tensors(c.args)))
+            example_args, example_kwargs = example.args, example.kwargs
         plan_model = copy.deepcopy(model).eval()
         try:
             exported = torch.export.export(
                 plan_model,
-                example.args,
-                example.kwargs,
-                dynamic_shapes=_dynamic_shapes(plan_model, example.args, example.kwargs),
+                example_args,
+                example_kwargs,
+                dynamic_shapes=_dynamic_shapes(plan_model, example_args, example_kwargs),
             ).module()
         except Exception as exc:
             raise ProviderBuildError(
@@ -306,13 +322,15 @@ class PT2EStaticInt8Provider(Provider):
                     f"{self.name}: the x86 Inductor quantizer could not annotate this model "
                     f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
                 ) from exc
-            for _ in range(options.calibration_passes):
+            if recorded is not None:
+                apply_recorded_qparams(prepared, recorded, self.name)
+            for _ in range(options.calibration_passes if recorded is None else 0):
                 for case in cases:
                     prepared(*case.args, **case.kwargs)
                     calls += 1
                 for key, tensor in extra:
                     try:
-                        prepared(tensor.to(example.args[0].dtype))
+                        prepared(tensor.to(example_args[0].dtype))
                     except Exception as exc:
                         raise ProviderBuildError(
                             f"{self.name}: calibration_file entry {key!r} (shape "
@@ -320,6 +338,7 @@ class PT2EStaticInt8Provider(Provider):
                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                         ) from exc
                     calls += 1
+            record = recorded or calibration_record(prepared, example_args, example_kwargs)
             converted = quantize_pt2e.convert_pt2e(prepared)
         # One per quantized layer: the dequantize of a weight the conversion folded to int8.
         weights = sum(
@@ -336,7 +355,7 @@ class PT2EStaticInt8Provider(Provider):
                 layers,
                 "the x86 quantizer annotated no convolution or linear of this model",
             )
-        from dlopt_fx.compiled import compile_lazily
+        from dlopt_fx.compiled import COMPILED_SERVING, compile_lazily
 
         compile_options: dict[str, Any] = {"freezing": True}
         if lift_up is not None:
@@ -354,10 +373,44 @@ class PT2EStaticInt8Provider(Provider):
             "quantizable_layers": coverage["quantizable_layers"],
             "quantizable_layer_types": coverage["quantizable_layer_types"],
             "calibration_calls": calls,
-            "calibration_cases": [case.name for case in cases],
+            "calibration_cases": [case.name for case in cases] if recorded is None else [],
             "calibration_file_entries": len(extra),
             **compile_metadata,
         }
-        return BuiltPlan(
-            runner=runner, precision=self.precision, metadata=metadata, on_close=runner.close
+        record_path = self.plan_dir(context) / CALIBRATION_RECORD
+        atomic_write_text(record_path, json.dumps(record, allow_nan=False))
+        metadata["calibration_record"] = (
+            "reused from the saved plan" if recorded is not None else "recorded"
         )
+        return BuiltPlan(
+            runner=OrdinaryTensorInputs(runner),
+            precision=self.precision,
+            artifacts={"calibration": record_path},
+            metadata=metadata,
+            on_close=runner.close,
+            serving=COMPILED_SERVING,
+        )
+
+
+class OrdinaryTensorInputs:
+    """Calls the compiled int8 graph with ordinary tensors only.
+
+    Under ``torch.inference_mode()`` with inference-tensor inputs (what serving code makes
+    inside that block), Inductor compiles the frozen x86 int8 graph without folding its
+    weight prepacking, and fake-tensor propagation then fails on
+    ``onednn.qconv_prepack`` ("UnsupportedOperatorException"); with ordinary tensors the
+    same graph compiles and runs. So an inference tensor is copied to an ordinary one
+    first (the copy is part of every timed call). Outside inference mode inputs are
+    ordinary already and pass untouched.
+    """
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if any(t.is_inference() for t in iter_tensors((args, kwargs))):
+            with torch.inference_mode(False):
+                args, kwargs = map_tensors(
+                    lambda t: t.clone() if t.is_inference() else t, (args, kwargs)
+                )
+        return self.compiled(*args, **kwargs)

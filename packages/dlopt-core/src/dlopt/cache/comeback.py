@@ -341,6 +341,8 @@ class ComebackProvider:
             )
         if kind is Comeback.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
             self.compile_cache_restored = restore_compile_cache(self.compile_cache)
+        # What the plan saved when it was raced, for a build that reads it back.
+        context = attrs.evolve(context, saved_plan_dir=self.plan_dir)
         plan = self.provider.build(model, context)
         if isinstance(plan, BuiltPlan) and kind is Comeback.REBUILD_WITH_COMPILE_CACHE:
             plan.metadata = {**plan.metadata, "compile_cache_restored": self.compile_cache_restored}

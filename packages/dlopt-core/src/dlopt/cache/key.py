@@ -30,17 +30,20 @@ if TYPE_CHECKING:
     from dlopt.plugins.contract import ProviderInfo
 
 #: Bumped when the ingredients change shape: records keyed the old way are never hit.
-KEY_VERSION = 1
+#: 2: the workload's grad mode (plans judged before it were called on ordinary tensors).
+KEY_VERSION = 2
 #: Policy fields left out of the policy section: where and whether to cache never change
 #: the decision, and which plans race with which options enter as the plans section
 #: (each plan's resolved options), so ``include`` in another order or an option spelled
-#: at its default value is the same key.
+#: at its default value is the same key. What a decision does with an unseen signature
+#: is how it serves, not what it decided.
 POLICY_FIELDS_NOT_IN_KEY = (
     "plan_cache_dir",
     "reuse_cached_plan",
     "include",
     "exclude",
     "plan_options",
+    "on_unseen_signature",
 )
 
 
@@ -159,9 +162,11 @@ def value_signature(value: Any) -> Any:
 
 
 def workload_ingredients(workload: WorkloadProfile) -> dict[str, Any]:
-    """Every case's name, traffic weight and input signature, and the call horizon."""
+    """Every case's name, traffic weight and input signature, the call horizon and the
+    calling context."""
     return {
         "expected_calls": workload.expected_calls,
+        "grad_mode": workload.grad_mode.value,
         "cases": [
             {
                 "name": case.name,

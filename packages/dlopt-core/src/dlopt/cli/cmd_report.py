@@ -20,6 +20,7 @@ from dlopt.reporting.tables import (
     measurement_line,
     quantized_share,
     race_notes,
+    serving_line,
     throughput_notes,
     throughput_table,
     unavailable_table,
@@ -108,6 +109,9 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     out.line()
     out.line(selected, style="bold green")
     out.line(reason)
+    serving = serving_line(report)
+    if serving is not None:
+        out.line(serving)
 
 
 def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:

@@ -47,6 +47,7 @@ from dlopt.cli.strategy import (
 )
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
+from dlopt.vocabulary import GradMode, UnseenSignature
 
 _DTYPES = {
     "float32": "float32",
@@ -279,6 +280,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
     else:
         model, workload = workload_from_args(args)
     workload = batched(workload, args)
+    if args.grad_mode is not None:
+        workload = attrs.evolve(workload, grad_mode=args.grad_mode)
     model = _on_target(model, target)
     isolate = isolated(args)
     measurement = (
@@ -302,6 +305,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         build_timeout_s=args.build_timeout,
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
+        on_unseen_signature=args.on_unseen_signature,
     )
     out = Output(plain=args.plain or None)
     progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
@@ -340,6 +344,10 @@ def _cmd_select(args: argparse.Namespace) -> int:
             status = save_report_or_fallback(decision, args.report, out)
         if args.bundle:
             out.line(f"bundle: {decision.save_bundle(args.bundle)}")
+        if args.demo:
+            from dlopt.cli.demo import serve_one_request
+
+            out.line(serve_one_request(decision, model, workload))
     finally:
         decision.close()
         show_chatter(chatter)
@@ -449,6 +457,21 @@ def add_select_command(sub: Any) -> None:
         help=f"what the choice optimises (default: {_default(OptimizationPolicy, 'objective')})",
     )
     add_strategy_arguments(p)
+    p.add_argument(
+        "--grad-mode",
+        default=None,
+        choices=[m.value for m in GradMode],
+        help="the calling context plans are judged and served in: inference_mode (`with "
+        "torch.inference_mode():`, the default unless the factory's workload says "
+        "otherwise), no_grad, or enabled",
+    )
+    p.add_argument(
+        "--on-unseen-signature",
+        default=_default(OptimizationPolicy, "on_unseen_signature").value,
+        choices=[u.value for u in UnseenSignature],
+        help="what the decision (and a bundle loaded from it) does with a call whose shapes "
+        "no case raced: fall back to eager fp32 (default) or raise",
+    )
     p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )

@@ -7,6 +7,8 @@ so FX folding, channels-last, compilers and ONNX Runtime all have something to w
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -110,4 +112,19 @@ def demo_mlp() -> tuple[DemoMLP, WorkloadProfile]:
             WorkloadCase("batch-1", args=(torch.randn(1, 64, generator=generator),), weight=80),
             WorkloadCase("batch-16", args=(torch.randn(16, 64, generator=generator),), weight=20),
         ),
+    )
+
+
+def serve_one_request(decision: Any, model: nn.Module, workload: WorkloadProfile) -> str:
+    """Serve one fresh request the way the README serves it: the input made, and the
+    decision called, inside ``torch.inference_mode()``; a line that says how it went."""
+    shape = tuple(workload.cases[-1].args[0].shape)
+    with torch.inference_mode():
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(7))
+        served = decision(x)
+        expected = model(x)
+    difference = float((served.float() - expected).abs().max())
+    return (
+        f"served a fresh request {list(shape)} inside torch.inference_mode() with "
+        f"{decision.selected_plan}: max |difference| from eager fp32 {difference:.2g}"
     )

@@ -17,7 +17,7 @@ from attrs import define, field, frozen
 
 from dlopt.api.target import ExecutionTarget
 from dlopt.precision import Precision
-from dlopt.vocabulary import Concurrency
+from dlopt.vocabulary import Concurrency, GradMode
 
 if TYPE_CHECKING:
     import torch
@@ -146,8 +146,10 @@ class ProviderAvailability:
 
 @define(eq=False)
 class PreparedCase:
-    """One workload case as plans see it: inputs on the device where plans are called,
-    and the eager fp32 reference outputs (detached CPU copies) they must reproduce."""
+    """One workload case as a build sees it: inputs on the device where plans are called
+    (ordinary tensors; :meth:`ProviderContext.call_inputs` gives them as the race calls
+    plans), and the eager fp32 reference outputs (detached CPU copies) they must
+    reproduce."""
 
     name: str
     args: tuple[Any, ...]
@@ -173,6 +175,12 @@ class ProviderContext:
     reference outputs: compile for, trace with and calibrate on these) and
     ``availability`` (this provider's probe result from the same race: no need to probe
     again). A plain probe (``dlopt providers``) has no workload and no cases.
+
+    ``saved_plan_dir``: when a plan that comes back by rebuilding (a bundle, a plan cache
+    record) is built again, the directory holding the files it saved (its
+    ``BuiltPlan.artifacts``, by file name): a build may read what it recorded there (a
+    static quantizer's calibration) instead of what it can no longer see. ``None`` in a
+    race.
     """
 
     target: ExecutionTarget = field(factory=ExecutionTarget)
@@ -182,6 +190,7 @@ class ProviderContext:
     options: Any = None
     cases: tuple[PreparedCase, ...] = field(default=(), converter=_case_tuple)
     availability: ProviderAvailability | None = None
+    saved_plan_dir: Path | None = None
 
     def build_cases(self) -> tuple[PreparedCase, ...] | tuple[WorkloadCase, ...]:
         """The cases a build traces, compiles and calibrates for: the race's prepared
@@ -190,6 +199,28 @@ class ProviderContext:
         if self.cases:
             return self.cases
         return self.workload.cases if self.workload is not None else ()
+
+    @property
+    def grad_mode(self) -> GradMode:
+        """The calling context plans are judged in (the workload's; ``inference_mode``
+        outside a race)."""
+        return self.workload.grad_mode if self.workload is not None else GradMode.INFERENCE_MODE
+
+    def calling_context(self) -> contextlib.AbstractContextManager[None]:
+        """Enter it to call a built plan the way the race will (a compile at build then
+        serves the race): ``with context.calling_context(): runner(*args, **kwargs)``,
+        with ``args, kwargs = context.call_inputs(case)``."""
+        from dlopt.serving.context import grad_mode_scope
+
+        return grad_mode_scope(self.grad_mode)
+
+    def call_inputs(self, case: PreparedCase) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``case``'s inputs as the race calls plans with them: made in the calling
+        context (inference tensors under ``inference_mode``). ``case.args`` themselves
+        are ordinary tensors, what exporters and quantizers trace with."""
+        from dlopt.serving.context import inputs_of_kind
+
+        return inputs_of_kind(self.grad_mode, case.args, case.kwargs)
 
     def example_inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The first prepared case's ``(args, kwargs)`` (for tracing and export)."""

@@ -7,7 +7,7 @@ A plugin module looks like this::
 
     from dlopt.plugin import hookimpl
 
-    DLOPT_PLUGIN_API_VERSION = "2.0"  # the literal plugin API version it was written for
+    DLOPT_PLUGIN_API_VERSION = "2.1"  # the literal plugin API version it was written for
 
     @hookimpl
     def dlopt_register_providers(register):

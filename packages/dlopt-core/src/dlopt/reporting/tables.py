@@ -339,6 +339,25 @@ def decision_lines(report: OptimizationReport) -> tuple[str, str]:
     )
 
 
+def serving_line(report: OptimizationReport) -> str | None:
+    """``serving: ...``: how the decision serves its plan (``None`` for a report written
+    before it was recorded)."""
+    serving = report.serving
+    if serving is None:
+        return None
+    context = (
+        "in the caller's grad mode"
+        if serving.any_grad_mode
+        else f"entering {serving.grad_mode} around each call"
+    )
+    threads = {
+        "concurrent": "threads call it at once",
+        "serialized": "one thread at a time",
+        "per_thread": "a runner per thread",
+    }[str(serving.concurrency)]
+    return f"serving: judged under {serving.grad_mode}; {context}; {threads}; {serving.unseen}"
+
+
 #: The widest bar of the throughput curves, in characters.
 CURVE_WIDTH = 24
 

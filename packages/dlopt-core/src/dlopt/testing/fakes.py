@@ -22,6 +22,7 @@ from dlopt.plugins.contract import (
     ProviderAvailability,
     ProviderContext,
     Role,
+    ServingTraits,
     _precision,
 )
 from dlopt.precision import Precision
@@ -42,6 +43,7 @@ class FailingStage(str, enum.Enum):
     MUTATE_WHEN_MEASURED = "mutate_when_measured"  # modifies them after ``fail_after_calls``
     STALE_OUTPUTS = "stale_outputs"  # right on each case's first call, zeros afterwards
     MUTATE_INPUTS = "mutate_inputs"  # zeroes its floating-point tensor inputs on every call
+    NONFINITE = "nonfinite"  # returns NaN from call ``fail_after_calls + 1`` on
 
 
 @define
@@ -60,8 +62,12 @@ class FakeProvider:
     advance: Callable[[float], None] | None = None
     #: Per-case latency multiplier keyed by the batch size of the first tensor argument.
     per_batch_scale: dict[int, float] = field(factory=dict)
+    #: What the built plan declares about being served.
+    serving: ServingTraits = field(factory=ServingTraits)
     builds: int = field(default=0, init=False)
     closes: int = field(default=0, init=False)
+    #: Per call: (inference mode on, autograd on, first tensor input is an inference tensor).
+    contexts: list[tuple[bool, bool, bool]] = field(factory=list, init=False)
 
     def _spend(self, seconds: float) -> None:
         if seconds <= 0:
@@ -111,6 +117,15 @@ class FakeProvider:
                     next(model.parameters()).mul_(2.0)
             out = model(*args, **kwargs)
             first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+            provider.contexts.append(
+                (
+                    torch.is_inference_mode_enabled(),
+                    torch.is_grad_enabled(),
+                    bool(first is not None and first.is_inference()),
+                )
+            )
+            if provider.fail is FailingStage.NONFINITE and calls > provider.fail_after_calls:
+                out = map_tensors(lambda t: torch.full_like(t, float("nan")), out)
             if provider.fail is FailingStage.MUTATE_INPUTS:
                 for arg in args:
                     if isinstance(arg, torch.Tensor) and arg.is_floating_point():
@@ -139,5 +154,9 @@ class FakeProvider:
             provider.closes += 1
 
         return BuiltPlan(
-            runner=runner, precision=self.precision, on_close=on_close, metadata={"fake": True}
+            runner=runner,
+            precision=self.precision,
+            on_close=on_close,
+            metadata={"fake": True},
+            serving=self.serving,
         )

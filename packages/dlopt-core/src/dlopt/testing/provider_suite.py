@@ -42,6 +42,10 @@ options, an artifact directory), the plan passes the plugin boundary
 (:func:`~dlopt.plugins.boundary.check_built_plan`), and its outputs are held to
 :func:`~dlopt.validation.validate_outputs` with the plan's declared precision and
 ``output_dtype`` and the default limits.
+
+**What a built plan declares** (``BuiltPlan.serving``) is checked too: a plan declaring
+``concurrent`` or ``per_thread`` concurrency is called from 4 threads at once, and one
+declaring ``any_grad_mode`` under ``no_grad`` and with autograd on (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -69,7 +74,7 @@ from dlopt.errors import ProviderBuildError
 from dlopt.pipeline.prepare import prepared_cases
 from dlopt.platform.probing import distribution_version, importlib_metadata
 from dlopt.platform.serialization import to_jsonable
-from dlopt.platform.tree import iter_tensors
+from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.plugins.boundary import check_built_plan, is_plain_name, normalize_availability
 from dlopt.plugins.contract import (
     BuiltPlan,
@@ -91,6 +96,7 @@ from dlopt.validation import (
     capture_reference,
     copy_inputs,
 )
+from dlopt.vocabulary import Concurrency
 
 #: Modules no plugin may import at load time (each provider's SDK).
 ALL_HEAVY_SDKS = ("torch_tensorrt", "tensorrt", "onnxruntime", "torchao", "onnx", "onnxscript")
@@ -820,6 +826,76 @@ class ProviderContractSuite:
         self.serve_declared(
             tmp_path, "supports_nested_outputs", self.make_nested_model, self.make_nested_workload
         )
+
+    def test_declared_concurrency_holds(self, tmp_path: Path) -> None:
+        """A plan declaring ``concurrent`` (or ``per_thread``) is called from 4 threads at
+        once, every case three times each, and every output passes the gate."""
+        setup = self.prepare(tmp_path)
+        with self.build(setup) as plan:
+            concurrency = plan.serving.concurrency
+            if concurrency is Concurrency.SERIALIZED:
+                pytest.skip("the plan declares serialized: the decision calls it one at a time")
+            self.serve(setup, plan)  # first calls (and compiles) before the threads
+            name = setup.provider.name
+            failures: list[str] = []
+
+            def caller() -> None:
+                runner: Callable[..., Any] = plan
+                if concurrency is Concurrency.PER_THREAD and plan.thread_runner is not None:
+                    runner = plan.thread_runner()
+                try:
+                    for _ in range(3):
+                        for case in setup.reference.cases:
+                            args, kwargs = copy_inputs(case.args, case.kwargs)
+                            with torch.inference_mode():
+                                out = runner(*args, **kwargs)
+                                if plan.synchronize is not None:
+                                    plan.synchronize()
+                            result = plan_gate(plan, out, case.outputs, case.name)
+                            if not result.passed:
+                                failures.append(str(result.reason))
+                except Exception as exc:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+
+            threads = [threading.Thread(target=caller) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if failures:
+                _fail(
+                    f"plan {name!r} declares {concurrency.value} concurrency, but called from "
+                    f"4 threads at once: {failures[0]} ({len(failures)} failure(s)); declare "
+                    "serialized (the default) unless its runtime is safe to call concurrently"
+                )
+
+    def test_declared_any_grad_mode_holds(self, tmp_path: Path) -> None:
+        """A plan declaring ``any_grad_mode`` passes the gate when called under ``no_grad``
+        and with autograd on (ordinary tensors), as well as in inference mode."""
+        setup = self.prepare(tmp_path)
+        with self.build(setup) as plan:
+            if not plan.serving.any_grad_mode:
+                pytest.skip("the plan does not declare any_grad_mode: it serves in one mode")
+            self.serve(setup, plan)
+            for mode in (torch.no_grad, torch.enable_grad):
+                for case in setup.reference.cases:
+                    args, kwargs = map_tensors(
+                        lambda t: t.clone(), (case.args, case.kwargs)
+                    )  # ordinary tensors, made outside inference mode
+                    try:
+                        with mode():
+                            out = plan(*args, **kwargs)
+                            if plan.synchronize is not None:
+                                plan.synchronize()
+                    except Exception as exc:
+                        _fail(
+                            f"plan {setup.provider.name!r} declares any_grad_mode but raised "
+                            f"under {mode.__name__} on case {case.name!r}: "
+                            f"{type(exc).__name__}: {exc}"
+                        )
+                    self.check_outputs(
+                        plan, map_tensors(lambda t: t.detach(), out), case, setup.provider.name
+                    )
 
     def test_saved_plan_reloads(self, tmp_path: Path) -> None:
         declared = self.supports_save_load
