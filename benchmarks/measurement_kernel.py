@@ -30,7 +30,7 @@ from attrs import evolve
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
 from dlopt.platform.machine import cpu_flags
 from dlopt.selection.rules import Costs, choose
-from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
+from dlopt.testing.back_to_back import FixedProtocolResult, fixed_protocol
 from dlopt.testing.simulation import NoiseModel, run_simulated_fixed, run_simulated_race
 
 MIN_SPEEDUP = 1.02

@@ -37,10 +37,10 @@ from _common import Mlp, load_average, measurement_policy, print_environment
 from attrs import frozen
 
 import dlopt
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.api.workload import WorkloadProfile
 from dlopt.measurement import MeasurementPolicy
 from dlopt.platform.machine import cpu_info
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.workload import WorkloadProfile
 
 EAGER = "eager_fp32"
 

@@ -140,9 +140,9 @@ class ProviderPlans:
     validation), one at a time; ``close()`` releases them."""
 
     def __init__(self, model: nn.Module, cases: Sequence[Case]) -> None:
-        from dlopt.api.target import ExecutionTarget
-        from dlopt.api.workload import WorkloadCase, WorkloadProfile
         from dlopt.plugins.discovery import load_providers
+        from dlopt.settings.target import ExecutionTarget
+        from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
         self.model = model
         self.registry = load_providers()
@@ -158,12 +158,12 @@ class ProviderPlans:
         self.plans: list[Any] = []
 
     def build(self, name: str) -> dict[str, Call]:
-        from dlopt.api.policy import OptimizationPolicy
+        from dlopt.contract.provider import ProviderContext
         from dlopt.measurement import MonotonicClock
         from dlopt.pipeline.plans import choose_plans
         from dlopt.pipeline.prepare import prepare, prepared_cases
-        from dlopt.pipeline.state import Run
-        from dlopt.plugins.contract import ProviderContext
+        from dlopt.pipeline.state import SelectionContext
+        from dlopt.settings.policy import OptimizationPolicy
         from dlopt.validation import ModelGuard, capture_reference
 
         policy = OptimizationPolicy(include=(name,))
@@ -178,7 +178,7 @@ class ProviderPlans:
         context = ProviderContext(
             target=self.target, policy=policy, workload=self.workload, artifact_dir=self.tmp.name
         )
-        run = Run(policy, self.target, MonotonicClock(), lambda event: None)
+        run = SelectionContext(policy, self.target, MonotonicClock(), lambda event: None)
         prepare(cand, self.model, context, reference, guard, run)
         if not cand.alive:
             why = cand.error.message if cand.error else None

@@ -39,8 +39,8 @@ def _write(path: Path, record: Any) -> None:
 def _dlopt_policy(quick: bool, plan_cache: Path | None = None, reuse: bool = False) -> Any:
     """The default policy (every installed plan races); ``--quick`` shortens the race.
     With ``plan_cache`` the decision is kept there, and served from it when ``reuse``."""
-    from dlopt.api.policy import OptimizationPolicy
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.settings.policy import OptimizationPolicy
 
     cache: dict[str, Any] = {}
     if plan_cache is not None:
@@ -55,7 +55,7 @@ def run_dlopt(
 ) -> None:
     """One decision (``run``), or with ``run=None`` the repeat decision from ``plan_cache``."""
     import dlopt
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
     model, cases = build(key)
     workload = WorkloadProfile(

@@ -10,11 +10,11 @@ from importlib.metadata import entry_points
 import attrs
 
 from dlopt._version import __version__
-from dlopt.api.policy import OBJECTIVES, DeploymentConstraints
 from dlopt.cli import build_parser, main
 from dlopt.cli.console import format_table
-from dlopt.cli.strategy import objective_of
+from dlopt.cli.objectives import objective_of
 from dlopt.measurement import MeasurementPolicy
+from dlopt.settings.policy import OBJECTIVES, DeploymentConstraints
 
 
 def _select_defaults() -> dict[str, object]:

@@ -43,7 +43,7 @@ def test_keyword_inputs_are_checked_too(race):
 
     class ScaleMutator(FakeProvider):
         def build(self, model, context):
-            from dlopt.plugins.contract import BuiltPlan
+            from dlopt.contract.provider import BuiltPlan
 
             def runner(x, *, scale):
                 out = model(x, scale=scale)

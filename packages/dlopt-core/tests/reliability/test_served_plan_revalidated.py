@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability
 from dlopt.events import EventKind
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
 from dlopt.testing import FailingStage
 from dlopt.testing.models import StructuredMLP as SmallNet

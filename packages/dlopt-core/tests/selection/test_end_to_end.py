@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from dlopt import WorkloadCase, WorkloadProfile
-from dlopt.api.policy import DeploymentConstraints
 from dlopt.errors import ConfigurationError, ReferenceCheckError
 from dlopt.evidence.report import load_report
+from dlopt.settings.policy import DeploymentConstraints
 from dlopt.testing.models import StructuredMLP as SmallNet
 
 

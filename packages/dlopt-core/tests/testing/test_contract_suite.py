@@ -630,13 +630,13 @@ def test_a_plugin_importing_deep_core_modules_is_caught(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("from dlopt.plugin import hookimpl\n")
     (package / "provider.py").write_text(
         "import torch\n"
-        "from dlopt.plugins.contract import BuiltPlan\n"
+        "from dlopt.contract.provider import BuiltPlan\n"
         "from dlopt import hookimpl\n"
         "import dlopt.testing.fakes\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert deep_core_imports("deep_npu_plugin") == [
-        "provider.py:2 imports dlopt.plugins.contract",
+        "provider.py:2 imports dlopt.contract.provider",
         "provider.py:3 imports dlopt.hookimpl",
     ]
 

@@ -53,7 +53,7 @@ from dlopt_tensorrt.compat import (
     tensorrt_requirement,
 )
 from dlopt_tensorrt.inputs import OPT_SHAPE_POLICIES, derive_inputs, example_tensor, to_trt_input
-from dlopt_tensorrt.pins import NOT_INSTALLED_NOTE, install_command, libraries_hint
+from dlopt_tensorrt.requirement import NOT_INSTALLED_NOTE, install_command, libraries_hint
 
 #: Reduced precisions and their torch dtypes.
 _LOW_DTYPE = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}

@@ -660,15 +660,3 @@ def not_offered_by_default(
             f"fast path compiles it: torchao_{scheme.value}_inductor"
         )
     return None
-
-
-def all_providers() -> list[Provider]:
-    """Every scheme eager and compiled, and static int8 through PT2E; probes drop what
-    this machine cannot run or what dlopt does not offer on it by default (see
-    :func:`not_offered_by_default`)."""
-    from dlopt_torchao.pt2e import PT2EStaticInt8Provider
-
-    schemes: list[Provider] = [
-        TorchAOProvider(scheme, compiled) for scheme in Scheme for compiled in (False, True)
-    ]
-    return [*schemes, PT2EStaticInt8Provider()]

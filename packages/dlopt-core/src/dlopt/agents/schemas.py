@@ -20,7 +20,7 @@ from typing import Any
 
 from attrs import frozen
 
-from dlopt.vocabulary import Objective, Word
+from dlopt.vocabulary import Objective, TextEnum
 
 #: The JSON Schema dialect of every published schema.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -45,7 +45,7 @@ MAX_AGENT_BATCH_SIZE = 4096
 MAX_BATCH_SIZES = 16
 
 
-class ErrorCode(Word):
+class ErrorCode(TextEnum):
     """The ``code`` of an error result: what went wrong, for an agent to act on."""
 
     #: The tool name is not one of :data:`TOOL_NAMES`.

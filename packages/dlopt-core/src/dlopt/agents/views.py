@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from dlopt.agents.tool_results import clip
-from dlopt.api.workload import WorkloadProfile
 from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 from dlopt.pipeline.probe import ProviderStatus
 from dlopt.platform.serialization import strict_jsonable
 from dlopt.platform.tree import describe_inputs
+from dlopt.settings.workload import WorkloadProfile
 
 #: The longest reason, message or description a summary shows.
 TEXT_LIMIT = 600

@@ -7,5 +7,5 @@ the serving inputs and their traffic weights), ``policy`` (``OptimizationPolicy`
 ``decision`` (``OptimizationDecision``: the served plan plus its report).
 
 The names users import are re-exported, lazily, by the top-level ``dlopt`` package; this
-package imports nothing itself, so loading ``dlopt.api.target`` does not load the optimizer.
+package imports nothing itself, so loading ``dlopt.settings.target`` does not load the optimizer.
 """

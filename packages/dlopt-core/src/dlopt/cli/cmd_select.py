@@ -12,7 +12,6 @@ from typing import Any
 
 import attrs
 
-from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
@@ -27,6 +26,13 @@ from dlopt.cli.common import (
     show_chatter,
 )
 from dlopt.cli.console import Output, wants_plain
+from dlopt.cli.objectives import (
+    add_strategy_arguments,
+    batched,
+    check_strategy,
+    objective_of,
+    races_batches,
+)
 from dlopt.cli.preflight import (
     check_count,
     check_input_path,
@@ -38,15 +44,9 @@ from dlopt.cli.preflight import (
     check_weight,
     check_weights,
 )
-from dlopt.cli.strategy import (
-    add_strategy_arguments,
-    batched,
-    check_strategy,
-    objective_of,
-    races_batches,
-)
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
+from dlopt.settings.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.vocabulary import GradMode, UnseenSignature
 
 _DTYPES = {
@@ -390,8 +390,8 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and the inputs it races on: ``--inputs FILE``, random tensors of the
     ``--input``/``--case`` shapes, or the workload the factory returned.
     ``WorkloadProfile.inputs`` says which, so the report does too."""
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
     from dlopt.cli.input_files import describe_inputs_file, load_inputs
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:

@@ -11,9 +11,7 @@ from typing import Any
 import attrs
 
 from dlopt._version import __version__
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.records import PluginFailure
 from dlopt.evidence.provenance import inspect_runtime, record_providers
 from dlopt.evidence.report import (
     SCHEMA_VERSION,
@@ -35,9 +33,11 @@ from dlopt.pipeline.constraints import weighted_latency
 from dlopt.pipeline.state import CandidateState
 from dlopt.platform.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.platform.tree import describe_inputs
-from dlopt.plugins.records import PluginFailure
 from dlopt.selection.rules import SelectionOutcome
 from dlopt.serving.evidence import ServingEvidence
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import CaseValidation
 from dlopt.vocabulary import Objective, Status
 

@@ -12,8 +12,7 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
-from dlopt.api.policy import DeploymentConstraints
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.records import PluginFailure
 from dlopt.evidence.provenance import RuntimeInfo
 from dlopt.measurement import (
     LatencyStats,
@@ -29,9 +28,10 @@ from dlopt.platform.serialization import (
     from_jsonable,
     parse_strict_json,
 )
-from dlopt.plugins.records import PluginFailure
 from dlopt.selection.throughput import BatchPoint
 from dlopt.serving.evidence import ServingEvidence
+from dlopt.settings.policy import DeploymentConstraints
+from dlopt.settings.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, Verdict
 

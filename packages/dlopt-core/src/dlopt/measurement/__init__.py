@@ -19,9 +19,8 @@ from dlopt.measurement.clock import (
     ProcessCpuTime,
     time_call,
 )
-from dlopt.measurement.kernel import run_race
 from dlopt.measurement.memory import MemoryProbe, PeakMemory, track_peak_memory
-from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.measurement.race import run_race
 from dlopt.measurement.results import (
     AllocatorRegime,
     CandidateMeasurement,
@@ -30,6 +29,7 @@ from dlopt.measurement.results import (
     RaceSummary,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval
+from dlopt.settings.measurement import MeasurementPolicy
 
 __all__ = [
     "AllocatorRegime",

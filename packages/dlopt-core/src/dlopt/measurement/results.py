@@ -12,7 +12,6 @@ import math
 import attrs
 from attrs import field, frozen
 
-from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.measurement.sequential import (
     PairStats,
     PooledVariance,
@@ -21,6 +20,7 @@ from dlopt.measurement.sequential import (
     pair_stats,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
+from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.vocabulary import StopReason, Verdict
 
 #: A call taking at least this share of the time budget is said to overrun it.

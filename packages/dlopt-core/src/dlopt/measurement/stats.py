@@ -75,6 +75,19 @@ class RatioInterval:
     rounds: int
     per_look_confidence: float | None = None
 
+    def describe(self) -> str:
+        """``1.234x [1.100, 1.380]`` (``no interval`` when there is no point estimate)."""
+        if self.point is None:
+            return "no interval"
+        low = f"{self.low:.3f}" if self.low is not None else "?"
+        high = f"{self.high:.3f}" if self.high is not None else "?"
+        return f"{self.point:.3f}x [{low}, {high}]"
+
+
+def describe_ratio(interval: RatioInterval | None) -> str:
+    """:meth:`RatioInterval.describe`, or ``no interval`` for ``None``."""
+    return "no interval" if interval is None else interval.describe()
+
 
 @lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: int) -> float:

@@ -5,7 +5,7 @@
     -> choose (selection rules + a fresh validated call) -> dlopt.evidence
 
 ``state`` holds what they share: ``CandidateState`` (one plan's working record),
-``Run`` (policy, target, clock, event sink) and ``StageError`` (a failure, as a value).
+``SelectionContext`` (policy, target, clock, event sink) and ``StageError`` (a failure, as a value).
 Each stage takes the previous stage's result and records its own on the candidates; only
 an unrecoverable state (the reference cannot serve, the user's model was changed for
 good) raises. :class:`dlopt.api.optimizer.InferenceOptimizer` wires them on one screen.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Objective
 
 

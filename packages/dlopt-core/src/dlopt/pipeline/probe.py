@@ -15,7 +15,11 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from dlopt.api.policy import default_probe_timeout_s
+from dlopt.contract.provider import (
+    ProviderAvailability,
+    ProviderContext,
+    ProviderInfo,
+)
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import is_number
 from dlopt.platform.probing import capture_output, release_capture, strip_ansi
@@ -24,12 +28,8 @@ from dlopt.plugins.boundary import (
     describe_error,
     normalize_availability,
 )
-from dlopt.plugins.contract import (
-    ProviderAvailability,
-    ProviderContext,
-    ProviderInfo,
-)
 from dlopt.plugins.registry import ProviderRegistry
+from dlopt.settings.policy import default_probe_timeout_s
 
 
 @frozen
@@ -63,7 +63,7 @@ FROM_POLICY: Any = _FromPolicy()
 
 def probe_timeout_for(context: ProviderContext) -> float:
     """The probe time limit for ``context``: its policy's ``probe_timeout_s`` when it has a
-    policy, else ``$DLOPT_PROBE_TIMEOUT_S`` or ``dlopt.api.policy.DEFAULT_PROBE_TIMEOUT_S``."""
+    policy, else ``$DLOPT_PROBE_TIMEOUT_S`` or ``dlopt.settings.policy.DEFAULT_PROBE_TIMEOUT_S``."""
     limit = getattr(context.policy, "probe_timeout_s", None)
     return float(limit) if limit is not None else default_probe_timeout_s()
 

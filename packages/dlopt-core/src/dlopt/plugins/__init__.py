@@ -1,6 +1,6 @@
 """The plugin system: how providers are declared, found, registered and kept apart.
 
-``contract`` (``ExecutionProvider``, ``BuiltPlan``, ``ProviderContext``, roles and the
+``contract`` (``ProviderProtocol``, ``BuiltPlan``, ``ProviderContext``, roles and the
 plugin API version), ``hookspecs`` (the pluggy hooks a plugin implements),
 ``discovery`` (entry points, environment switches, hook checks: ``load_providers``),
 ``registry`` (``ProviderRegistry``: the providers offered and the failures met, and the

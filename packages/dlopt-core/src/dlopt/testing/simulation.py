@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from attrs import evolve, frozen
 
 from dlopt.measurement.clock import FakeClock
-from dlopt.measurement.kernel import run_race
-from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.measurement.race import run_race
 from dlopt.measurement.results import RaceResult
-from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
+from dlopt.settings.measurement import MeasurementPolicy
+from dlopt.testing.back_to_back import FixedProtocolResult, fixed_protocol
 
 
 @frozen

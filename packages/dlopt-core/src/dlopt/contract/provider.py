@@ -1,6 +1,6 @@
 """The provider contract: what a plugin implements and what it hands back.
 
-One :class:`ExecutionProvider` instance is one candidate plan. A plugin registers one
+One :class:`ProviderProtocol` instance is one candidate plan. A plugin registers one
 instance per plan variant it offers (TorchAO registers one per quantization scheme).
 """
 
@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from attrs import define, field, frozen
 
-from dlopt.api.target import ExecutionTarget
+from dlopt.platform.retired import retired_names
 from dlopt.precision import Precision
-from dlopt.vocabulary import Concurrency, GradMode
+from dlopt.settings.target import ExecutionTarget
+from dlopt.vocabulary import Concurrency, GradMode, TextEnum
 
 if TYPE_CHECKING:
     import torch
 
-    from dlopt.api.policy import OptimizationPolicy
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.settings.policy import OptimizationPolicy
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 PLUGIN_API_VERSION = "2.1"
 
 
-class Role(str, enum.Enum):
+class Role(TextEnum):
     """What a plan is to the selection; a plan's name carries no meaning.
 
     ``reference``: eager fp32, the ground truth and the first baseline (one per race).
@@ -52,7 +53,7 @@ class Role(str, enum.Enum):
         return _declared(cls, provider, "role", getattr(provider, "role", cls.CHALLENGER))
 
 
-class Comeback(str, enum.Enum):
+class Comeback(TextEnum):
     """How a saved plan (a bundle, a cache record) is served again by its provider.
 
     ``load``: ``provider.load(directory, metadata, context)`` reads the plan's saved
@@ -210,7 +211,7 @@ class ProviderContext:
         """Enter it to call a built plan the way the race will (a compile at build then
         serves the race): ``with context.calling_context(): runner(*args, **kwargs)``,
         with ``args, kwargs = context.call_inputs(case)``."""
-        from dlopt.serving.context import grad_mode_scope
+        from dlopt.contract.calling import grad_mode_scope
 
         return grad_mode_scope(self.grad_mode)
 
@@ -218,7 +219,7 @@ class ProviderContext:
         """``case``'s inputs as the race calls plans with them: made in the calling
         context (inference tensors under ``inference_mode``). ``case.args`` themselves
         are ordinary tensors, what exporters and quantizers trace with."""
-        from dlopt.serving.context import inputs_of_kind
+        from dlopt.contract.calling import inputs_of_kind
 
         return inputs_of_kind(self.grad_mode, case.args, case.kwargs)
 
@@ -358,7 +359,7 @@ def _closed_runner(*args: Any, **kwargs: Any) -> Any:
 
 
 @runtime_checkable
-class ExecutionProvider(Protocol):
+class ProviderProtocol(Protocol):
     """One candidate plan offered by a plugin.
 
     Implementations keep ``__init__`` and ``probe`` cheap and import their SDK inside
@@ -403,7 +404,7 @@ class ExecutionProvider(Protocol):
 class ProviderInfo:
     """A registered provider and where it came from (plugin, distribution, version)."""
 
-    provider: ExecutionProvider
+    provider: ProviderProtocol
     plugin: str
     distribution: str | None = None
     version: str | None = None
@@ -420,7 +421,7 @@ class Register(Protocol):
     API 2.0; an unknown keyword is an error naming the plugin.
     """
 
-    def __call__(self, provider: ExecutionProvider, /) -> None: ...
+    def __call__(self, provider: ProviderProtocol, /) -> None: ...
 
 
 class Provider:
@@ -459,3 +460,7 @@ class Provider:
     def plan_dir(self, context: ProviderContext) -> Path:
         """This plan's own directory for artifacts (created)."""
         return context.plan_dir(self.name)
+
+
+#: Names this module had before the glossary gave each concept one word.
+__getattr__ = retired_names(__name__, {"ExecutionProvider": "ProviderProtocol"}, globals())

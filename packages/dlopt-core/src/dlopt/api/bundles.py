@@ -1,7 +1,7 @@
 """Serve a saved bundle again: :func:`load_bundle` returns a ready decision.
 
 It sits above :mod:`dlopt.bundle.store` (which writes and verifies bundles) and
-:mod:`dlopt.api.decision` (which writes them): loading needs the installed providers, writing
+:mod:`dlopt.engine.decision` (which writes them): loading needs the installed providers, writing
 does not.
 """
 
@@ -14,9 +14,6 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.decision import OptimizationDecision
-from dlopt.api.policy import structure_options
-from dlopt.api.target import ExecutionTarget
 from dlopt.bundle.store import (
     ARTIFACTS_DIR,
     PROGRAM_ARTIFACT,
@@ -25,15 +22,18 @@ from dlopt.bundle.store import (
     BundleLoadError,
     verify_bundle,
 )
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ComebackProvider
+from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ComebackProvider
+from dlopt.contract.provider import BuiltPlan, Comeback, ProviderContext
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.names import is_plain_name
-from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.evidence import with_unseen_policy
+from dlopt.settings.policy import structure_options
+from dlopt.settings.target import ExecutionTarget
 from dlopt.vocabulary import UnseenSignature
 
 
@@ -48,7 +48,7 @@ def load_bundle(
     load_compiled_program: bool = False,
     on_unseen_signature: UnseenSignature | str | None = None,
 ) -> OptimizationDecision:
-    """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
+    """Serve a saved bundle again: a ready :class:`~dlopt.engine.decision.OptimizationDecision`.
 
     The bundle is verified first (:func:`verify_bundle`: every hash, before anything is
     loaded). Then the selected plan's provider is looked up by the plan's name in

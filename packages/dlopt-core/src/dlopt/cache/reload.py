@@ -1,5 +1,5 @@
 """How a saved plan is served again: load its artifact, rebuild it, or rebuild it with
-torch's compile caches restored (:class:`dlopt.plugins.contract.Comeback`).
+torch's compile caches restored (:class:`dlopt.contract.provider.Comeback`).
 
 :class:`ComebackProvider` wraps the plan's installed provider so that the pipeline's
 prepare stage (probe, build timed, first calls, validation) brings a saved plan back
@@ -34,12 +34,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from dlopt.bundle.store import SavedProgram
+from dlopt.bundle.store import ARTIFACTS_DIR, PROGRAM_ARTIFACT, SavedProgram
+from dlopt.contract.provider import BuiltPlan, Comeback, ProviderContext
 from dlopt.errors import ProviderBuildError
+from dlopt.pipeline.state import CandidateState
 from dlopt.platform.fileio import read_bytes_capped
 from dlopt.platform.serialization import (
     atomic_write_text,
@@ -47,7 +49,9 @@ from dlopt.platform.serialization import (
     parse_strict_json,
     strict_jsonable,
 )
-from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
+
+if TYPE_CHECKING:
+    from dlopt.cache.record_store import CacheRecord
 
 #: The artifact name (in a record's bundle) of torch's serialized compile caches: a
 #: directory holding :data:`COMPILE_CACHE_FILE` and the kernel binaries under
@@ -374,3 +378,45 @@ class ComebackProvider:
             self.program_error = f"load_program() returned {type(plan).__name__}"
             return None
         return plan
+
+
+def bring_back(cand: CandidateState, record: CacheRecord | None) -> CandidateState:
+    """A fresh, unbuilt candidate for ``cand``'s plan that brings the plan a selection
+    chose back: from ``record`` (its program or artifacts, and torch's compile caches,
+    where the record's directory may be trusted), else built as a race builds it. The one
+    way a winner comes back: on a cache hit, and in the host after an isolated race.
+    Prepare it (:func:`dlopt.pipeline.prepare.prepare_plans`) to build and check it."""
+    fresh = CandidateState(info=cand.info, options=cand.options)
+    if record is None:
+        return fresh
+    fresh.info = attrs.evolve(cand.info, provider=_reloading(record, cand))
+    return fresh
+
+
+def _reloading(record: CacheRecord, cand: CandidateState) -> ComebackProvider:
+    """``cand``'s provider wrapped to bring the record's saved plan back."""
+    provider = cand.info.provider
+    bundle = record.bundle
+    saved = bundle.manifest.get("artifacts", {})
+    # Torch's caches and a compiled program are executed when loaded: only from a
+    # directory nobody else can write (their hashes were checked when the record was read).
+    trusted = private_to_user(record.path)
+    compile_cache: Path | None = None
+    if (
+        Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE
+        and COMPILE_CACHE_ARTIFACT in saved
+        and trusted
+    ):
+        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
+    program = (
+        bundle.artifact_path(PROGRAM_ARTIFACT) if PROGRAM_ARTIFACT in saved and trusted else None
+    )
+    metadata = dict(bundle.report.candidate(cand.name).metadata)
+    return ComebackProvider(
+        provider,
+        bundle.path / ARTIFACTS_DIR / cand.name,
+        metadata,
+        compile_cache,
+        copy_to_plan_dir=True,
+        program=program,
+    )

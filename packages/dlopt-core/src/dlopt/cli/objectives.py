@@ -62,7 +62,7 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> ``(1, 2, 4, 8)``; anything else is a clear error."""
-    from dlopt.api.workload import MAX_BATCH_SIZE
+    from dlopt.settings.workload import MAX_BATCH_SIZE
 
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isdigit() for part in parts):
@@ -97,7 +97,7 @@ def races_batches(args: argparse.Namespace) -> bool:
 def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None = None) -> None:
     """Refuse combinations that cannot mean what was typed, before anything is built
     (``input_shape``: the shape ``--input`` gives, when given)."""
-    from dlopt.api.workload import MAX_BATCH_SIZE
+    from dlopt.settings.workload import MAX_BATCH_SIZE
 
     if args.strategy is not None and args.objective is not None:
         raise ConfigurationError(

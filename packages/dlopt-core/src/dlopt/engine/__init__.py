@@ -1,0 +1,1 @@
+"""(module map written below)"""
