@@ -1,7 +1,7 @@
 """The serving contract, end to end, for every first-party plan family that can win on a CPU.
 
 Each plan is selected (``include=`` one challenger, ``min_speedup=0.01``: the model's eager
-calls sleep 3 ms on contiguous inputs, but not while traced, exported or compiled, nor on
+calls sleep 10 ms on contiguous inputs, but not while traced, exported or compiled, nor on
 channels-last inputs, so the plan wins), then served as production code calls it: fresh
 inputs made inside ``torch.inference_mode()``, under ``torch.no_grad()`` and in plain grad
 mode, from 4 threads at once, and at a batch size it never raced; every output is held to
@@ -35,7 +35,7 @@ MODEL_SOURCE = textwrap.dedent(
 
 
     class SlowEagerNet(torch.nn.Module):
-        """Two convolutions and a linear head; eager calls on contiguous inputs sleep 3 ms."""
+        """Two convolutions and a linear head; eager calls on contiguous inputs sleep 10 ms."""
 
         def __init__(self):
             super().__init__()
@@ -52,7 +52,7 @@ MODEL_SOURCE = textwrap.dedent(
                     or torch.jit.is_tracing()
                 )
             ):
-                time.sleep(0.003)
+                time.sleep(0.01)
             y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
             return self.head(y.flatten(1))
 
@@ -248,6 +248,12 @@ def test_the_plan_serves_every_caller_after_the_race_a_cache_hit_and_a_bundle_lo
         pytest.importorskip("torchao")
     cache = tmp_path / "cache"
     first = _run(tmp_path, "race", plan, cache)
+    if first["status"].get(plan) == "lost":
+        # Only timing can make a plan 10 ms a call faster lose (a machine too loaded for
+        # the race to resolve within its budget): race once more, on a cache of its own
+        # (the first stored the baseline's decision), before judging.
+        cache = tmp_path / "cache-retry"
+        first = _run(tmp_path, "race", plan, cache)
     if first["selected"] != plan:
         reason = first["problems"].get(plan)
         if first["status"].get(plan) not in ("unavailable", "not_applicable"):
