@@ -478,6 +478,12 @@ class OpenVinoProvider(Provider):
                 )
         elif self.precision is Precision.INT8:
             quantized = count(table, INT8_PRECISIONS)
+            if not layers:
+                raise ProviderBuildError(
+                    f"{self.name}: the model has no compute layer (convolution, matrix "
+                    "multiplication) for int8 to run: this plan would compute what "
+                    "openvino_cpu computes, so it is not raced as int8"
+                )
             if not quantized:
                 raise ProviderBuildError(
                     f"{self.name}: NNCF quantized none of the {layers} compute layers so that "

@@ -9,8 +9,9 @@
   outside ``torch.inference_mode()`` works alike.
 - **Outputs** are copied out of the request (``share_outputs=False``, or the batch halves
   concatenated) into fresh tensors the caller owns: the next call on the same request
-  cannot overwrite them, and no autograd or inference-mode state is attached, so they
-  work whatever the caller's grad mode.
+  cannot overwrite them. They are ordinary tensors (made outside inference mode, needing
+  no gradient) whatever the caller's grad mode, so they can also be used in autograd
+  after a call made inside ``torch.inference_mode()``.
 - **Throughput.** Under the throughput hint OpenVINO runs several streams, each serving
   one request at a time. A call whose batch (dimension 0 of every input and output) can
   be split is split across one asynchronous request per stream and the parts joined;
@@ -110,7 +111,10 @@ class Runner:
         else:
             answer = requests[0].infer(arrays, share_inputs=True, share_outputs=False)
             results = [answer[i] for i in range(self.output_count)]
-        return self.outputs([torch.from_numpy(np.asarray(r)) for r in results])
+        # Ordinary tensors even inside inference_mode (where from_numpy would make
+        # inference tensors, which autograd refuses to save later).
+        with torch.inference_mode(False):
+            return self.outputs([torch.from_numpy(np.asarray(r)) for r in results])
 
     def _split(self, requests: list[Any], arrays: list[np.ndarray], batch: int) -> list[Any]:
         """One asynchronous request per part of the batch; the parts' outputs joined."""
