@@ -134,14 +134,16 @@ def test_four_threads_at_once_each_get_their_own_output(served: Any) -> None:
             torch.testing.assert_close(out, expected[index], rtol=1e-4, atol=1e-5)
 
 
-def test_calls_with_another_structure_or_rank_are_refused(served: Any) -> None:
+def test_calls_with_another_structure_dtype_or_shape_are_refused(served: Any) -> None:
     _, plan = served
     with pytest.raises(WorkloadError, match="converted for 1 input tensors but the call passed 2"):
         plan(torch.randn(1, 16), torch.randn(1, 16))
-    with pytest.raises(
-        WorkloadError, match="rank 3, but this OpenVINO plan was converted for rank 2"
-    ):
+    with pytest.raises(WorkloadError, match=r"torch\.float32 of rank 3, but .* of rank 2"):
         plan(torch.randn(1, 2, 16))
+    with pytest.raises(WorkloadError, match=r"torch\.float64 of rank 2, but .* torch\.float32"):
+        plan(torch.randn(2, 16, dtype=torch.float64))
+    with pytest.raises(WorkloadError, match=r"shape \[2, 12\], .* shape \['any', 16\]"):
+        plan(torch.randn(2, 12))
 
 
 def test_unseen_batch_sizes_are_served_by_the_dynamic_batch(served: Any) -> None:

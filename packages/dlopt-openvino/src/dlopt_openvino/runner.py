@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dlopt.plugin import WorkloadError, iter_tensors
-from dlopt_openvino.convert import InputLayout
+from dlopt_openvino.convert import INPUT_DTYPES, InputLayout
 from dlopt_openvino.outputs import OutputStructure
 
 
@@ -63,6 +63,15 @@ class Runner:
         self.layout = layout
         self.outputs = outputs
         self.output_count = len(outputs.dtypes)
+        #: Per input: its dtype, rank and the sizes of its static dimensions.
+        self._expected = [
+            (
+                INPUT_DTYPES[spec.dtype],
+                len(spec.shape),
+                tuple((d, size) for d, size in enumerate(spec.shape) if size is not None),
+            )
+            for spec in layout.inputs
+        ]
         self.requests_per_call = max(1, int(requests_per_call))
         self.split_batch = split_batch and self.requests_per_call > 1
         self._local = threading.local()
@@ -97,12 +106,20 @@ class Runner:
                 f"but the call passed {len(flat)}; call it with the argument structure of the "
                 "workload it was raced on"
             )
-        for index, (tensor, spec) in enumerate(zip(flat, self.layout.inputs)):
-            if tensor.dim() != len(spec.shape):
+        for index, (tensor, (dtype, rank, static)) in enumerate(zip(flat, self._expected)):
+            if tensor.dtype != dtype or tensor.dim() != rank:
                 raise WorkloadError(
-                    f"input tensor {index} has rank {tensor.dim()}, but this OpenVINO plan was "
-                    f"converted for rank {len(spec.shape)} (shape {list(spec.shape)}, None: any)"
+                    f"input tensor {index} is {tensor.dtype} of rank {tensor.dim()}, but this "
+                    f"OpenVINO plan was converted for {dtype} of rank {rank}"
                 )
+            for dim, size in static:
+                if tensor.shape[dim] != size:
+                    shape = [s if s is not None else "any" for s in self.layout.inputs[index].shape]
+                    raise WorkloadError(
+                        f"input tensor {index} has shape {list(tensor.shape)}, but this OpenVINO "
+                        f"plan was converted for shape {shape}: only the dimensions that "
+                        "varied between the raced cases are dynamic"
+                    )
         arrays = [_array(t) for t in flat]
         requests = self._requests()
         batch = arrays[0].shape[0] if arrays[0].ndim else 0
