@@ -170,6 +170,25 @@ def test_bf16_needs_native_bf16(
     assert _probe("openvino_cpu").available
 
 
+@pytest.mark.parametrize(
+    ("flags", "saturates"),
+    [
+        (frozenset({"avx2", "fma"}), True),
+        (frozenset({"avx2", "avx_vnni"}), False),
+        (frozenset({"avx512f", "avx512_vnni"}), False),
+        (None, True),
+    ],
+)
+def test_int8_saturates_on_x86_without_vnni(
+    monkeypatch: pytest.MonkeyPatch, flags: frozenset[str] | None, saturates: bool
+) -> None:
+    monkeypatch.setattr(probe_module.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(probe_module, "cpu_flags", lambda: flags)
+    assert probe_module.int8_saturates() is saturates
+    monkeypatch.setattr(probe_module.platform, "machine", lambda: "aarch64")
+    assert probe_module.int8_saturates() is False
+
+
 def test_without_cpu_flags_openvinos_capabilities_decide_bf16(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -20,6 +20,7 @@ from dlopt.cli.demo import demo_convnet, demo_mlp
 from dlopt.measurement import MeasurementPolicy
 from dlopt.plugin import ExecutionTarget, ProviderContext, iter_tensors
 from dlopt_openvino.plugin import default_providers
+from dlopt_openvino.probe import int8_saturates
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +118,9 @@ def test_int8_plan_says_what_it_quantized(raced: Any) -> None:
     assert 0 < meta["quantized_ops"] <= meta["quantizable_ops"], meta
     expected_type = "transformer" if name in ("encoder", "bert") else "default"
     assert meta["quantization"]["model_type"] == expected_type
+    # Every layer's sums kept from saturating where the CPU has no VNNI or AMX.
+    fix = "enable" if int8_saturates() else "first_layer_only"
+    assert meta["quantization"]["overflow_fix"] == fix
 
 
 def test_the_decision_serves_like_the_model(raced: Any) -> None:

@@ -21,6 +21,8 @@ MODEL_TYPES = ("auto", "transformer", "default")
 PRESETS = ("performance", "mixed")
 #: ``int8_activation_ranges`` values.
 ACTIVATION_RANGES = ("minmax", "nncf")
+#: ``int8_overflow_fix`` values (NNCF's ``OverflowFix``).
+OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")
 
 
 def _one_of(*choices: str) -> Any:
@@ -108,6 +110,16 @@ class OpenVinoInt8Options(OpenVinoOptions):
             "and serves their whole range) or nncf (NNCF's default, the mean over samples, "
             "robust to outliers in large calibration sets but clipping a larger batch's "
             "extremes when the cases are few)"
+        },
+    )
+    int8_overflow_fix: str | None = field(
+        default=None,
+        validator=optional(_one_of(*OVERFLOW_FIXES)),
+        metadata={
+            "help": "NNCF's overflow fix (weights kept to 7 bits so that int8 sums do not "
+            "saturate): enable (every layer), first_layer_only (NNCF's default) or disable; "
+            "default: enable on x86 CPUs without VNNI or AMX, where the u8 x s8 "
+            "multiply-add saturates, NNCF's default elsewhere"
         },
     )
     int8_fast_bias_correction: bool = field(

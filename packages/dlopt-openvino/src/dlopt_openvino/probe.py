@@ -17,6 +17,7 @@ Device answers are cached per process (``clear_probe_cache`` forgets them).
 from __future__ import annotations
 
 import glob
+import platform
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +43,10 @@ NNCF_SPEC = ">=3.4"
 #: CPU flags of native bf16 arithmetic, the only CPUs where OpenVINO's CPU plugin computes
 #: in bf16 (it otherwise ignores the bf16 hint and computes in fp32).
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+#: CPU flags of int8 dot-product instructions (VNNI, AMX), which multiply u8 x s8 without
+#: saturating.
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 
 #: Per OpenVINO device type: what a machine needs for the device to be listed, and the
 #: device nodes whose presence says whether the kernel driver is there.
@@ -221,6 +226,16 @@ def bf16_problem(capabilities: tuple[str, ...]) -> str | None:
         "OpenVINO does not list BF16 among this CPU's capabilities "
         f"({', '.join(capabilities) or 'none'}): it would compute in fp32"
     )
+
+
+def int8_saturates() -> bool:
+    """Whether int8 arithmetic saturates here: an x86 CPU without VNNI or AMX, whose
+    u8 x s8 multiply-add (``vpmaddubsw``) saturates its 16-bit sums. An x86 CPU whose
+    flags cannot be read counts as one."""
+    if platform.machine().lower() not in {"x86_64", "amd64", "i386", "i686", "x86"}:
+        return False
+    flags = cpu_flags()
+    return flags is None or not flags & INT8_DOT_FLAGS
 
 
 def first_line(exc: BaseException | str, limit: int = 400) -> str:
