@@ -107,9 +107,26 @@ def test_outputs_are_fresh_on_every_call(served: Any) -> None:
     torch.testing.assert_close(first, kept)  # the second call did not write into it
 
 
-def test_four_threads_at_once_each_get_their_own_output(served: Any) -> None:
-    model, plan = served
-    inputs = [torch.randn(1 + i, 16, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+@pytest.fixture(scope="module")
+def served_for_throughput(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    torch.manual_seed(0)
+    model = Mlp().eval()
+    options = OpenVinoOptions(performance_hint="throughput", num_streams=2)
+    plan = _build(model, tmp_path_factory.mktemp("throughput"), options)
+    yield model, plan
+    plan.close()
+
+
+@pytest.mark.parametrize("hint", ["latency", "throughput"])
+def test_four_threads_at_once_each_get_their_own_output(
+    request: pytest.FixtureRequest, hint: str
+) -> None:
+    """Each thread's calls run on infer requests of its own (under the throughput hint,
+    several per thread, its batches split across them)."""
+    model, plan = request.getfixturevalue(
+        "served" if hint == "latency" else "served_for_throughput"
+    )
+    inputs = [torch.randn(2 + i, 16, generator=torch.Generator().manual_seed(i)) for i in range(4)]
     expected = [_expected(model, x) for x in inputs]
     start = threading.Barrier(4)
     got: dict[int, list[torch.Tensor]] = {}
@@ -161,29 +178,28 @@ def test_threads_follow_the_target(tmp_path: Path) -> None:
         assert plan.metadata["compile_config"]["INFERENCE_NUM_THREADS"] == "1"
 
 
-def test_throughput_hint_splits_the_batch_across_infer_requests(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = Mlp().eval()
-    options = OpenVinoOptions(performance_hint="throughput", num_streams=2)
-    with _build(model, tmp_path, options) as plan:
-        meta = plan.metadata
-        assert meta["compile_config"]["PERFORMANCE_HINT"] == "THROUGHPUT"
-        assert meta["split_batch"] is True
-        requests = meta["infer_requests_per_call"]
-        runner = plan.runner
-        calls: list[int] = []
-        split = runner._split
+def test_throughput_hint_splits_the_batch_across_infer_requests(
+    served_for_throughput: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, plan = served_for_throughput
+    meta = plan.metadata
+    assert meta["compile_config"]["PERFORMANCE_HINT"] == "THROUGHPUT"
+    assert meta["split_batch"] is True
+    runner = plan.runner
+    calls: list[int] = []
+    split = runner._split
 
-        def counting(requests_: Any, arrays: Any, batch: int) -> Any:
-            calls.append(batch)
-            return split(requests_, arrays, batch)
+    def counting(requests: Any, arrays: Any, batch: int) -> Any:
+        calls.append(batch)
+        return split(requests, arrays, batch)
 
-        runner._split = counting
-        for rows in (1, 4, 7):
-            x = torch.randn(rows, 16)
-            torch.testing.assert_close(plan(x), _expected(model, x), rtol=1e-4, atol=1e-5)
-        # Batch 1 runs on one request; larger batches are split where there are streams.
-        assert calls == ([4, 7] if requests > 1 else []), (calls, meta)
+    monkeypatch.setattr(runner, "_split", counting)
+    for rows in (1, 4, 7):
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(plan(x), _expected(model, x), rtol=1e-4, atol=1e-5)
+    # Batch 1 runs on one request; larger batches are split where there are streams.
+    split_across = meta["infer_requests_per_call"]
+    assert calls == ([4, 7] if split_across > 1 else []), (calls, meta)
 
 
 def test_a_model_mixing_its_batch_is_not_split(tmp_path: Path) -> None:
