@@ -178,7 +178,8 @@ WORKER = textwrap.dedent(
 )
 
 #: Every first-party plan family that can win on a CPU: eager variants, fx, every
-#: Inductor variant, TorchAO compiled plans, PT2E static int8, every ONNX Runtime plan.
+#: Inductor variant, TorchAO compiled plans, PT2E static int8, every ONNX Runtime and
+#: every OpenVINO CPU plan.
 PLANS = (
     "native_channels_last",
     "native_bf16",
@@ -199,6 +200,9 @@ PLANS = (
     "onnxruntime_cpu",
     "onnxruntime_cpu_int8",
     "onnxruntime_cpu_int8_static",
+    "openvino_cpu",
+    "openvino_cpu_bf16",
+    "openvino_cpu_int8",
 )
 
 #: Plans whose outputs carry gradients (eager torch): a caller that needs them is served.
@@ -246,6 +250,8 @@ def test_the_plan_serves_every_caller_after_the_race_a_cache_hit_and_a_bundle_lo
         pytest.importorskip("dlopt_onnxruntime")
     if plan.startswith("torchao"):
         pytest.importorskip("torchao")
+    if plan.startswith("openvino"):
+        pytest.importorskip("dlopt_openvino")
     cache = tmp_path / "cache"
     first = _run(tmp_path, "race", plan, cache)
     if first["status"].get(plan) == "lost":

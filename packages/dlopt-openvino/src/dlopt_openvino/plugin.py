@@ -8,7 +8,7 @@ from __future__ import annotations
 from dlopt.plugin import Precision, Register, hookimpl
 from dlopt_openvino.provider import OpenVinoProvider
 
-DLOPT_PLUGIN_API_VERSION = "2.0"
+DLOPT_PLUGIN_API_VERSION = "2.1"
 
 
 def default_providers() -> list[OpenVinoProvider]:

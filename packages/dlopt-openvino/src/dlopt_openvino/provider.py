@@ -23,6 +23,7 @@ from attrs import field, frozen
 from dlopt.plugin import (
     BuiltPlan,
     Comeback,
+    Concurrency,
     PlanNotApplicable,
     Precision,
     PreparedCase,
@@ -31,6 +32,7 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
     Role,
+    ServingTraits,
     is_plain_name,
     iter_tensors,
 )
@@ -510,6 +512,14 @@ class OpenVinoProvider(Provider):
             artifacts=artifacts,
             metadata=metadata,
             on_close=served.runner.close,
+            # An infer request per calling thread; OpenVINO never sees autograd; shapes
+            # beyond the raced ones only along the dimensions the cases vary (checked on
+            # a held-out batch size before the decision routes such calls here).
+            serving=ServingTraits(
+                concurrency=Concurrency.CONCURRENT,
+                any_grad_mode=True,
+                dynamic_shapes=bool(metadata.get("dynamic_dims")),
+            ),
         )
 
 
