@@ -31,11 +31,16 @@ PROVIDERS = {
     "onnxruntime": "packages/dlopt-onnxruntime[cpu]",
     "torchao": "packages/dlopt-torchao",
     "tensorrt": "packages/dlopt-tensorrt",
+    "openvino": "packages/dlopt-openvino",
 }
 #: The worked third-party provider distribution: CI installs and tests it like a user would.
 EXAMPLE = "examples/dlopt-example-npu"
 # safetensors: `dlopt select --inputs FILE.safetensors` is tested with real files.
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100", "safetensors>=0.4"]
+#: Hugging Face's BertModel (a tiny random one: the OpenVINO plans race a model called with
+#: keyword inputs that returns a ModelOutput). transformers 5.x needs a `kernels` release
+#: the package index does not have.
+TRANSFORMERS = "transformers==4.57.6"
 
 
 def _install(session: nox.Session, *providers: str) -> None:
@@ -47,14 +52,14 @@ def _install(session: nox.Session, *providers: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Core plus all four providers with their CPU-usable SDKs and the example third-party
+    """Core plus every provider with its CPU-usable SDK and the example third-party
     provider: every distribution's tests and the cross-distribution tests in
     tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
     session.install("-e", EXAMPLE)
     # Figures and the Ray fleet are optional for users; the full suite tests both (fsspec:
     # the fleet's result store at an fsspec URL, tested on its in-memory filesystem).
-    session.install("-e", f"{CORE}[plots,fleet]", "fsspec", *TEST_DEPS)
+    session.install("-e", f"{CORE}[plots,fleet]", "fsspec", TRANSFORMERS, *TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
 
 
@@ -205,7 +210,7 @@ def bench(session: nox.Session) -> None:
 SUITE_TORCH = ("torch==2.14.1", "torchvision==0.29.1")
 #: The peer product the suite measures dlopt against, and Hugging Face's BertModel
 #: (transformers 5.x needs a `kernels` release the package index does not have).
-SUITE_DEPS = ("custom-dl-optimizer==3.0.0", "transformers==4.57.6")
+SUITE_DEPS = ("custom-dl-optimizer==3.0.0", TRANSFORMERS)
 
 
 @nox.session(python=PYTHON, name="bench-suite")
@@ -217,7 +222,8 @@ def bench_suite(session: nox.Session) -> None:
     nox -s bench-suite -- tests                         # the suite's own unit tests
     """
     session.install(*SUITE_TORCH)
-    editable = [f"{CORE}[plots]", *(PROVIDERS[name] for name in ("fx", "onnxruntime", "torchao"))]
+    suite_providers = ("fx", "onnxruntime", "torchao", "openvino")
+    editable = [f"{CORE}[plots]", *(PROVIDERS[name] for name in suite_providers)]
     session.install(*[arg for path in editable for arg in ("-e", path)])
     session.install(*SUITE_DEPS, "pytest>=8")
     if session.posargs[:1] == ["tests"]:

@@ -434,6 +434,7 @@ def markdown(
             f"{_pct(s.top_two_gap)} | {_num(s.pick_speedup_vs_eager, '.2f', 'x')} |"
         )
     lines += _wall_time_section(summaries)
+    lines += _family_section(summaries, oracles or {}, "openvino_", "OpenVINO")
     lines += ["", "## Targets", ""]
     for t in targets:
         verdict = "not judged" if t.met is None else "met" if t.met else "not met"
@@ -520,6 +521,48 @@ def _wall_time_section(summaries: Sequence[ModelSummary]) -> list[str]:
             f"| {s.title} | {_num(s.dlopt_wall_s)} | {_num(s.dlopt_build_s)} | "
             f"{_num(s.dlopt_first_calls_s)} | {_num(s.dlopt_measure_s)} | "
             f"{_num(s.dlopt_other_s)} | {costly} | {_repeat(s)} | {_num(s.peer_wall_s)} |"
+        )
+    return lines
+
+
+def _family_section(
+    summaries: Sequence[ModelSummary],
+    oracles: dict[str, OracleResult | None],
+    prefix: str,
+    family: str,
+) -> list[str]:
+    """Where one family of plans (``openvino_*``) wins and loses: per workload whose
+    oracle timed one of them, its fastest plan against the oracle's best valid plan."""
+    rows = []
+    for s in summaries:
+        oracle = oracles.get(s.key)
+        if oracle is None or s.best_plan is None:
+            continue
+        ours = oracle.best([p.name for p in oracle.plans if p.name.startswith(prefix)])
+        if ours is None:
+            continue
+        mine, best = oracle.relative(ours.name), oracle.relative(s.best_plan)
+        ratio = mine / best if mine is not None and best else None
+        rows.append((s, ours.name, ratio))
+    if not rows:
+        return []
+    wins = [s.title for s, name, _ in rows if name == s.best_plan]
+    where = ", ".join(wins) if wins else "none of them"
+    lines = [
+        "",
+        f"## Where the {family} plans win and lose",
+        "",
+        f"On {len(rows)} workloads the oracle timed an {family} plan; one is the oracle's best "
+        f"on {len(wins)}: {where}. Vs the best: the paired latency ratio of the fastest "
+        f"{family} plan to the oracle's best valid plan (1.000: it is the best).",
+        "",
+        f"| workload | fastest {family} plan | vs the best, paired | oracle's best | dlopt pick |",
+        "|---|---|---|---|---|",
+    ]
+    for s, name, ratio in rows:
+        lines.append(
+            f"| {s.title} | {name} | {_num(ratio, '.3f', 'x')} | {s.best_plan} | "
+            f"{s.dlopt_pick or '-'} |"
         )
     return lines
 

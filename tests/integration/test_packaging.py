@@ -47,6 +47,7 @@ def test_the_distributions_are_found():
         "dlopt-core",
         "dlopt-fx",
         "dlopt-onnxruntime",
+        "dlopt-openvino",
         "dlopt-tensorrt",
         "dlopt-torchao",
     }

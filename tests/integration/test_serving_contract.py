@@ -1,7 +1,7 @@
 """The serving contract, end to end, for every first-party plan family that can win on a CPU.
 
 Each plan is selected (``include=`` one challenger, ``min_speedup=0.01``: the model's eager
-calls sleep 3 ms on contiguous inputs, but not while traced, exported or compiled, nor on
+calls sleep 10 ms on contiguous inputs, but not while traced, exported or compiled, nor on
 channels-last inputs, so the plan wins), then served as production code calls it: fresh
 inputs made inside ``torch.inference_mode()``, under ``torch.no_grad()`` and in plain grad
 mode, from 4 threads at once, and at a batch size it never raced; every output is held to
@@ -35,7 +35,7 @@ MODEL_SOURCE = textwrap.dedent(
 
 
     class SlowEagerNet(torch.nn.Module):
-        """Two convolutions and a linear head; eager calls on contiguous inputs sleep 3 ms."""
+        """Two convolutions and a linear head; eager calls on contiguous inputs sleep 10 ms."""
 
         def __init__(self):
             super().__init__()
@@ -52,7 +52,7 @@ MODEL_SOURCE = textwrap.dedent(
                     or torch.jit.is_tracing()
                 )
             ):
-                time.sleep(0.003)
+                time.sleep(0.01)
             y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
             return self.head(y.flatten(1))
 
@@ -178,7 +178,8 @@ WORKER = textwrap.dedent(
 )
 
 #: Every first-party plan family that can win on a CPU: eager variants, fx, every
-#: Inductor variant, TorchAO compiled plans, PT2E static int8, every ONNX Runtime plan.
+#: Inductor variant, TorchAO compiled plans, PT2E static int8, every ONNX Runtime and
+#: every OpenVINO CPU plan.
 PLANS = (
     "native_channels_last",
     "native_bf16",
@@ -199,6 +200,9 @@ PLANS = (
     "onnxruntime_cpu",
     "onnxruntime_cpu_int8",
     "onnxruntime_cpu_int8_static",
+    "openvino_cpu",
+    "openvino_cpu_bf16",
+    "openvino_cpu_int8",
 )
 
 #: Plans whose outputs carry gradients (eager torch): a caller that needs them is served.
@@ -246,8 +250,16 @@ def test_the_plan_serves_every_caller_after_the_race_a_cache_hit_and_a_bundle_lo
         pytest.importorskip("dlopt_onnxruntime")
     if plan.startswith("torchao"):
         pytest.importorskip("torchao")
+    if plan.startswith("openvino"):
+        pytest.importorskip("dlopt_openvino")
     cache = tmp_path / "cache"
     first = _run(tmp_path, "race", plan, cache)
+    if first["status"].get(plan) == "lost":
+        # Only timing can make a plan 10 ms a call faster lose (a machine too loaded for
+        # the race to resolve within its budget): race once more, on a cache of its own
+        # (the first stored the baseline's decision), before judging.
+        cache = tmp_path / "cache-retry"
+        first = _run(tmp_path, "race", plan, cache)
     if first["selected"] != plan:
         reason = first["problems"].get(plan)
         if first["status"].get(plan) not in ("unavailable", "not_applicable"):

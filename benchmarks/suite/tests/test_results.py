@@ -343,3 +343,43 @@ def test_wall_time_anatomy_uses_the_median_run_and_lists_the_costliest_plans():
 def test_no_wall_time_section_without_build_figures():
     summary = summarize(ModelResult("m", "Model", dlopt=(dlopt_run("fx"),)))
     assert "Where dlopt's wall time goes" not in markdown([summary], [], {})
+
+
+def test_the_openvino_section_names_where_an_openvino_plan_is_the_best():
+    valid = ("eager_fp32", "onnxruntime_cpu", "openvino_cpu", "openvino_cpu_int8")
+    won = ModelResult(
+        "encoder",
+        "encoder b8",
+        dlopt=(dlopt_run("openvino_cpu_int8", valid=valid),),
+        oracle=oracle(eager_fp32=4.0, onnxruntime_cpu=2.0, openvino_cpu=2.5, openvino_cpu_int8=1.0),
+    )
+    lost = ModelResult(
+        "mlp",
+        "MLP b32",
+        dlopt=(dlopt_run("onnxruntime_cpu", valid=valid),),
+        oracle=oracle(eager_fp32=4.0, onnxruntime_cpu=1.0, openvino_cpu=1.25),
+    )
+    without = ModelResult(
+        "convnet", "conv b1", dlopt=(dlopt_run("fx"),), oracle=oracle(eager_fp32=2.0, fx=1.0)
+    )
+    results = (won, lost, without)
+    summaries = [summarize(r) for r in results]
+    page = markdown(summaries, evaluate_targets(summaries), {}, {r.key: r.oracle for r in results})
+    section = page.split("## Where the OpenVINO plans win and lose", 1)[1].split("## ", 1)[0]
+    assert (
+        "On 2 workloads the oracle timed an OpenVINO plan; one is the oracle's best on 1: encoder b8."
+        in section
+    )
+    assert (
+        "| encoder b8 | openvino_cpu_int8 | 1.000x | openvino_cpu_int8 | openvino_cpu_int8 |"
+        in section
+    )
+    assert "| MLP b32 | openvino_cpu | 1.250x | onnxruntime_cpu | onnxruntime_cpu |" in section
+    assert "conv b1" not in section  # no OpenVINO plan was timed there
+
+
+def test_no_openvino_section_when_no_openvino_plan_was_timed():
+    result = ModelResult("m", "M", dlopt=(dlopt_run("fx"),), oracle=oracle(eager_fp32=2.0, fx=1.0))
+    summaries = [summarize(result)]
+    page = markdown(summaries, evaluate_targets(summaries), {}, {"m": result.oracle})
+    assert "OpenVINO" not in page

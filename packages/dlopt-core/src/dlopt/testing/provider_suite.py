@@ -99,7 +99,16 @@ from dlopt.validation import (
 from dlopt.vocabulary import Concurrency
 
 #: Modules no plugin may import at load time (each provider's SDK).
-ALL_HEAVY_SDKS = ("torch_tensorrt", "tensorrt", "onnxruntime", "torchao", "onnx", "onnxscript")
+ALL_HEAVY_SDKS = (
+    "torch_tensorrt",
+    "tensorrt",
+    "onnxruntime",
+    "torchao",
+    "onnx",
+    "onnxscript",
+    "openvino",
+    "nncf",
+)
 
 #: Set to ``1`` where the provider must work: "unavailable" then fails instead of skipping.
 REQUIRE_AVAILABLE_ENV = "DLOPT_CONTRACT_REQUIRE_AVAILABLE"
