@@ -275,7 +275,7 @@ def case_mean_ratios(report: OptimizationReport, cand: CandidateEvidence) -> str
 
 
 def quality(cand: CandidateEvidence) -> str:
-    parity = cand.parity
+    parity = cand.validation.first_calls
     if parity is None:
         return ""
     worst = None

@@ -102,7 +102,9 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         ),
         stop_reason=str(measurement.stop_reason.value) if measurement is not None else None,
         valid_plans=tuple(
-            c.name for c in report.candidates if c.parity is not None and c.parity.passed
+            c.name
+            for c in report.candidates
+            if c.validation.first_calls is not None and c.validation.first_calls.passed
         ),
         cache_hit=report.cache.cache_hit if report.cache is not None else None,
         build_s=math.fsum(life.setup_time_s or 0.0 for life in lifecycles.values()),
@@ -136,7 +138,7 @@ def run_peer(key: str, out: Path, run: int) -> None:
             oracle_name=PEER_PLAN_IN_ORACLE.get(report.selected_plan, report.selected_plan),
             wall_s=wall_s,
             timed_calls=timed,
-            valid_plans=tuple(c.name for c in report.candidates if c.parity),
+            valid_plans=tuple(c.name for c in report.candidates if c.validation.first_calls),
         ),
     )
 

@@ -14,7 +14,7 @@ move between releases, this module's names do not (they only grow). A plugin mod
         name = "mynpu_int8"
         precision = Precision.INT8
 
-        def check(self, context): ...
+        def availability(self, context): ...
         def build(self, model, context) -> BuiltPlan: ...
 
 
@@ -34,13 +34,13 @@ from dlopt.contract.provider import (
     EAGER_SERVING,
     PLUGIN_API_VERSION,
     BuiltPlan,
-    Comeback,
     PreparedCase,
     Provider,
     ProviderAvailability,
     ProviderContext,
     ProviderProtocol,
     Register,
+    Reload,
     Role,
     ServingTraits,
 )
@@ -93,7 +93,7 @@ __all__ = [
     "ProviderBuildError",
     "ProviderContext",
     "Register",
-    "Comeback",
+    "Reload",
     "Role",
     "ServingTraits",
     "TextEnum",
@@ -122,4 +122,6 @@ __all__ = [
 ]
 
 #: Names this module had before the glossary gave each concept one word.
-__getattr__ = retired_names(__name__, {"ExecutionProvider": "ProviderProtocol"}, globals())
+__getattr__ = retired_names(
+    __name__, {"ExecutionProvider": "ProviderProtocol", "Comeback": "Reload"}, globals()
+)

@@ -26,7 +26,7 @@ def test_select_defaults_are_the_policies_defaults() -> None:
     args = _select_defaults()
     assert args["min_speedup"] == attrs.fields(DeploymentConstraints).min_speedup.default
     assert args["max_measure_time"] == attrs.fields(MeasurementPolicy).max_time_s.default
-    # No --objective (nor --strategy) given: the default the command passes, its policy's.
+    # No --objective given: the default the command passes, its policy's.
     assert objective_of(argparse.Namespace(**args), "the policy's default") == (
         "the policy's default"
     )

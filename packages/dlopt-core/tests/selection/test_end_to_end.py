@@ -71,7 +71,7 @@ def test_structured_outputs_validate_and_serve(race, x, output):
         race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
     ).select_signature(model, x)
     assert decision.selected_plan == "fast"
-    parity = decision.report.candidate("fast").parity
+    parity = decision.report.candidate("fast").validation.first_calls
     assert parity.passed and len(parity.cases[0].leaves) >= 2
     out = decision(x)
     assert type(out) is type(model(x))

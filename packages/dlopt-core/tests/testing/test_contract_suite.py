@@ -89,7 +89,7 @@ class GoodProvider(Provider):
     def __init__(self) -> None:
         self.closes = 0
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         return ProviderAvailability.ok(sdk_versions={"fake-npu-sdk": "1.0"})
 
     def compute(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -211,11 +211,11 @@ class NeverAvailable(GoodProvider):
 
     install_hint = "pip install mynpu-sdk"
 
-    def check(self, context):
+    def availability(self, context):
         _, error = try_import("mynpu_sdkk")
         if error:
             return ProviderAvailability.unavailable(f"mynpu SDK: {error}", self.install_hint)
-        return super().check(context)
+        return super().availability(context)
 
 
 def test_a_provider_that_is_never_available_skips_by_default(tmp_path, monkeypatch):

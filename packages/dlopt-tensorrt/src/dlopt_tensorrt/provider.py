@@ -384,7 +384,7 @@ class TensorRTProvider(Provider):
             return None, refusal, details
         return _sdk_info(module, version), None, details
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             sdk, refusal, details = self._check(context)

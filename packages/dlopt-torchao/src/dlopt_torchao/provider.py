@@ -23,7 +23,6 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
-    Comeback,
     Concurrency,
     PlanNotApplicable,
     Precision,
@@ -31,6 +30,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Reload,
     Role,
     ServingTraits,
     check_distribution,
@@ -309,10 +309,10 @@ class TorchAOProvider(Provider):
     role = Role.CHALLENGER
 
     @property
-    def comes_back(self) -> Comeback:
+    def reloads_by(self) -> Reload:
         """A saved plan is quantized again from the model; a compiled one with torch's
         compile caches restored."""
-        return Comeback.REBUILD_WITH_COMPILE_CACHE if self.compiled else Comeback.REBUILD
+        return Reload.REBUILD_WITH_COMPILE_CACHE if self.compiled else Reload.REBUILD
 
     @name.default
     def _default_name(self) -> str:
@@ -372,7 +372,7 @@ class TorchAOProvider(Provider):
             return None, ProviderAvailability.unavailable(recipe.reason), None, details
         return recipe, None, quantization, details
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             _, refusal, _, details = self._resolve(context)

@@ -149,7 +149,7 @@ def tool_schemas(caps: ToolCaps) -> dict[str, dict[str, Any]]:
                 "type": "string",
                 "enum": [o.value for o in Objective],
                 "description": (
-                    "the serving strategy. steady_state_latency: traffic-weighted mean "
+                    "the objective. steady_state_latency: traffic-weighted mean "
                     "latency; lifecycle_latency: setup + first calls + expected_calls x "
                     "steady latency; min_latency: the fastest plan at batch 1; "
                     "max_throughput: the (plan, batch size) serving the most items per "

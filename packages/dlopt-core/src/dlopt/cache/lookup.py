@@ -24,7 +24,7 @@ from dlopt.cache.key import cache_ingredients, key_of
 from dlopt.cache.recheck import Recheck
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
 from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
-from dlopt.contract.provider import Comeback
+from dlopt.contract.provider import Reload
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
 from dlopt.serving.evidence import with_unseen_policy
@@ -143,7 +143,7 @@ def store(
     cache = report.cache
     artifacts: dict[str, Any] = dict(selected.plan.artifacts)
     provider = selected.info.provider
-    if Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
+    if Reload.of(provider) is Reload.REBUILD_WITH_COMPILE_CACHE:
         caches = save_compile_cache(
             Path(tempfile.mkdtemp(prefix="compile-cache-", dir=artifact_dir))
         )

@@ -1,7 +1,7 @@
 """How a saved plan is served again: load its artifact, rebuild it, or rebuild it with
-torch's compile caches restored (:class:`dlopt.contract.provider.Comeback`).
+torch's compile caches restored (:class:`dlopt.contract.provider.Reload`).
 
-:class:`ComebackProvider` wraps the plan's installed provider so that the pipeline's
+:class:`ReloadingProvider` wraps the plan's installed provider so that the pipeline's
 prepare stage (probe, build timed, first calls, validation) brings a saved plan back
 exactly as it builds a new one: its ``build`` loads, or rebuilds, as the provider
 declares.
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from dlopt.bundle.store import ARTIFACTS_DIR, PROGRAM_ARTIFACT, SavedProgram
-from dlopt.contract.provider import BuiltPlan, Comeback, ProviderContext
+from dlopt.contract.provider import BuiltPlan, ProviderContext, Reload
 from dlopt.errors import ProviderBuildError
 from dlopt.pipeline.state import CandidateState
 from dlopt.platform.fileio import read_bytes_capped
@@ -276,7 +276,7 @@ def private_to_user(path: Path) -> bool:
 
 
 @attrs.define(eq=False)
-class ComebackProvider:
+class ReloadingProvider:
     """A saved plan's provider, whose ``build`` brings the saved plan back.
 
     ``plan_dir``: the plan's saved files (``artifacts/<plan>`` of a bundle). ``metadata``:
@@ -304,8 +304,8 @@ class ComebackProvider:
         return str(self.provider.name)
 
     @property
-    def comes_back(self) -> Comeback:
-        return Comeback.of(self.provider)
+    def reloads_by(self) -> Reload:
+        return Reload.of(self.provider)
 
     def __getattr__(self, name: str) -> Any:
         # role, precision, options_type, install_hint...: the provider's own.
@@ -321,8 +321,8 @@ class ComebackProvider:
             loaded = self._load_program(context)
             if loaded is not None:
                 return loaded
-        kind = self.comes_back
-        if kind is Comeback.LOAD:
+        kind = self.reloads_by
+        if kind is Reload.LOAD:
             directory = self.plan_dir
             if self.copy_to_plan_dir:
                 directory = context.plan_dir(self.name)
@@ -343,12 +343,12 @@ class ComebackProvider:
                 f"plan {self.name!r} comes back by rebuilding it from the model ({kind.value})"
                 f"{unserved}; pass the model: load_bundle(path, model=model)"
             )
-        if kind is Comeback.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
+        if kind is Reload.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
             self.compile_cache_restored = restore_compile_cache(self.compile_cache)
         # What the plan saved when it was raced, for a build that reads it back.
         context = attrs.evolve(context, saved_plan_dir=self.plan_dir)
         plan = self.provider.build(model, context)
-        if isinstance(plan, BuiltPlan) and kind is Comeback.REBUILD_WITH_COMPILE_CACHE:
+        if isinstance(plan, BuiltPlan) and kind is Reload.REBUILD_WITH_COMPILE_CACHE:
             plan.metadata = {**plan.metadata, "compile_cache_restored": self.compile_cache_restored}
         if isinstance(plan, BuiltPlan) and self.program_error is not None:
             plan.metadata = {**plan.metadata, "saved_program_not_served": self.program_error}
@@ -357,7 +357,7 @@ class ComebackProvider:
     @property
     def serves_without_model(self) -> bool:
         """Whether this plan can come back with no model: loaded, or from a program."""
-        return self.comes_back is Comeback.LOAD or (
+        return self.reloads_by is Reload.LOAD or (
             self.program is not None and callable(getattr(self.provider, "load_program", None))
         )
 
@@ -393,7 +393,7 @@ def bring_back(cand: CandidateState, record: CacheRecord | None) -> CandidateSta
     return fresh
 
 
-def _reloading(record: CacheRecord, cand: CandidateState) -> ComebackProvider:
+def _reloading(record: CacheRecord, cand: CandidateState) -> ReloadingProvider:
     """``cand``'s provider wrapped to bring the record's saved plan back."""
     provider = cand.info.provider
     bundle = record.bundle
@@ -403,7 +403,7 @@ def _reloading(record: CacheRecord, cand: CandidateState) -> ComebackProvider:
     trusted = private_to_user(record.path)
     compile_cache: Path | None = None
     if (
-        Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE
+        Reload.of(provider) is Reload.REBUILD_WITH_COMPILE_CACHE
         and COMPILE_CACHE_ARTIFACT in saved
         and trusted
     ):
@@ -412,7 +412,7 @@ def _reloading(record: CacheRecord, cand: CandidateState) -> ComebackProvider:
         bundle.artifact_path(PROGRAM_ARTIFACT) if PROGRAM_ARTIFACT in saved and trusted else None
     )
     metadata = dict(bundle.report.candidate(cand.name).metadata)
-    return ComebackProvider(
+    return ReloadingProvider(
         provider,
         bundle.path / ARTIFACTS_DIR / cand.name,
         metadata,

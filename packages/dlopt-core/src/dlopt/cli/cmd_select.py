@@ -27,11 +27,12 @@ from dlopt.cli.common import (
 )
 from dlopt.cli.console import Output, wants_plain
 from dlopt.cli.objectives import (
-    add_strategy_arguments,
+    add_objective_arguments,
     batched,
-    check_strategy,
+    check_objective_arguments,
     objective_of,
     races_batches,
+    warn_retired,
 )
 from dlopt.cli.preflight import (
     check_count,
@@ -236,7 +237,7 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
-    check_strategy(args, parse_input_spec(args.input)[0] if args.input else None)
+    check_objective_arguments(args, parse_input_spec(args.input)[0] if args.input else None)
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -268,6 +269,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     target = cli_target(args, must_exist=True)
     # Everything the user typed is checked before anything is built or allocated.
     preflight_select(args)
+    warn_retired(args)
     if args.demo:
         if args.inputs or args.input or args.case:
             raise ConfigurationError(
@@ -456,7 +458,7 @@ def add_select_command(sub: Any) -> None:
         choices=OBJECTIVES,
         help=f"what the choice optimises (default: {_default(OptimizationPolicy, 'objective')})",
     )
-    add_strategy_arguments(p)
+    add_objective_arguments(p)
     p.add_argument(
         "--grad-mode",
         default=None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -53,7 +54,7 @@ class Role(TextEnum):
         return _declared(cls, provider, "role", getattr(provider, "role", cls.CHALLENGER))
 
 
-class Comeback(TextEnum):
+class Reload(TextEnum):
     """How a saved plan (a bundle, a cache record) is served again by its provider.
 
     ``load``: ``provider.load(directory, metadata, context)`` reads the plan's saved
@@ -69,13 +70,23 @@ class Comeback(TextEnum):
     REBUILD_WITH_COMPILE_CACHE = "rebuild_with_compile_cache"
 
     @classmethod
-    def of(cls, provider: object) -> Comeback:
-        """What ``provider`` declares in ``comes_back``; undeclared: ``load`` when it has a
-        ``load`` method, else ``rebuild``."""
-        declared = getattr(provider, "comes_back", None)
+    def of(cls, provider: object) -> Reload:
+        """What ``provider`` declares in ``reloads_by``; undeclared: ``load`` when it has a
+        ``load`` method, else ``rebuild``. (``comes_back``, the name before plugin API 2.1,
+        is read too, with a ``DeprecationWarning``.)"""
+        declared = getattr(provider, "reloads_by", None)
+        if declared is None and getattr(provider, "comes_back", None) is not None:
+            warnings.warn(
+                f"provider {getattr(provider, 'name', provider)!r} declares comes_back, which "
+                "is deprecated: declare reloads_by (same values)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            declared = provider.comes_back  # type: ignore[attr-defined]
+            return _declared(cls, provider, "comes_back", declared)
         if declared is None:
             return cls.LOAD if callable(getattr(provider, "load", None)) else cls.REBUILD
-        return _declared(cls, provider, "comes_back", declared)
+        return _declared(cls, provider, "reloads_by", declared)
 
 
 _E = TypeVar("_E", bound=enum.Enum)
@@ -372,8 +383,8 @@ class ProviderProtocol(Protocol):
     ``OptimizationPolicy(plan_options=...)``), and ``load(directory, metadata, context)
     -> BuiltPlan`` for a provider that can serve a saved plan again without rebuilding it
     from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
-    file names, ``metadata`` is the plan's recorded metadata), and ``comes_back`` (a
-    :class:`Comeback`: how a bundle or cache record serves the plan again; default
+    file names, ``metadata`` is the plan's recorded metadata), and ``reloads_by`` (a
+    :class:`Reload`: how a bundle or cache record serves the plan again; default
     ``load`` with a ``load`` method, else ``rebuild``). A provider that rebuilds may also
     implement ``save_program(plan, directory, context) -> dict | None`` and
     ``load_program(directory, metadata, context) -> BuiltPlan``: the selected plan saved
@@ -428,29 +439,41 @@ class Provider:
     """A base class with the common plumbing; implementing the protocol directly is fine.
 
     Subclasses set ``name``, ``precision`` (and ``role``, ``options_type`` when needed)
-    and implement :meth:`check` (the availability probe; it may raise) and ``build``.
-    :meth:`probe` guards ``check`` (an exception becomes "unavailable" with its message)
-    and caches the answer per target and options, so repeated probes cost nothing.
+    and implement :meth:`availability` (what the probe answers; it may raise) and
+    ``build``. :meth:`probe` guards ``availability`` (an exception becomes "unavailable"
+    with its message) and caches the answer per target and options, so repeated probes
+    cost nothing.
     """
 
     name: str
     precision: Precision = Precision.FP32
     role: Role = Role.CHALLENGER
     options_type: type | None = None
-    #: The install hint used when ``check`` raises.
+    #: The install hint used when ``availability`` raises.
     install_hint: str | None = None
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Whether this plan can be built on ``context.target``; may raise."""
-        raise NotImplementedError
+        retired = getattr(self, "check", None)
+        if callable(retired):
+            # A provider written before plugin API 2.1 names it ``check``.
+            warnings.warn(
+                f"provider {self.name!r} implements check(), which is deprecated: rename it "
+                "availability() (same arguments and answer)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return retired(context)  # type: ignore[no-any-return]
+        raise NotImplementedError(f"provider {self.name!r} implements no availability()")
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
+        """The guarded, cached :meth:`availability`: never raises."""
         # The workload is part of the key: a probe may judge it (expected calls, shapes).
         key = (context.target, repr(context.options), id(context.workload))
         cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
         if key not in cache:
             try:
-                cache[key] = self.check(context)
+                cache[key] = self.availability(context)
             except Exception as exc:
                 cache[key] = ProviderAvailability.unavailable(
                     f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
@@ -463,4 +486,6 @@ class Provider:
 
 
 #: Names this module had before the glossary gave each concept one word.
-__getattr__ = retired_names(__name__, {"ExecutionProvider": "ProviderProtocol"}, globals())
+__getattr__ = retired_names(
+    __name__, {"ExecutionProvider": "ProviderProtocol", "Comeback": "Reload"}, globals()
+)

@@ -16,7 +16,7 @@ from dlopt.settings.target import ExecutionTarget
 
 if TYPE_CHECKING:
     from dlopt.contract.records import PluginFailure
-    from dlopt.pipeline.probe import ProviderStatus
+    from dlopt.pipeline.probe import ProbeRecord
 
 __all__ = [
     "CpuInfo",
@@ -150,7 +150,7 @@ def inspect_runtime(
 
 
 def record_providers(
-    info: RuntimeInfo, statuses: Iterable[ProviderStatus], failures: Iterable[PluginFailure]
+    info: RuntimeInfo, statuses: Iterable[ProbeRecord], failures: Iterable[PluginFailure]
 ) -> RuntimeInfo:
     """``info`` with the providers' availability and the plugins that failed to load."""
     return attrs.evolve(

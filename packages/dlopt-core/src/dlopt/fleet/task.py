@@ -151,7 +151,7 @@ def _result(base: dict[str, Any], report: Any, seconds: float) -> FleetResult:
         key=None if report.cache is None else report.cache.key,
         selected_plan=report.selected_plan,
         baseline=report.baseline,
-        speedup=selected.race.speedup_vs_eager,
+        speedup=selected.race.speedup_vs_reference,
         regret_bound=None if report.measurement is None else report.measurement.regret_bound,
         cache_hit=None if report.cache is None else report.cache.cache_hit,
         failures=failures,

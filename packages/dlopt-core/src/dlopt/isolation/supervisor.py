@@ -181,7 +181,7 @@ def probe_in_worker(
     reported unavailable with the fault; a plugin whose import does, as a load failure."""
     from dlopt.contract.provider import ProviderAvailability
     from dlopt.contract.records import PluginFailure
-    from dlopt.pipeline.probe import ProviderStatus
+    from dlopt.pipeline.probe import ProbeRecord
     from dlopt.platform.serialization import from_jsonable, parse_strict_json
 
     workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
@@ -196,7 +196,7 @@ def probe_in_worker(
     )
     text, faults, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
     data = parse_strict_json(text)
-    statuses = [from_jsonable(s, ProviderStatus) for s in data["providers"]]
+    statuses = [from_jsonable(s, ProbeRecord) for s in data["providers"]]
     failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
     for name, fault in faults.items():
         if name.startswith(PLUGIN_PREFIX):
@@ -209,7 +209,7 @@ def probe_in_worker(
             )
         else:
             statuses.append(
-                ProviderStatus(
+                ProbeRecord(
                     name=name,
                     plugin="unknown",
                     distribution=None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import attrs
 import torch
 
-from dlopt.pipeline.batches import fit_to_memory
+from dlopt.errors import ConfigurationError
 from dlopt.pipeline.state import SelectionContext
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
@@ -38,3 +38,49 @@ def capture(
     workload = fit_to_memory(model, workload, context.target.input_device)
     reference = capture_reference(model, workload, quality, target=context.target, guard=guard)
     return GroundTruth(workload, guard, reference)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the model ran out of memory (host or device)."""
+    oom_type = getattr(torch, "OutOfMemoryError", None)
+    if isinstance(exc, MemoryError) or (oom_type is not None and isinstance(exc, oom_type)):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def fit_to_memory(
+    model: torch.nn.Module, workload: WorkloadProfile, device: str
+) -> WorkloadProfile:
+    """``workload`` without the batch sizes from the first the model runs out of memory on.
+
+    Runs the model once per batch size, smallest first, in inference mode (``device``:
+    where the model and inputs live, whose cache is emptied after a failure); other errors are left for the reference check to
+    report. Batch 1 running out of memory is a ``ConfigurationError``: nothing can race.
+    """
+    if not workload.fit_to_memory or workload.batch_sizes is None:
+        return workload
+    for index, case in enumerate(workload.cases):
+        try:
+            with torch.inference_mode():
+                model(*case.args, **case.kwargs)
+        except Exception as exc:
+            if not out_of_memory(exc):
+                return workload
+            size = workload.batch_size_of(index)
+            note = (
+                f"batch sizes from {size} on dropped: the reference ran out of memory at "
+                f"batch {size} ({type(exc).__name__}: {str(exc).strip()[:200]})"
+            )
+            if index == 0:
+                raise ConfigurationError(
+                    f"the model runs out of memory at batch {size}, the smallest batch size: "
+                    f"{note}; lower the sample's size or serve on a larger device"
+                ) from None
+            _release(device)
+            return workload.first_cases(index, memory_note=note)
+    return workload
+
+
+def _release(device: str) -> None:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -25,7 +25,7 @@ from dlopt.measurement import (
     Clock,
     PeakMemory,
 )
-from dlopt.pipeline.probe import ProviderStatus
+from dlopt.pipeline.probe import ProbeRecord
 from dlopt.settings.policy import OptimizationPolicy
 from dlopt.settings.target import ExecutionTarget
 from dlopt.validation import (
@@ -49,7 +49,7 @@ class CandidateState:
     """Working state of one candidate during a selection: what was built and measured."""
 
     info: ProviderInfo
-    status: ProviderStatus | None = None
+    status: ProbeRecord | None = None
     plan: BuiltPlan | None = None
     options: Any = None
     setup_s: float | None = None

@@ -3,7 +3,7 @@
 A module that renamed a public name keeps the old one reachable through its
 ``__getattr__`` (Python calls it only for names the module does not define)::
 
-    __getattr__ = retired_names(__name__, {"ExecutionProvider": "ProviderProtocol"}, globals())
+    __getattr__ = retired_names(__name__, {"OldName": "NewName"}, globals())
 
 CHANGELOG.md lists every retired name and the release that removes it.
 """

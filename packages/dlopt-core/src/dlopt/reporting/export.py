@@ -96,10 +96,10 @@ def candidate_records(runs: Iterable[LabelledReport]) -> list[dict[str, Any]]:
 
 
 def _candidate_record(run: LabelledReport, c: CandidateEvidence) -> dict[str, Any]:
-    eager = _interval(c.race.speedup_vs_eager)
-    native = _interval(c.race.speedup_vs_native)
+    eager = _interval(c.race.speedup_vs_reference)
+    native = _interval(c.race.speedup_vs_baseline)
     error = getattr(c, "error", None)
-    parity = c.validation.parity
+    parity = c.validation.first_calls
     return {
         "run": run.label,
         "plan": c.name,

@@ -136,9 +136,9 @@ def latency_figure(report: OptimizationReport, label: str = "") -> Figure | None
 
 
 def _speedup_vs_baseline(report: OptimizationReport, c: CandidateEvidence) -> Any:
-    if report.baseline == "eager_fp32" or c.race.speedup_vs_native is None:
-        return c.race.speedup_vs_eager
-    return c.race.speedup_vs_native
+    if report.baseline == "eager_fp32" or c.race.speedup_vs_baseline is None:
+        return c.race.speedup_vs_reference
+    return c.race.speedup_vs_baseline
 
 
 def speedup_figure(report: OptimizationReport, label: str = "") -> Figure | None:

@@ -1,8 +1,8 @@
 """The throughput objective: which (plan, batch size) serves the most items per second,
 under an optional latency budget per call.
 
-Pure functions over the race's numbers, no torch (docs/selection.md, "Serving
-strategies"). The rules:
+Pure functions over the race's numbers, no torch (docs/selection.md, "Objectives for
+latency and throughput"). The rules:
 
 * Each (plan, batch size) is a case of the same interleaved, paired race; its throughput
   is ``batch / latency`` items per second.

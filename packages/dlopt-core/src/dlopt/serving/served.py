@@ -19,7 +19,6 @@ Per call, in order:
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 import warnings
 from collections.abc import Callable, Collection, Hashable
@@ -36,7 +35,7 @@ from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import ServingContextError, UnseenSignatureError
 from dlopt.serving.evidence import ServingEvidence
 from dlopt.serving.signature import describe, family_key, signature_key
-from dlopt.vocabulary import Concurrency, GradMode, UnseenSignature
+from dlopt.vocabulary import Concurrency, GradMode, TextEnum, UnseenSignature
 
 #: Signatures whose route is remembered; beyond it the memory starts again (a stream of
 #: ever-new shapes must not grow a decision without bound).
@@ -45,7 +44,7 @@ _ROUTE_MEMORY = 4096
 _UNSEEN_KEPT = 64
 
 
-class _Route(enum.Enum):
+class _Route(TextEnum):
     PLAN = "plan"
     FALLBACK = "fallback"
     REFUSE = "refuse"

@@ -32,7 +32,7 @@ from dlopt.measurement.clock import FakeClock
 from dlopt.measurement.race import run_race
 from dlopt.measurement.results import RaceResult
 from dlopt.settings.measurement import MeasurementPolicy
-from dlopt.testing.back_to_back import FixedProtocolResult, fixed_protocol
+from dlopt.testing.back_to_back import BackToBackResult, back_to_back_protocol
 
 
 @frozen
@@ -143,11 +143,11 @@ def run_simulated_fixed(
     warmup: int = 5,
     iterations: int = 20,
     repeats: int = 3,
-) -> FixedProtocolResult:
+) -> BackToBackResult:
     """The fixed back-to-back protocol on a fresh simulated machine."""
     machine = SimulatedMachine(noise, seed=seed)
     n_cases = len(next(iter(latencies.values())))
-    return fixed_protocol(
+    return back_to_back_protocol(
         machine.candidates(latencies),
         weights if weights is not None else [1.0] * n_cases,
         baseline,

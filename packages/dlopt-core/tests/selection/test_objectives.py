@@ -1,4 +1,4 @@
-"""Serving strategies on the fake clock: min-latency at batch 1, max-throughput over batch
+"""The latency and throughput objectives on the fake clock: min_latency at batch 1, max_throughput over batch
 sizes, and the latency budget checked with an upper confidence bound."""
 
 from __future__ import annotations
