@@ -69,7 +69,7 @@ class Verdict(TextEnum):
 class Gate(TextEnum):
     """Where a challenger stands at the race's confidence gate while the race runs.
 
-    Internal to the kernel (the report holds the :class:`Verdict` it leads to): ``OPEN``
+    Internal to the race engine (the report holds the :class:`Verdict` it leads to): ``OPEN``
     still deciding; ``FASTER`` its interval's low end cleared ``min_speedup``;
     ``NOT_FASTER`` its high end fell below it; ``FUTILE`` no budget left could decide it.
     """

@@ -3,7 +3,7 @@
 The record's selected plan comes back (:mod:`dlopt.cache.reload`) through the
 pipeline's own prepare stage, so it is built (or loaded), called once per case and
 validated against the fresh eager reference exactly as in a race, with the build limits
-checked. Then a short paired, interleaved probe of the race kernel (two plans: the
+checked. Then a short paired, interleaved probe of the race engine (two plans: the
 baseline and the cached pick, :func:`probe_policy`) measures it again, its last outputs
 are validated again and the measured limits checked.
 
@@ -42,7 +42,7 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
     """The race's measurement policy, cut down to the revalidation probe: a few rounds
     within a small budget, no futility stop (the probe's interval decides).
 
-    The budget is the kernel's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
+    The budget is the race engine's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
     at the first round's pace, at least :data:`PROBE_MAX_TIME_S` and at most
     :data:`PROBE_CEILING_S`. A fast model's probe keeps its 3 s; a slow model's gets the
     rounds that make its interval tell (a fixed 3 s measured no interval at all for

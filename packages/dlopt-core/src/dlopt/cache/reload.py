@@ -9,7 +9,7 @@ declares.
 Torch's compile caches (``torch.compiler.save_cache_artifacts``) are torch's own
 serialized format, which torch unpickles when it loads them. They hold Inductor's
 generated code but not the C++ kernels compiled from it, which a fresh process would
-compile again (most of a CPU plan's compile time), so the kernel binaries torch loaded,
+compile again (most of a CPU plan's compile time), so the race engine binaries torch loaded,
 and the small library Inductor compiles to check the CPU's vector ISA, are saved beside
 them and put back into Inductor's cache directory, where torch finds them instead of
 compiling. dlopt hands both to torch only after every file's SHA-256
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from dlopt.cache.record_store import CacheRecord
 
 #: The artifact name (in a record's bundle) of torch's serialized compile caches: a
-#: directory holding :data:`COMPILE_CACHE_FILE` and the kernel binaries under
+#: directory holding :data:`COMPILE_CACHE_FILE` and the race engine binaries under
 #: :data:`KERNELS_DIR` (older records hold the file alone).
 COMPILE_CACHE_ARTIFACT = "torch_compile_cache"
 COMPILE_CACHE_FILE = "torch_compile_cache.bin"

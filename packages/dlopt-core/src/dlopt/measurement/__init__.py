@@ -1,11 +1,12 @@
-"""The measurement kernel: setup, first-call and steady-state costs of every plan.
+"""The race engine: setup, first-call and steady-state costs of every plan.
 
 Steady state is measured in a race (``run_race``): rounds of settled bursts, each
 challenger paired with the baseline round by round, decided by a group-sequential rule
 that stays valid whenever the race stops. The modules: ``scheduler`` (timing, quiet-wait,
 warm-up, bursts), ``sequential`` (boundaries, pooled variance, paired statistics),
-``kernel`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
-``clock``, ``memory``, ``stats``. See docs/measurement.md.
+``race`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
+``clock``, ``memory``, ``stats``. Its policy is :mod:`dlopt.settings.measurement`. See
+docs/measurement.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a race returns: one record per plan, the race's own figures, the open comparisons.
 
-Plain attrs value types (strict-JSON through ``dlopt.platform.serialization``); the kernel fills
+Plain attrs value types (strict-JSON through ``dlopt.platform.serialization``); the race engine fills
 them, the report copies them. ``RaceResult.paired_speedup`` compares any two plans after
 the race on the rounds both ran, with the race's own boundary.
 """

@@ -1,4 +1,4 @@
-"""Statistics of the measurement kernel: latency summaries and descriptive intervals.
+"""Statistics of the race engine: latency summaries and descriptive intervals.
 
 The intervals that decide come from :mod:`dlopt.measurement.sequential` (a group-sequential
 boundary); this module holds the per-case latency summary, the Student-t helpers and the

@@ -76,7 +76,7 @@ def _nonfinite_counts(outputs: Any) -> dict[str, int]:
 class LastOutput:
     """One plan's call on one case, keeping the output of the latest call for revalidation.
 
-    :meth:`check` inspects the outputs of every raced call (the kernel hands them over
+    :meth:`check` inspects the outputs of every raced call (the race engine hands them over
     after the timer stopped): a plan that turns NaN or infinite on its tenth call fails
     the race there, named with the call number.
     """

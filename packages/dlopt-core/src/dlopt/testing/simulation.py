@@ -1,4 +1,4 @@
-"""A simulated machine for testing and benchmarking the kernel without a real clock.
+"""A simulated machine for testing and benchmarking the race engine without a real clock.
 
 Each simulated call advances a ``FakeClock`` by ``latency x factors``:
 
@@ -16,7 +16,7 @@ Each simulated call advances a ``FakeClock`` by ``latency x factors``:
   extra ``Exp(mean = preempt_delay)`` times its latency, as when another process takes a
   core from an OpenMP team on a shared 2-core machine.
 
-``run_simulated_race`` and ``run_simulated_fixed`` give the kernel and the fixed peer
+``run_simulated_race`` and ``run_simulated_fixed`` give the race engine and the fixed peer
 protocol the same machine, so tests and ``benchmarks/measurement_kernel.py`` share them.
 """
 
