@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 import dlopt
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 from dlopt.measurement import MeasurementPolicy
 from dlopt.platform.machine import cpu_model_and_flags
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 EAGER = "eager_fp32"
 REPO = Path(__file__).resolve().parent.parent
@@ -275,7 +275,7 @@ def case_mean_ratios(report: OptimizationReport, cand: CandidateEvidence) -> str
 
 
 def quality(cand: CandidateEvidence) -> str:
-    parity = cand.parity
+    parity = cand.validation.first_calls
     if parity is None:
         return ""
     worst = None

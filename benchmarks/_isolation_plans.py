@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 #: The call (counted from the plan's first) on which the plan dereferences a null pointer.
 CRASH_AT_CALL = 12

@@ -30,7 +30,7 @@ from attrs import evolve
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
 from dlopt.platform.machine import cpu_flags
 from dlopt.selection.rules import Costs, choose
-from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
+from dlopt.testing.back_to_back import BackToBackResult, back_to_back_protocol
 from dlopt.testing.simulation import NoiseModel, run_simulated_fixed, run_simulated_race
 
 MIN_SPEEDUP = 1.02
@@ -63,7 +63,7 @@ def served(result: RaceResult) -> str:
     ).selected
 
 
-def fixed_pick(result: FixedProtocolResult, baseline: str) -> str:
+def fixed_pick(result: BackToBackResult, baseline: str) -> str:
     winners = [n for n, v in result.verdict.items() if v == "faster"]
     return max(winners, key=lambda n: result.speedup[n]) if winners else baseline
 
@@ -291,11 +291,13 @@ def real(repeats: int, threads: int) -> None:
             ks.append(result)
             k_picks.append(served(result))
             t0 = time.perf_counter()
-            fixed = fixed_protocol({n: [fn] for n, fn in plans.items()}, [1.0], "base", MIN_SPEEDUP)
+            fixed = back_to_back_protocol(
+                {n: [fn] for n, fn in plans.items()}, [1.0], "base", MIN_SPEEDUP
+            )
             f_wall.append(time.perf_counter() - t0)
             f_picks.append(fixed_pick(fixed, "base"))
             t0 = time.perf_counter()
-            fixed3 = fixed_protocol(
+            fixed3 = back_to_back_protocol(
                 {n: [fn] for n, fn in plans.items()}, [1.0], "base", MIN_SPEEDUP, iterations=60
             )
             f3_wall.append(time.perf_counter() - t0)

@@ -18,10 +18,10 @@ from collections.abc import Callable
 import attrs
 import torch
 
-from dlopt.api.workload import WorkloadProfile
 from dlopt.cli.demo import build_demo_model
+from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
-from dlopt.plugins.contract import ProviderContext
+from dlopt.settings.workload import WorkloadProfile
 from dlopt_onnxruntime.provider import OnnxRuntimeProvider
 
 

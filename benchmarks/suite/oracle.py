@@ -140,9 +140,9 @@ class ProviderPlans:
     validation), one at a time; ``close()`` releases them."""
 
     def __init__(self, model: nn.Module, cases: Sequence[Case]) -> None:
-        from dlopt.api.target import ExecutionTarget
-        from dlopt.api.workload import WorkloadCase, WorkloadProfile
         from dlopt.plugins.discovery import load_providers
+        from dlopt.settings.target import ExecutionTarget
+        from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
         self.model = model
         self.registry = load_providers()
@@ -158,28 +158,26 @@ class ProviderPlans:
         self.plans: list[Any] = []
 
     def build(self, name: str) -> dict[str, Call]:
-        from dlopt.api.policy import OptimizationPolicy
+        from dlopt.contract.provider import ProviderContext
         from dlopt.measurement import MonotonicClock
+        from dlopt.pipeline import ground_truth
         from dlopt.pipeline.plans import choose_plans
-        from dlopt.pipeline.prepare import prepare, prepared_cases
-        from dlopt.pipeline.state import Run
-        from dlopt.plugins.contract import ProviderContext
-        from dlopt.validation import ModelGuard, capture_reference
+        from dlopt.pipeline.prepare import prepare_plans
+        from dlopt.pipeline.state import SelectionContext
+        from dlopt.settings.policy import OptimizationPolicy
 
         policy = OptimizationPolicy(include=(name,))
         candidates = choose_plans(self.registry, (), policy)
         cand = next((c for c in candidates if c.name == name), None)
         if cand is None:
             raise RuntimeError(f"no installed provider is named {name!r}")
-        guard = ModelGuard(self.model, snapshot=policy.quality.snapshot_weights)
-        reference = capture_reference(
-            self.model, self.workload, policy.quality, target=self.target, guard=guard
-        )
+        run = SelectionContext(policy, self.target, MonotonicClock(), lambda event: None)
+        truth = ground_truth.capture(self.model, self.workload, run)
+        reference = truth.reference
         context = ProviderContext(
-            target=self.target, policy=policy, workload=self.workload, artifact_dir=self.tmp.name
+            target=self.target, policy=policy, workload=truth.workload, artifact_dir=self.tmp.name
         )
-        run = Run(policy, self.target, MonotonicClock(), lambda event: None)
-        prepare(cand, self.model, context, reference, guard, run)
+        prepare_plans([cand], self.model, context, reference, truth.guard, run)
         if not cand.alive:
             why = cand.error.message if cand.error else None
             if why is None and cand.status is not None:
@@ -191,7 +189,8 @@ class ProviderPlans:
 
         def make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
             def call() -> object:
-                with torch.inference_mode():
+                # As dlopt calls it: in the workload's calling context, on its inputs.
+                with reference.calling_context():
                     out = runner(*args, **kwargs)
                 if sync is not None:
                     sync()
@@ -199,7 +198,7 @@ class ProviderPlans:
 
             return call
 
-        return {case.name: make(case.args, case.kwargs) for case in prepared_cases(reference)}
+        return {case.name: make(case.args, case.kwargs) for case in reference.cases}
 
     def close(self) -> None:
         for plan in self.plans:

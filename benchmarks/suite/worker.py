@@ -39,8 +39,8 @@ def _write(path: Path, record: Any) -> None:
 def _dlopt_policy(quick: bool, plan_cache: Path | None = None, reuse: bool = False) -> Any:
     """The default policy (every installed plan races); ``--quick`` shortens the race.
     With ``plan_cache`` the decision is kept there, and served from it when ``reuse``."""
-    from dlopt.api.policy import OptimizationPolicy
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.settings.policy import OptimizationPolicy
 
     cache: dict[str, Any] = {}
     if plan_cache is not None:
@@ -55,7 +55,7 @@ def run_dlopt(
 ) -> None:
     """One decision (``run``), or with ``run=None`` the repeat decision from ``plan_cache``."""
     import dlopt
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
     model, cases = build(key)
     workload = WorkloadProfile(
@@ -102,7 +102,9 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         ),
         stop_reason=str(measurement.stop_reason.value) if measurement is not None else None,
         valid_plans=tuple(
-            c.name for c in report.candidates if c.parity is not None and c.parity.passed
+            c.name
+            for c in report.candidates
+            if c.validation.first_calls is not None and c.validation.first_calls.passed
         ),
         cache_hit=report.cache.cache_hit if report.cache is not None else None,
         build_s=math.fsum(life.setup_time_s or 0.0 for life in lifecycles.values()),
@@ -136,7 +138,7 @@ def run_peer(key: str, out: Path, run: int) -> None:
             oracle_name=PEER_PLAN_IN_ORACLE.get(report.selected_plan, report.selected_plan),
             wall_s=wall_s,
             timed_calls=timed,
-            valid_plans=tuple(c.name for c in report.candidates if c.parity),
+            valid_plans=tuple(c.name for c in report.candidates if c.validation.first_calls),
         ),
     )
 

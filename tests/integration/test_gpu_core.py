@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from dlopt import InferenceOptimizer, OptimizationPolicy, WorkloadCase, WorkloadProfile
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, time_call, track_peak_memory
 from dlopt.platform.probing import cuda_bf16_native
 from dlopt.plugins.builtin import native_variants
-from dlopt.plugins.contract import ProviderContext
+from dlopt.settings.target import ExecutionTarget
 from dlopt.testing.contexts import plan_gate
 
 pytestmark = [

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from dlopt.plugins.contract import PLUGIN_API_VERSION
+from dlopt.contract.provider import PLUGIN_API_VERSION
 
 tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
 

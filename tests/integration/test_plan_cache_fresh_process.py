@@ -64,7 +64,7 @@ WORKER = textwrap.dedent(
     import torch
     import slow_model
     from dlopt import InferenceOptimizer, OptimizationPolicy, DeploymentConstraints, WorkloadProfile
-    from dlopt.bundle.serve import load_bundle
+    from dlopt.api.bundles import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
 

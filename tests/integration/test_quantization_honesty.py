@@ -18,10 +18,10 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.provider import ProviderContext
 from dlopt.errors import ProviderBuildError
-from dlopt.plugins.contract import ProviderContext
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadProfile
 
 pytestmark = pytest.mark.slow
 

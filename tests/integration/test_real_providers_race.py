@@ -43,14 +43,16 @@ def test_real_plans_race_validate_and_report(tmp_path):
         "onnxruntime_cpu_int8",
     }
     ort = by_name["onnxruntime_cpu"]
-    assert ort.parity is not None and ort.parity.passed, ort.error
+    assert ort.validation.first_calls is not None and ort.validation.first_calls.passed, ort.error
     assert ort.precision == "fp32" and ort.first_call_time_s is not None
     assert [c.name for c in ort.cases] == ["b1", "b4"]
     assert all(c.latency is not None for c in ort.cases)
     assert by_name["fx"].metadata["rewrites"], "the fx plan records its rewrites"
     int8 = by_name["onnxruntime_cpu_int8"]
     # Either validated at int8 limits or rejected with a stage; never silently dropped.
-    assert int8.precision == "int8" and (int8.parity is not None or int8.error is not None)
+    assert int8.precision == "int8" and (
+        int8.validation.first_calls is not None or int8.error is not None
+    )
     assert report.selected_plan in by_name
     with torch.inference_mode():
         out = decision(workload.cases[1].args[0])

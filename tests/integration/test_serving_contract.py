@@ -72,7 +72,7 @@ WORKER = textwrap.dedent(
         DeploymentConstraints, InferenceOptimizer, OptimizationPolicy, ServingContextError,
         WorkloadCase, WorkloadProfile,
     )
-    from dlopt.bundle.serve import load_bundle
+    from dlopt.api.bundles import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
     from dlopt.validation import validate_outputs

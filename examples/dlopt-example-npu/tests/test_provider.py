@@ -18,7 +18,6 @@ from dlopt_example_npu.provider import (
     NpuOptions,
 )
 
-from dlopt.api.policy import describe_options, structure_options
 from dlopt.plugin import (
     ConfigurationError,
     ExecutionTarget,
@@ -27,6 +26,7 @@ from dlopt.plugin import (
     ProviderBuildError,
     ProviderContext,
 )
+from dlopt.settings.policy import describe_options, structure_options
 
 
 class SmallNet(torch.nn.Module):

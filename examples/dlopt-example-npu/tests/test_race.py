@@ -19,7 +19,7 @@ import torch
 from dlopt_example_npu.provider import ExampleNpuFastProvider, ExampleNpuProvider
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
-from dlopt.api.decision import OptimizationDecision
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.measurement import MeasurementPolicy, MonotonicClock
 from dlopt.plugin import BuiltPlan, ExecutionTarget, PreparedCase, ProviderContext
 from dlopt.testing.fake_race import FakeRace

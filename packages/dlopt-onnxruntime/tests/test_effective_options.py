@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.api.target import ExecutionTarget
 from dlopt.errors import ProviderBuildError
 from dlopt.plugin import PreparedCase, ProviderContext
+from dlopt.settings.target import ExecutionTarget
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
 from dlopt_onnxruntime.effective import (
     assignment_problem,

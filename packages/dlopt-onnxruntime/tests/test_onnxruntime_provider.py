@@ -15,13 +15,13 @@ import pytest
 import torch
 
 import dlopt_onnxruntime.export as export_module
-from dlopt.api.policy import structure_options
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.contract.provider import ProviderContext
 from dlopt.errors import ProviderBuildError, WorkloadError
 from dlopt.plugin import capture_output
-from dlopt.plugins.contract import ProviderContext
 from dlopt.precision import Precision
+from dlopt.settings.policy import structure_options
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing import ProviderContractSuite
 from dlopt.validation import validate_outputs
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
-from dlopt.api.policy import describe_options
-from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ConfigurationError, ProviderBuildError
 from dlopt.platform.serialization import strict_jsonable
 from dlopt.plugin import PreparedCase, ProviderContext, Role
+from dlopt.settings.policy import describe_options
+from dlopt.settings.workload import WorkloadProfile
 from dlopt_onnxruntime import OnnxRuntimeProvider
 from dlopt_onnxruntime.options import OrtInt8Options, OrtOptions
 from dlopt_onnxruntime.plugin import default_providers

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from dlopt.api.policy import structure_options
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, ProviderBuildError
 from dlopt.plugin import Precision, ProviderContext
+from dlopt.settings.policy import structure_options
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.validation import validate_outputs
 from dlopt_onnxruntime import OnnxRuntimeProvider, OrtInt8StaticOptions
 from dlopt_onnxruntime.plugin import default_providers

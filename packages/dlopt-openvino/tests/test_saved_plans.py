@@ -49,7 +49,7 @@ WORKER = textwrap.dedent(
     import slow_model
     from dlopt import DeploymentConstraints, InferenceOptimizer, OptimizationPolicy
     from dlopt import WorkloadCase, WorkloadProfile
-    from dlopt.bundle.serve import load_bundle
+    from dlopt import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.requirements import Requirement
 
-from dlopt_tensorrt.pins import UNKNOWN_PIN, install_command, torch_tensorrt_pin
+from dlopt_tensorrt.requirement import UNKNOWN_PIN, install_command, torch_tensorrt_pin
 
 
 @pytest.mark.parametrize(

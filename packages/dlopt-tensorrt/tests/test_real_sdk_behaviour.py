@@ -14,7 +14,7 @@ import pytest
 from dlopt.plugin import ExecutionTarget, Precision, ProviderContext
 from dlopt_tensorrt import TensorRTProvider
 from dlopt_tensorrt.compat import tensorrt_requirement
-from dlopt_tensorrt.pins import NVIDIA_INDEX, install_command
+from dlopt_tensorrt.requirement import NVIDIA_INDEX, install_command
 
 # 6. install hints that name the index and the TensorRT major --------------------------
 

@@ -28,6 +28,7 @@ from dlopt.plugin import (
 )
 from dlopt.testing.plugins import imports_beyond_plugin_api
 from dlopt_torchao import Scheme, TorchAOProvider
+from dlopt_torchao import plans as plans_module
 from dlopt_torchao import provider as provider_module
 from dlopt_torchao.provider import TorchAOInt4Options, TorchAOOptions
 
@@ -119,7 +120,7 @@ def test_exclude_layers_naming_no_linear_layer_is_a_build_error(tmp_path: Path) 
 
 
 def test_options_per_scheme_have_defaults_and_help() -> None:
-    for provider in provider_module.all_providers():
+    for provider in plans_module.all_providers():
         if not isinstance(provider, TorchAOProvider):
             continue  # the PT2E plan has its own options (tests/test_pt2e.py)
         expected = (
@@ -149,7 +150,7 @@ def test_a_bad_option_is_refused_before_the_race_naming_the_plan(
     optimizer = InferenceOptimizer(
         "cpu",
         OptimizationPolicy(include=[plan], plan_options={plan: values}),
-        providers=provider_module.all_providers(),
+        providers=plans_module.all_providers(),
         registry=load_providers(entry_points=[]),
     )
     with pytest.raises(ConfigurationError, match=message):
@@ -157,7 +158,7 @@ def test_a_bad_option_is_refused_before_the_race_naming_the_plan(
 
 
 def test_every_plan_declares_the_challenger_role() -> None:
-    for provider in provider_module.all_providers():
+    for provider in plans_module.all_providers():
         assert Role.of(provider) is Role.CHALLENGER
     assert TorchAOProvider.role is Role.CHALLENGER
 

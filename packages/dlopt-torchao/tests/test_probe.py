@@ -13,6 +13,7 @@ import dlopt.platform.probing
 from dlopt.plugin import ExecutionTarget, ProviderContext
 from dlopt_torchao import Scheme, TorchAOProvider
 from dlopt_torchao import cpu as cpu_module
+from dlopt_torchao import plans as plans_module
 from dlopt_torchao import provider as provider_module
 from dlopt_torchao.provider import TorchAOOptions, not_offered_by_default
 
@@ -46,7 +47,7 @@ def _fake_gpu(monkeypatch: Any, capability: tuple[int, int]) -> None:
 
 
 def test_every_scheme_declares_its_precision() -> None:
-    names = {p.name: p.precision.value for p in provider_module.all_providers()}
+    names = {p.name: p.precision.value for p in plans_module.all_providers()}
     assert names == {
         "torchao_int8_dynamic": "int8",
         "torchao_int8_dynamic_inductor": "int8",

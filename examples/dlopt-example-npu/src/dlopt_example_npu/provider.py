@@ -5,7 +5,7 @@ become constants, BatchNorm folds into the convolutions). Both take host tensors
 race on a host-side target (``cpu``), and both run asynchronously: calling the plan
 enqueues work on the device and its ``synchronize`` waits for it.
 
-Everything comes from ``dlopt.plugin``; the SDK is imported inside ``check``, ``build``
+Everything comes from ``dlopt.plugin``; the SDK is imported inside ``availability``, ``build``
 and ``load`` only, so listing plugins never pays for it.
 """
 
@@ -98,7 +98,7 @@ class ExampleNpuProvider(Provider):
     freeze = False
 
     # -- probe: installed -> imports -> the device answers --------------------------
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """The layered probe; the base class catches what it raises and caches its answer."""
         version, problem = check_distribution(SDK_DISTRIBUTION, None, INSTALL_HINT)
         if problem:  # layer 1: metadata only, nothing imported

@@ -10,19 +10,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from dlopt._version import __version__
-from dlopt.plugins.contract import PLUGIN_API_VERSION
-from dlopt.plugins.hookspecs import hookimpl
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import PLUGIN_API_VERSION
 
 _LAZY: dict[str, str] = {
     # contract
-    "BuiltPlan": "dlopt.plugins.contract",
-    "ExecutionProvider": "dlopt.plugins.contract",
-    "ProviderAvailability": "dlopt.plugins.contract",
-    "ProviderContext": "dlopt.plugins.contract",
+    "BuiltPlan": "dlopt.contract.provider",
+    "ProviderProtocol": "dlopt.contract.provider",
+    "ProviderAvailability": "dlopt.contract.provider",
+    "ProviderContext": "dlopt.contract.provider",
     "Precision": "dlopt.precision",
-    "ExecutionTarget": "dlopt.api.target",
-    "WorkloadCase": "dlopt.api.workload",
-    "WorkloadProfile": "dlopt.api.workload",
+    "ExecutionTarget": "dlopt.settings.target",
+    "WorkloadCase": "dlopt.settings.workload",
+    "WorkloadProfile": "dlopt.settings.workload",
     "Event": "dlopt.events",
     "EventKind": "dlopt.events",
     "load_providers": "dlopt.plugins.discovery",
@@ -30,20 +30,20 @@ _LAZY: dict[str, str] = {
     "inspect_runtime": "dlopt.evidence.provenance",
     "RuntimeInfo": "dlopt.evidence.provenance",
     # policy and pipeline
-    "OptimizationPolicy": "dlopt.api.policy",
-    "DeploymentConstraints": "dlopt.api.policy",
+    "OptimizationPolicy": "dlopt.settings.policy",
+    "DeploymentConstraints": "dlopt.settings.policy",
     "MeasurementPolicy": "dlopt.measurement",
     "QualityPolicy": "dlopt.validation",
     "QualityLimits": "dlopt.validation",
     "InferenceOptimizer": "dlopt.api.optimizer",
-    "OptimizationDecision": "dlopt.api.decision",
+    "OptimizationDecision": "dlopt.engine.decision",
     "OptimizationReport": "dlopt.evidence.report",
     "load_report": "dlopt.evidence.report",
     # bundles
     "Bundle": "dlopt.bundle.store",
     "BundleError": "dlopt.bundle.store",
     "BundleLoadError": "dlopt.bundle.store",
-    "load_bundle": "dlopt.bundle.serve",
+    "load_bundle": "dlopt.api.bundles",
     "verify_bundle": "dlopt.bundle.store",
     # agents and cancellation
     "OptimizationAgentToolkit": "dlopt.agents",
@@ -51,7 +51,7 @@ _LAZY: dict[str, str] = {
     "SelectionCancelled": "dlopt.errors",
     # serving
     "GradMode": "dlopt.vocabulary",
-    "ServingTraits": "dlopt.plugins.contract",
+    "ServingTraits": "dlopt.contract.provider",
     "ServingError": "dlopt.errors",
     "ServingContextError": "dlopt.errors",
     "UnseenSignatureError": "dlopt.errors",
@@ -60,7 +60,20 @@ _LAZY: dict[str, str] = {
 __all__ = ["PLUGIN_API_VERSION", "__version__", "hookimpl", *_LAZY]
 
 
+#: Public names retired when the glossary gave each concept one word: old -> new.
+_RETIRED = {"ExecutionProvider": "ProviderProtocol"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _RETIRED:
+        import warnings
+
+        warnings.warn(
+            f"dlopt.{name} is deprecated: use dlopt.{_RETIRED[name]} (see CHANGELOG.md)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return __getattr__(_RETIRED[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dlopt' has no attribute {name!r}")
@@ -71,13 +84,17 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from dlopt.agents import OptimizationAgentToolkit, ToolkitLimits
-    from dlopt.api.decision import OptimizationDecision
+    from dlopt.api.bundles import load_bundle
     from dlopt.api.optimizer import InferenceOptimizer
-    from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-    from dlopt.api.target import ExecutionTarget
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
-    from dlopt.bundle.serve import load_bundle
     from dlopt.bundle.store import Bundle, BundleError, BundleLoadError, verify_bundle
+    from dlopt.contract.provider import (
+        BuiltPlan,
+        ProviderAvailability,
+        ProviderContext,
+        ProviderProtocol,
+        ServingTraits,
+    )
+    from dlopt.engine.decision import OptimizationDecision
     from dlopt.errors import (
         SelectionCancelled,
         ServingContextError,
@@ -88,14 +105,10 @@ if TYPE_CHECKING:
     from dlopt.evidence.provenance import RuntimeInfo, inspect_runtime
     from dlopt.evidence.report import OptimizationReport, load_report
     from dlopt.measurement import MeasurementPolicy
-    from dlopt.plugins.contract import (
-        BuiltPlan,
-        ExecutionProvider,
-        ProviderAvailability,
-        ProviderContext,
-        ServingTraits,
-    )
     from dlopt.plugins.discovery import PluginSettings, load_providers
     from dlopt.precision import Precision
+    from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+    from dlopt.settings.target import ExecutionTarget
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
     from dlopt.validation import QualityLimits, QualityPolicy
     from dlopt.vocabulary import GradMode

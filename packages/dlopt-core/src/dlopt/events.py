@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import enum
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from attrs import field, frozen
 
+from dlopt.vocabulary import TextEnum
 
-class EventKind(str, enum.Enum):
+
+class EventKind(TextEnum):
     RACE_STARTED = "race_started"
     #: A plan enters a stage (``data["stage"]``: a :class:`~dlopt.vocabulary.Stage` value:
     #: probe, build, first_call, validation).
@@ -35,3 +38,16 @@ class Event:
     message: str
     candidate: str | None = None
     data: dict[str, Any] = field(factory=dict)
+
+
+def fan_out(*sinks: Callable[[Event], None]) -> Callable[[Event], None]:
+    """One event sink that hands each event to every sink in ``sinks`` (the plugins'
+    ``dlopt_on_event`` hooks, the caller's observers); an observer that raises is skipped
+    for that event and never stops the selection."""
+
+    def emit(event: Event) -> None:
+        for sink in sinks:
+            with contextlib.suppress(Exception):
+                sink(event)
+
+    return emit

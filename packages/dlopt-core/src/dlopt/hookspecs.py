@@ -1,7 +1,10 @@
-"""Kept for code that imports ``dlopt.hookspecs``; the hook specifications live in
-:mod:`dlopt.plugins.hookspecs`. Plugin authors import ``hookimpl`` from :mod:`dlopt.plugin`."""
+"""Deprecated: the hook specifications live in :mod:`dlopt.contract.hooks`, and plugin
+authors import ``hookimpl`` from :mod:`dlopt.plugin`. Importing this module still works,
+with a ``DeprecationWarning`` (CHANGELOG.md says when it goes)."""
 
-from dlopt.plugins.hookspecs import (
+import warnings
+
+from dlopt.contract.hooks import (
     PROJECT_NAME,
     dlopt_on_event,
     dlopt_register_metrics,
@@ -18,3 +21,10 @@ __all__ = [
     "hookimpl",
     "hookspec",
 ]
+
+warnings.warn(
+    "dlopt.hookspecs is deprecated: import hookimpl from dlopt.plugin (the specifications "
+    "are in dlopt.contract.hooks)",
+    DeprecationWarning,
+    stacklevel=2,
+)

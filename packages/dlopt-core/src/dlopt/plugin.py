@@ -14,7 +14,7 @@ move between releases, this module's names do not (they only grow). A plugin mod
         name = "mynpu_int8"
         precision = Precision.INT8
 
-        def check(self, context): ...
+        def availability(self, context): ...
         def build(self, model, context) -> BuiltPlan: ...
 
 
@@ -29,8 +29,21 @@ Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implement
 
 from __future__ import annotations
 
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import (
+    EAGER_SERVING,
+    PLUGIN_API_VERSION,
+    BuiltPlan,
+    PreparedCase,
+    Provider,
+    ProviderAvailability,
+    ProviderContext,
+    ProviderProtocol,
+    Register,
+    Reload,
+    Role,
+    ServingTraits,
+)
 from dlopt.errors import (
     ConfigurationError,
     DloptError,
@@ -40,6 +53,7 @@ from dlopt.errors import (
 )
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
+from dlopt.platform.names import is_plain_name
 from dlopt.platform.npz import read_npz
 from dlopt.platform.probing import (
     CapturedOutput,
@@ -53,26 +67,13 @@ from dlopt.platform.probing import (
     try_import,
     version_satisfies,
 )
+from dlopt.platform.retired import retired_names
 from dlopt.platform.serialization import atomic_write_text, strict_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
-from dlopt.plugins.boundary import is_plain_name
-from dlopt.plugins.contract import (
-    EAGER_SERVING,
-    PLUGIN_API_VERSION,
-    BuiltPlan,
-    Comeback,
-    ExecutionProvider,
-    PreparedCase,
-    Provider,
-    ProviderAvailability,
-    ProviderContext,
-    Register,
-    Role,
-    ServingTraits,
-)
-from dlopt.plugins.hookspecs import hookimpl
 from dlopt.precision import Precision
-from dlopt.vocabulary import Concurrency
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
+from dlopt.vocabulary import Concurrency, TextEnum
 
 __all__ = [
     "EAGER_SERVING",
@@ -82,7 +83,7 @@ __all__ = [
     "Concurrency",
     "ConfigurationError",
     "DloptError",
-    "ExecutionProvider",
+    "ProviderProtocol",
     "ExecutionTarget",
     "PlanNotApplicable",
     "Precision",
@@ -92,9 +93,10 @@ __all__ = [
     "ProviderBuildError",
     "ProviderContext",
     "Register",
-    "Comeback",
+    "Reload",
     "Role",
     "ServingTraits",
+    "TextEnum",
     "WorkloadCase",
     "WorkloadError",
     "WorkloadProfile",
@@ -118,3 +120,8 @@ __all__ = [
     "try_import",
     "version_satisfies",
 ]
+
+#: Names this module had before the glossary gave each concept one word.
+__getattr__ = retired_names(
+    __name__, {"ExecutionProvider": "ProviderProtocol", "Comeback": "Reload"}, globals()
+)

@@ -6,10 +6,10 @@ honestly: a plan that runs matmuls in bf16 is ``BF16`` even if it returns fp32 t
 
 from __future__ import annotations
 
-import enum
+from dlopt.vocabulary import TextEnum
 
 
-class Precision(str, enum.Enum):
+class Precision(TextEnum):
     """Precision class of a plan's arithmetic (the weakest format it computes in)."""
 
     FP32 = "fp32"

@@ -1,7 +1,8 @@
 """The words the pipeline and its reports share: one enum per vocabulary.
 
-Each is a ``str`` enum, so it compares equal to its text (``stage == "build"``), reads
-as its text in messages, and is written to JSON as that text (cattrs uses the value).
+Every enum of dlopt (and of its provider distributions, through ``dlopt.plugin``) derives
+from :class:`TextEnum`: it compares equal to its text (``stage == "build"``), reads as its
+text in messages, and is written to JSON as that text (cattrs uses the value).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import enum
 
 
-class Word(str, enum.Enum):
+class TextEnum(str, enum.Enum):
     """A ``str`` enum whose ``str()`` and format are its value, not ``Class.MEMBER``."""
 
     def __str__(self) -> str:
@@ -19,7 +20,7 @@ class Word(str, enum.Enum):
         return format(str(self.value), spec)
 
 
-class Objective(Word):
+class Objective(TextEnum):
     """What the selection minimises."""
 
     STEADY_STATE_LATENCY = "steady_state_latency"
@@ -30,7 +31,7 @@ class Objective(Word):
     MAX_THROUGHPUT = "max_throughput"
 
 
-class Stage(Word):
+class Stage(TextEnum):
     """Where a candidate was rejected."""
 
     PROBE = "probe"
@@ -42,7 +43,7 @@ class Stage(Word):
     CONSTRAINT = "constraint"
 
 
-class Status(Word):
+class Status(TextEnum):
     """A candidate's place in the decision."""
 
     SELECTED = "selected"
@@ -54,7 +55,7 @@ class Status(Word):
     NOT_APPLICABLE = "not_applicable"
 
 
-class Verdict(Word):
+class Verdict(TextEnum):
     """What the race concluded about one plan against the baseline."""
 
     BASELINE = "baseline"
@@ -65,10 +66,10 @@ class Verdict(Word):
     FAILED = "failed"
 
 
-class Gate(Word):
+class Gate(TextEnum):
     """Where a challenger stands at the race's confidence gate while the race runs.
 
-    Internal to the kernel (the report holds the :class:`Verdict` it leads to): ``OPEN``
+    Internal to the race engine (the report holds the :class:`Verdict` it leads to): ``OPEN``
     still deciding; ``FASTER`` its interval's low end cleared ``min_speedup``;
     ``NOT_FASTER`` its high end fell below it; ``FUTILE`` no budget left could decide it.
     """
@@ -79,7 +80,7 @@ class Gate(Word):
     FUTILE = "futile"
 
 
-class StopReason(Word):
+class StopReason(TextEnum):
     """Why the race stopped."""
 
     RESOLVED = "resolved"
@@ -93,7 +94,7 @@ class StopReason(Word):
     NO_CHALLENGERS = "no_challengers"
 
 
-class GradMode(Word):
+class GradMode(TextEnum):
     """The calling context plans are judged and served in (``WorkloadProfile.grad_mode``).
 
     ``inference_mode``: calls inside ``torch.inference_mode()`` on inputs made there
@@ -106,7 +107,7 @@ class GradMode(Word):
     ENABLED = "enabled"
 
 
-class Concurrency(Word):
+class Concurrency(TextEnum):
     """How a built plan may be called from several threads (``ServingTraits.concurrency``).
 
     ``concurrent``: any number of threads may call it at once. ``serialized``: the
@@ -119,7 +120,7 @@ class Concurrency(Word):
     PER_THREAD = "per_thread"
 
 
-class UnseenSignature(Word):
+class UnseenSignature(TextEnum):
     """What a decision does with a call whose signature no raced case had
     (``OptimizationPolicy.on_unseen_signature``), unless its plan serves any shape.
 

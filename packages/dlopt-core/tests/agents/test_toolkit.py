@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import dlopt.agents
 from dlopt.agents import RESULT_SCHEMA, TOOL_NAMES, OptimizationAgentToolkit, ToolkitLimits
 from dlopt.agents.schemas import INSPECT_RUNTIME, LIST_WORKLOADS, OPTIMIZE, READ_REPORT
-from dlopt.api.policy import OptimizationPolicy
 from dlopt.errors import ConfigurationError
 from dlopt.events import EventKind
+from dlopt.settings.policy import OptimizationPolicy
 from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.models import StructuredMLP
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dlopt.cache.comeback import KERNELS_DIR, restore_compile_cache
+from dlopt.cache.reload import KERNELS_DIR, restore_compile_cache
 
 pytest.importorskip("torch._inductor.runtime.runtime_utils")
 
@@ -43,7 +43,7 @@ def test_saved_kernels_land_in_inductors_cache_under_their_own_names(tmp_path, m
 def test_the_isa_check_library_is_found_by_its_source(tmp_path):
     from torch._inductor.cpu_vec_isa import VecISA
 
-    from dlopt.cache.comeback import _isa_check_binaries
+    from dlopt.cache.reload import _isa_check_binaries
 
     check = write(tmp_path / "th" / "cthcheck.so", b"isa check")
     write(check.with_suffix(".cpp"), VecISA._avx_code.encode())
@@ -61,7 +61,7 @@ def test_the_avx512_and_amx_check_libraries_are_found_too(tmp_path):
     # cache hit on such a CPU compiles none of them again.
     from torch._inductor.cpu_vec_isa import VecAMX, VecAVX512, VecISA
 
-    from dlopt.cache.comeback import _isa_check_binaries
+    from dlopt.cache.reload import _isa_check_binaries
 
     checks = []
     for index, code in enumerate((VecISA._avx_code, VecAVX512._avx512_bf16_code, VecAMX._amx_code)):

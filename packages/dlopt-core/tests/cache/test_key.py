@@ -7,9 +7,6 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.cache.key import (
     cache_ingredients,
     canonical_json,
@@ -19,6 +16,9 @@ from dlopt.cache.key import (
 )
 from dlopt.pipeline.plans import choose_plans
 from dlopt.plugins.discovery import PluginSettings, load_providers
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 
 class WithBuffer(torch.nn.Module):

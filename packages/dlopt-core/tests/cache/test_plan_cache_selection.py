@@ -58,7 +58,7 @@ def test_a_plan_that_regressed_is_caught_and_raced_again(tmp_path):
     )
     cache = again.report.cache
     assert cache is not None and cache.cache_hit is False
-    assert "revalidation failed" in (cache.reason or "")
+    assert "the recheck failed" in (cache.reason or "")
     assert "no longer clears min_speedup" in (cache.reason or "")
     assert again.selected_plan == "eager_fp32"
     # The record now holds the new decision.

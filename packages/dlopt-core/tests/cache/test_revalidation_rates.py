@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from dlopt.cache.revalidate import PROBE_CEILING_S, PROBE_MAX_ROUNDS, probe_keeps, probe_policy
+from dlopt.cache.recheck import PROBE_CEILING_S, PROBE_MAX_ROUNDS, probe_keeps, probe_policy
 from dlopt.measurement import MeasurementPolicy
 from dlopt.testing.simulation import NoiseModel, run_simulated_race
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from attrs import define, field
 
-from dlopt.bundle.serve import load_bundle
+from dlopt.api.bundles import load_bundle
 from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError
-from dlopt.cache.comeback import PROGRAM_METADATA_FILE, read_program_metadata
 from dlopt.cache.record_store import PlanCache
-from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.cache.reload import PROGRAM_METADATA_FILE, read_program_metadata
+from dlopt.contract.provider import BuiltPlan, ProviderContext
 from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.fakes import FakeProvider

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.provider import ProviderContext
 from dlopt.evidence.provenance import inspect_runtime
 from dlopt.platform.probing import cuda_bf16_native
 from dlopt.plugins.builtin import native_variants
-from dlopt.plugins.contract import ProviderContext
+from dlopt.settings.target import ExecutionTarget
 
 #: A Turing card (bf16 only emulated) as device 0 and a Hopper card as device 1.
 CAPABILITY = {0: (7, 5), 1: (9, 0)}

@@ -42,8 +42,8 @@ class TestNativeBf16ChannelsLastContract(ProviderContractSuite):
 
 
 def test_channels_last_plan_converts_inputs_and_keeps_the_callers_model(tmp_path):
-    from dlopt.api.workload import WorkloadProfile
-    from dlopt.plugins.contract import ProviderContext
+    from dlopt.contract.provider import ProviderContext
+    from dlopt.settings.workload import WorkloadProfile
 
     model = torch.nn.Conv2d(3, 4, 3).eval()
     x = torch.randn(2, 3, 8, 8)

@@ -10,11 +10,11 @@ from importlib.metadata import entry_points
 import attrs
 
 from dlopt._version import __version__
-from dlopt.api.policy import OBJECTIVES, DeploymentConstraints
 from dlopt.cli import build_parser, main
 from dlopt.cli.console import format_table
-from dlopt.cli.strategy import objective_of
+from dlopt.cli.objectives import objective_of
 from dlopt.measurement import MeasurementPolicy
+from dlopt.settings.policy import OBJECTIVES, DeploymentConstraints
 
 
 def _select_defaults() -> dict[str, object]:
@@ -26,7 +26,7 @@ def test_select_defaults_are_the_policies_defaults() -> None:
     args = _select_defaults()
     assert args["min_speedup"] == attrs.fields(DeploymentConstraints).min_speedup.default
     assert args["max_measure_time"] == attrs.fields(MeasurementPolicy).max_time_s.default
-    # No --objective (nor --strategy) given: the default the command passes, its policy's.
+    # No --objective given: the default the command passes, its policy's.
     assert objective_of(argparse.Namespace(**args), "the policy's default") == (
         "the policy's default"
     )

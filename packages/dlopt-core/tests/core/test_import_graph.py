@@ -49,26 +49,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dlopt.platform",
         ),
     ),
-    (
-        "inputs and the plugin contract",
-        (
-            "dlopt.api.target",
-            "dlopt.api.workload",
-            "dlopt.plugins.contract",
-            "dlopt.plugins.hookspecs",
-            "dlopt.plugins.records",
-            "dlopt.hookspecs",
-            "dlopt.serving",
-        ),
-    ),
-    ("gates", ("dlopt.validation", "dlopt.measurement")),
-    ("policy and selection rules", ("dlopt.api.policy", "dlopt.selection")),
-    ("plugins", ("dlopt.plugins", "dlopt.plugin")),
+    ("settings", ("dlopt.settings",)),
+    ("the plugin contract", ("dlopt.contract", "dlopt.plugin", "dlopt.hookspecs")),
+    ("gates", ("dlopt.validation", "dlopt.measurement", "dlopt.serving")),
+    ("selection rules", ("dlopt.selection",)),
+    ("plugin loading", ("dlopt.plugins",)),
     ("pipeline", ("dlopt.pipeline",)),
     ("evidence", ("dlopt.evidence",)),
-    ("decision", ("dlopt.bundle.store", "dlopt.api.decision")),
+    ("bundles", ("dlopt.bundle",)),
     ("cache", ("dlopt.cache",)),
-    ("api", ("dlopt.api", "dlopt.bundle", "dlopt.isolation")),
+    ("engine", ("dlopt.engine",)),
+    ("isolation", ("dlopt.isolation",)),
+    ("api", ("dlopt.api",)),
     ("reporting", ("dlopt.reporting",)),
     ("fleet", ("dlopt.fleet",)),
     ("surfaces", ("dlopt.cli", "dlopt.agents", "dlopt.testing", "dlopt.__main__", "dlopt")),
@@ -125,11 +117,11 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _import_nodes(
-    tree: ast.AST, *, at_import_time: bool = False
+    tree: ast.AST, *, at_import_time: bool = False, type_checking: bool = False
 ) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, outside ``if TYPE_CHECKING:`` bodies; with
-    ``at_import_time``, only those that run when the module is imported (outside function
-    bodies too)."""
+    """Every import statement, at any depth, outside ``if TYPE_CHECKING:`` bodies (inside
+    them too with ``type_checking``); with ``at_import_time``, only those that run when the
+    module is imported (outside function bodies too)."""
     skipped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda) if at_import_time else ()
     stack: list[ast.AST] = [tree]
     while stack:
@@ -137,7 +129,7 @@ def _import_nodes(
         for child in ast.iter_child_nodes(node):
             if isinstance(child, skipped):
                 continue
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_checking:
                 stack.extend(child.orelse)
             elif isinstance(child, (ast.Import, ast.ImportFrom)):
                 yield child
@@ -145,8 +137,9 @@ def _import_nodes(
                 stack.append(child)
 
 
-def import_graph(root: Path, package: str) -> Graph:
-    """The import edges between the modules of ``package``, whose sources lie in ``root``."""
+def import_graph(root: Path, package: str, *, type_checking: bool = False) -> Graph:
+    """The import edges between the modules of ``package``, whose sources lie in ``root``
+    (with ``type_checking``, the imports made for annotations only count too)."""
     modules = _modules(root, package)
 
     def owner(name: str) -> str | None:
@@ -158,7 +151,8 @@ def import_graph(root: Path, package: str) -> Graph:
     graph: Graph = {}
     for module, (path, is_package) in modules.items():
         edges: dict[str, int] = {}
-        for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _import_nodes(tree, type_checking=type_checking):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -233,13 +227,59 @@ def graph(source_root: Path) -> Graph:
     return import_graph(source_root, "dlopt")
 
 
-def test_dlopt_has_no_import_cycles(graph: Graph, source_root: Path) -> None:
+def test_dlopt_has_no_import_cycles(source_root: Path) -> None:
+    """Annotation-only imports count: a circle of types is a tangle too."""
+    graph = import_graph(source_root, "dlopt", type_checking=True)
     pruned = {
         module: {t: line for t, line in edges.items() if (module, t) not in PENDING_EDGES}
         for module, edges in graph.items()
     }
     cycle = find_cycle(pruned)
     assert cycle is None, _describe(cycle, graph, source_root, "dlopt")
+
+
+#: Every first-party distribution's import packages (the providers and the worked
+#: third-party example), read from this checkout.
+REPOSITORY = Path(__file__).resolve().parents[4]
+DISTRIBUTION_PACKAGES = sorted(
+    path
+    for pattern in ("packages/*/src/*", "examples/*/src/*")
+    for path in REPOSITORY.glob(pattern)
+    if (path / "__init__.py").is_file() and path.name != "dlopt"
+)
+
+
+def test_every_provider_distribution_is_checked() -> None:
+    names = {path.name for path in DISTRIBUTION_PACKAGES}
+    assert {"dlopt_fx", "dlopt_onnxruntime", "dlopt_torchao", "dlopt_tensorrt"} <= names
+
+
+@pytest.mark.parametrize("root", DISTRIBUTION_PACKAGES, ids=lambda p: p.name)
+def test_a_provider_distribution_has_no_import_cycles(root: Path) -> None:
+    graph = import_graph(root, root.name, type_checking=True)
+    cycle = find_cycle(graph)
+    assert cycle is None, _describe(cycle, graph, root, root.name)
+
+
+@pytest.mark.parametrize("root", DISTRIBUTION_PACKAGES, ids=lambda p: p.name)
+def test_a_provider_distribution_sits_above_dlopt_and_uses_its_plugin_face(root: Path) -> None:
+    """The layer above all of ``dlopt``: from dlopt it imports ``dlopt.plugin`` only (its
+    SDKs and other distributions are its own business)."""
+    deep = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _import_nodes(tree, type_checking=True):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            deep += [
+                f"{path.relative_to(root.parent)}:{node.lineno} imports {name}"
+                for name in names
+                if (name == "dlopt" or name.startswith("dlopt.")) and name != "dlopt.plugin"
+            ]
+    assert deep == []
 
 
 @pytest.mark.parametrize(
@@ -267,7 +307,7 @@ def test_the_report_schema_does_not_import_the_loader(graph: Graph) -> None:
         ("dlopt._version", set()),
         ("dlopt.platform.machine", set()),
         ("dlopt.platform.names", {"dlopt.errors"}),
-        ("dlopt.plugins.records", set()),
+        ("dlopt.contract.records", set()),
         ("dlopt.cli.console", set()),
     ],
 )
@@ -295,14 +335,7 @@ def test_the_top_level_holds_at_most_ten_modules(source_root: Path) -> None:
 
 #: File names that more than one module of dlopt carries, each with the reason it may
 #: (docs/architecture.md says the same); every other file name is unique.
-SHARED_FILE_NAMES = {
-    "__init__.py": "every package has one",
-    # OptimizationPolicy (api) composes MeasurementPolicy (measurement): each layer's
-    # settings sit in its own policy.py.
-    "policy.py": "api.policy and measurement.policy",
-    # dlopt.hookspecs stays importable for existing code; it re-exports dlopt.plugins.hookspecs.
-    "hookspecs.py": "the compatibility face and the hook specifications",
-}
+SHARED_FILE_NAMES = {"__init__.py": "every package has one"}
 
 
 def test_no_two_modules_share_a_file_name(source_root: Path) -> None:

@@ -7,10 +7,10 @@ import types
 
 import pytest
 
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import PLUGIN_API_VERSION, Role
 from dlopt.events import Event, EventKind
-from dlopt.plugins.contract import PLUGIN_API_VERSION, Role
 from dlopt.plugins.discovery import PluginSettings, load_providers
-from dlopt.plugins.hookspecs import hookimpl
 from dlopt.testing import FakeProvider
 from dlopt.testing.models import StructuredMLP
 from dlopt.testing.plugins import plugin_module

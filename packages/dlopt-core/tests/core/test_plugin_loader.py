@@ -6,12 +6,12 @@ import types
 
 import pytest
 
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import PLUGIN_API_VERSION, api_version_problem
 from dlopt.errors import PluginLoadError
 from dlopt.pipeline.probe import probe_all
 from dlopt.platform.probing import importlib_metadata
-from dlopt.plugins.contract import PLUGIN_API_VERSION, api_version_problem
 from dlopt.plugins.discovery import PluginSettings, load_providers
-from dlopt.plugins.hookspecs import hookimpl
 from dlopt.testing import FakeProvider
 
 
@@ -137,7 +137,7 @@ def test_register_rejects_objects_that_are_not_providers():
 
 
 def test_a_probe_that_raises_is_reported_unavailable():
-    from dlopt.plugins.contract import ProviderContext
+    from dlopt.contract.provider import ProviderContext
 
     plugin = _plugin_module("p", FakeProvider("exploding", fail="probe_raises"))
     registry = load_providers(PluginSettings(), entry_points=[_FakeEntryPoint("p", lambda: plugin)])

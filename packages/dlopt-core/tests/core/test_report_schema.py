@@ -114,8 +114,8 @@ def test_grouped_figures_read_and_change_under_their_report_names():
     report = load_report(FIXTURE)
     cand = report.candidate("fast")
     assert cand.latency_ms == cand.latency.median_ms is not None
-    assert cand.parity is cand.validation.parity
+    assert cand.parity is cand.validation.first_calls  # the report field name reads too
     changed = evolve_candidate(cand, latency_ms=1.5, status=Status.LOST, parity=None)
     assert changed.latency.median_ms == 1.5 and changed.latency.p99_ms == cand.latency.p99_ms
-    assert changed.status is Status.LOST and changed.validation.parity is None
+    assert changed.status is Status.LOST and changed.validation.first_calls is None
     assert changed.validation.final_check == cand.validation.final_check

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from dlopt.contract.provider import ProviderAvailability, ProviderContext, ProviderInfo
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform import probing
-from dlopt.plugins.contract import ProviderAvailability, ProviderContext, ProviderInfo
 
 NOISY_IMPORT = """
 import os, sys, warnings

@@ -8,14 +8,14 @@ import types
 import pytest
 import torch
 
-from dlopt.api.policy import DeploymentConstraints
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability, ProviderContext
 from dlopt.errors import ConfigurationError
 from dlopt.evidence.report import load_report
 from dlopt.measurement import MemoryProbe
 from dlopt.platform.serialization import dumps
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability, ProviderContext
 from dlopt.precision import Precision
+from dlopt.settings.policy import DeploymentConstraints
+from dlopt.settings.target import ExecutionTarget
 from dlopt.testing.models import StructuredMLP
 
 

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from dlopt import InferenceOptimizer, OptimizationPolicy
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability
 from dlopt.measurement import MeasurementPolicy
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 #: Long enough for any watchdog of these tests to fire first.
 FOREVER_S = 3600.0

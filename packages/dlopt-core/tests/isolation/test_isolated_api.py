@@ -8,7 +8,6 @@ import pytest
 import torch
 from faulty_plans import isolated_policy, optimizer_with
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError
 from dlopt.isolation.transfer import (
     policy_from_json,
@@ -18,6 +17,7 @@ from dlopt.isolation.transfer import (
     write_workload,
 )
 from dlopt.platform.serialization import dumps, parse_strict_json
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 
 def test_a_live_module_is_refused_naming_the_alternatives():

@@ -12,9 +12,9 @@ import json
 import attrs
 import pytest
 
-from dlopt.api.decision import OptimizationDecision
 from dlopt.bundle.store import BundleError, verify_bundle
-from dlopt.plugins.contract import BuiltPlan
+from dlopt.contract.provider import BuiltPlan
+from dlopt.engine.decision import OptimizationDecision
 
 
 @pytest.fixture

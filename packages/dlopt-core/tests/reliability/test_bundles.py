@@ -21,12 +21,12 @@ import pytest
 import torch
 from attrs import frozen
 
-from dlopt.api.decision import OptimizationDecision
-from dlopt.bundle.serve import load_bundle
+from dlopt.api.bundles import load_bundle
 from dlopt.bundle.store import BundleError, BundleLoadError, verify_bundle
+from dlopt.contract.provider import BuiltPlan
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.evidence.report import load_report
 from dlopt.plugin import ProviderAvailability
-from dlopt.plugins.contract import BuiltPlan
 from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing.plugins import plugin_module
 

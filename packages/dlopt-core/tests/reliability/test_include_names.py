@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlopt.api.policy import OptimizationPolicy, check_plan_names
 from dlopt.errors import ConfigurationError
+from dlopt.settings.policy import OptimizationPolicy, check_plan_names
 
 REGISTERED = [
     "eager_fp32",

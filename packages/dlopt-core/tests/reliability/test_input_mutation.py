@@ -26,7 +26,7 @@ def test_a_plan_that_zeroes_its_input_is_rejected_and_later_plans_still_validate
     assert mutator.status == "rejected" and mutator.error.stage == "first_call"
     assert "args[0]" in mutator.error.message and "input" in mutator.error.message
     # The exact plan judged after it passes: it saw untouched inputs.
-    assert decision.report.candidate("exact").parity.passed
+    assert decision.report.candidate("exact").validation.first_calls.passed
     assert decision.selected_plan == "exact"
     # The user's tensor is untouched.
     assert torch.equal(x, original)
@@ -43,7 +43,7 @@ def test_keyword_inputs_are_checked_too(race):
 
     class ScaleMutator(FakeProvider):
         def build(self, model, context):
-            from dlopt.plugins.contract import BuiltPlan
+            from dlopt.contract.provider import BuiltPlan
 
             def runner(x, *, scale):
                 out = model(x, scale=scale)

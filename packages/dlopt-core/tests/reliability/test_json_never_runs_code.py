@@ -228,12 +228,12 @@ class CountBelow:
 def test_the_isolated_worker_reads_a_plugin_metric_once_its_plugins_are_loaded(
     monkeypatch, tmp_path
 ):
-    from dlopt.api.policy import OptimizationPolicy
-    from dlopt.api.target import ExecutionTarget
     from dlopt.isolation.journal import Heartbeat
     from dlopt.isolation.transfer import WorkerSpec, policy_to_json
     from dlopt.isolation.worker import start_worker
     from dlopt.plugins import discovery
+    from dlopt.settings.policy import OptimizationPolicy
+    from dlopt.settings.target import ExecutionTarget
 
     real = discovery.load_providers
     plugin = plugin_module("below_plugin", metrics={"count_below_worker": CountBelow})

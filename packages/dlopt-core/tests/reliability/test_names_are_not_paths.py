@@ -10,9 +10,9 @@ import os
 
 import pytest
 
+from dlopt.contract.provider import BuiltPlan, ProviderContext
 from dlopt.errors import ConfigurationError, ProviderBuildError
 from dlopt.plugins.boundary import check_built_plan, check_plan_name, is_plain_name
-from dlopt.plugins.contract import BuiltPlan, ProviderContext
 from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlopt.api.workload import WorkloadCase
 from dlopt.cli import main
+from dlopt.settings.workload import WorkloadCase
 from dlopt.testing.models import StructuredMLP
 
 

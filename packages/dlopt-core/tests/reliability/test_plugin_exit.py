@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from dlopt.cli import main
+from dlopt.contract.provider import ProviderContext, ProviderInfo
 from dlopt.pipeline.probe import probe_provider
 from dlopt.plugins import discovery as loader
-from dlopt.plugins.contract import ProviderContext, ProviderInfo
 from dlopt.plugins.discovery import PluginSettings, load_providers
 from dlopt.testing import FakeProvider
 from dlopt.testing.plugins import plugin_module

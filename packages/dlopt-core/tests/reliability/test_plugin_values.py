@@ -17,17 +17,17 @@ import pytest
 import torch
 
 from dlopt.cli import main
-from dlopt.errors import ProviderBuildError
-from dlopt.pipeline.probe import probe_provider
-from dlopt.platform.serialization import strict_jsonable
-from dlopt.plugins import discovery as loader
-from dlopt.plugins.boundary import check_built_plan
-from dlopt.plugins.contract import (
+from dlopt.contract.provider import (
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
     ProviderInfo,
 )
+from dlopt.errors import ProviderBuildError
+from dlopt.pipeline.probe import probe_provider
+from dlopt.platform.serialization import strict_jsonable
+from dlopt.plugins import discovery as loader
+from dlopt.plugins.boundary import check_built_plan
 from dlopt.plugins.discovery import PluginSettings
 from dlopt.precision import Precision
 from dlopt.testing.plugins import plugin_module

@@ -11,12 +11,12 @@ import math
 
 import pytest
 
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.validation import LimitOverride, QualityLimits, QualityPolicy, UserMetric
 
 NOT_INTS = [0.5, 2.5, True, "3", math.nan]
@@ -186,7 +186,7 @@ def test_from_jsonable_round_trips_every_policy_type(cls):
 
 
 def test_quality_limits_round_trip():
-    from dlopt.validation.limits import default_limits
+    from dlopt.settings.quality import default_limits
 
     limits = default_limits("bf16")
     assert from_jsonable(parse_strict_json(dumps(limits)), QualityLimits) == limits

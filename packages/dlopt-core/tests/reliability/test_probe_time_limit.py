@@ -10,10 +10,14 @@ import threading
 
 import pytest
 
-from dlopt.api.policy import DEFAULT_PROBE_TIMEOUT_S, OptimizationPolicy, default_probe_timeout_s
+from dlopt.contract.provider import ProviderAvailability, ProviderContext, ProviderInfo
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
-from dlopt.plugins.contract import ProviderAvailability, ProviderContext, ProviderInfo
+from dlopt.settings.policy import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    OptimizationPolicy,
+    default_probe_timeout_s,
+)
 from dlopt.testing import FakeProvider
 
 

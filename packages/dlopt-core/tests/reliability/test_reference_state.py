@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import ReferenceCheckError
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import capture_reference
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability
 from dlopt.events import EventKind
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
 from dlopt.testing import FailingStage
 from dlopt.testing.models import StructuredMLP as SmallNet
@@ -27,7 +27,7 @@ def test_a_plan_that_serves_zeros_after_its_first_call_is_rejected_after_the_rac
     assert evidence.status == "rejected"
     assert evidence.error.stage == "revalidation"
     # The evidence keeps the metrics of the failed check, next to the first-call parity.
-    assert evidence.parity.passed
+    assert evidence.validation.first_calls.passed
     assert evidence.revalidation is not None and not evidence.revalidation.passed
     assert evidence.revalidation.cases[0].leaves[0].rel_l2 > 0.5
     # The winner's own re-checks are in its evidence too.

@@ -10,11 +10,11 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.policy import DeploymentConstraints
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.evidence.report import OptimizationReport, evolve_candidate
 from dlopt.measurement import LatencyStats
 from dlopt.pipeline.state import StageError
+from dlopt.settings.policy import DeploymentConstraints
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing.fake_race import FakeRace
 from dlopt.testing.models import StructuredMLP
 from dlopt.vocabulary import Stage, Status, Verdict

@@ -16,13 +16,13 @@ from dlopt.reporting.export import (
     SAMPLE_FIELDS,
     candidate_records,
     export,
-    label_runs,
     latex_escape,
     latex_table,
     provenance,
     sample_records,
     to_csv,
 )
+from dlopt.reporting.labels import label_runs
 
 #: Figures need the optional [plots] extra; `nox -s tests` installs it, `tests-core` does not.
 needs_plots = pytest.mark.skipif(

@@ -8,8 +8,8 @@ from typing import Any
 
 from dlopt.cli.cmd_select import add_select_command
 from dlopt.events import Event, EventKind
-from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.reporting.progress import PLAIN_ROUND_INTERVAL_S, ProgressDisplay, ProgressState
+from dlopt.settings.measurement import MeasurementPolicy
 
 
 class Clock:

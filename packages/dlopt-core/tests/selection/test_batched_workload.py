@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from dlopt import InferenceOptimizer, WorkloadProfile
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
 from dlopt.errors import WorkloadError
 from dlopt.measurement import MeasurementPolicy
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
 
 
 def test_nested_and_keyword_inputs_are_batched_along_the_same_dim():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlopt.api.workload import WorkloadProfile
 from dlopt.errors import SelectionCancelled
 from dlopt.events import EventKind
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.testing.models import StructuredMLP as SmallNet
 
 

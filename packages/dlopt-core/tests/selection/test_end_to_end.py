@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from dlopt import WorkloadCase, WorkloadProfile
-from dlopt.api.policy import DeploymentConstraints
 from dlopt.errors import ConfigurationError, ReferenceCheckError
 from dlopt.evidence.report import load_report
+from dlopt.settings.policy import DeploymentConstraints
 from dlopt.testing.models import StructuredMLP as SmallNet
 
 
@@ -71,7 +71,7 @@ def test_structured_outputs_validate_and_serve(race, x, output):
         race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3)
     ).select_signature(model, x)
     assert decision.selected_plan == "fast"
-    parity = decision.report.candidate("fast").parity
+    parity = decision.report.candidate("fast").validation.first_calls
     assert parity.passed and len(parity.cases[0].leaves) >= 2
     out = decision(x)
     assert type(out) is type(model(x))

@@ -3,7 +3,7 @@ for the optimizer and the agent toolkit alike."""
 
 from __future__ import annotations
 
-from dlopt.plugins.contract import ProviderInfo
+from dlopt.contract.provider import ProviderInfo
 from dlopt.plugins.registry import EXPLICIT_PLUGIN, with_explicit
 from dlopt.testing import FakeProvider
 

@@ -8,12 +8,12 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.decision import OptimizationDecision
-from dlopt.api.policy import DeploymentConstraints
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import ConfigurationError, ReferenceCheckError
 from dlopt.evidence.report import load_report
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability
 from dlopt.precision import Precision
+from dlopt.settings.policy import DeploymentConstraints
 from dlopt.testing.models import StructuredMLP as SmallNet
 from dlopt.validation import ModelMutatedError
 

@@ -7,15 +7,14 @@ import collections
 import pytest
 import torch
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.errors import WorkloadError
-from dlopt.serving.context import (
+from dlopt.contract.calling import (
     caller_grad_mode,
     grad_mode_scope,
     inputs_of_kind,
     needs_gradients,
     outputs_for_caller,
 )
+from dlopt.errors import WorkloadError
 from dlopt.serving.signature import (
     describe,
     family_key,
@@ -23,6 +22,7 @@ from dlopt.serving.signature import (
     resize_batch,
     signature_key,
 )
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.vocabulary import GradMode
 
 

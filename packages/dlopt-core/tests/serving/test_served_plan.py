@@ -9,8 +9,8 @@ import warnings
 import pytest
 import torch
 
+from dlopt.contract.provider import EAGER_SERVING, BuiltPlan, ServingTraits
 from dlopt.errors import ServingContextError, UnseenSignatureError
-from dlopt.plugins.contract import EAGER_SERVING, BuiltPlan, ServingTraits
 from dlopt.serving.served import ServedPlan
 from dlopt.serving.signature import describe, family_key, signature_key
 from dlopt.vocabulary import Concurrency, GradMode, UnseenSignature

@@ -13,12 +13,12 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.contract.provider import EAGER_SERVING, BuiltPlan, ProviderAvailability, ServingTraits
 from dlopt.errors import UnseenSignatureError
 from dlopt.evidence.report import load_report
-from dlopt.plugins.contract import EAGER_SERVING, BuiltPlan, ProviderAvailability, ServingTraits
 from dlopt.precision import Precision
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing.models import StructuredMLP as SmallNet
 from dlopt.vocabulary import Concurrency, GradMode
 

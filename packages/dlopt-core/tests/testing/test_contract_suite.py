@@ -89,7 +89,7 @@ class GoodProvider(Provider):
     def __init__(self) -> None:
         self.closes = 0
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         return ProviderAvailability.ok(sdk_versions={"fake-npu-sdk": "1.0"})
 
     def compute(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -211,11 +211,11 @@ class NeverAvailable(GoodProvider):
 
     install_hint = "pip install mynpu-sdk"
 
-    def check(self, context):
+    def availability(self, context):
         _, error = try_import("mynpu_sdkk")
         if error:
             return ProviderAvailability.unavailable(f"mynpu SDK: {error}", self.install_hint)
-        return super().check(context)
+        return super().availability(context)
 
 
 def test_a_provider_that_is_never_available_skips_by_default(tmp_path, monkeypatch):
@@ -630,13 +630,13 @@ def test_a_plugin_importing_deep_core_modules_is_caught(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("from dlopt.plugin import hookimpl\n")
     (package / "provider.py").write_text(
         "import torch\n"
-        "from dlopt.plugins.contract import BuiltPlan\n"
+        "from dlopt.contract.provider import BuiltPlan\n"
         "from dlopt import hookimpl\n"
         "import dlopt.testing.fakes\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert deep_core_imports("deep_npu_plugin") == [
-        "provider.py:2 imports dlopt.plugins.contract",
+        "provider.py:2 imports dlopt.contract.provider",
         "provider.py:3 imports dlopt.hookimpl",
     ]
 

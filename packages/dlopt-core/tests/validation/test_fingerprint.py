@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from dlopt.plugins.contract import BuiltPlan, ProviderContext
+from dlopt.contract.provider import BuiltPlan, ProviderContext
 from dlopt.validation import ModelFingerprint, ModelGuard, ModelMutatedError
 
 

@@ -8,9 +8,9 @@ from collections import namedtuple
 import pytest
 import torch
 
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase
 from dlopt.errors import WorkloadError
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase
 from dlopt.validation import prepare_inputs
 
 Batch = namedtuple("Batch", ["ids", "mask"])

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError, ReferenceCheckError
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.validation import LimitOverride, QualityPolicy, capture_reference, top1_agreement
 
 

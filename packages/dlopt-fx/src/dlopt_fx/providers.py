@@ -21,13 +21,13 @@ from attrs import field, frozen
 from dlopt.plugin import (
     EAGER_SERVING,
     BuiltPlan,
-    Comeback,
     PlanNotApplicable,
     Precision,
     Provider,
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Reload,
     Role,
 )
 from dlopt_fx import probes
@@ -161,7 +161,7 @@ class FxProvider(Provider):
     precision: Precision = Precision.FP32
     role = Role.CHALLENGER
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         return probes.probe_fx()
 
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
@@ -219,7 +219,7 @@ class InductorProvider(Provider):
     options_type = InductorOptions
     #: A saved plan is compiled again with torch's compile caches restored (a cache hit
     #: then reuses Inductor's generated code instead of generating it again).
-    comes_back = Comeback.REBUILD_WITH_COMPILE_CACHE
+    reloads_by = Reload.REBUILD_WITH_COMPILE_CACHE
 
     @precision.default
     def _precision_of_autocast(self) -> Precision:
@@ -253,7 +253,7 @@ class InductorProvider(Provider):
         compile_options.update(dict(self.extra_options))
         return compile_options
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         availability = probes.probe_inductor(context.target.device_type)
         if availability.available and self.autocast_dtype is torch.bfloat16:
             return probes.probe_native_bf16(context.target, availability)

@@ -235,7 +235,7 @@ class OnnxRuntimeProvider(Provider):
         return options
 
     # ------------------------------------------------------------------------ probe
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """The layered probe (metadata, import, a tiny session with the EP); the base
         class's ``probe`` turns an exception into "unavailable" and caches the answer."""
         versions = _probe.sdk_versions()

@@ -8,7 +8,6 @@ and what quantizing covered). Each record writes its own part of the plan's meta
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ from typing import Any
 import attrs
 from attrs import define, field, frozen
 
+from dlopt.plugin import TextEnum
 from dlopt_onnxruntime.quantization import QuantizationCoverage
 
 
-class Transform(str, enum.Enum):
+class Transform(TextEnum):
     """What a plan does to the exported fp32 model before opening a session."""
 
     NONE = "none"
@@ -35,7 +35,7 @@ class Transform(str, enum.Enum):
         return self in (Transform.QUANTIZE_DYNAMIC, Transform.QUANTIZE_STATIC)
 
 
-class ExportSource(str, enum.Enum):
+class ExportSource(TextEnum):
     """Where a plan's ONNX model came from (metadata ``export_source``)."""
 
     #: Exported now from the model.

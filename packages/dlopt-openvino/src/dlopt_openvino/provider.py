@@ -22,7 +22,6 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
-    Comeback,
     Concurrency,
     PlanNotApplicable,
     Precision,
@@ -31,6 +30,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Reload,
     Role,
     ServingTraits,
     is_plain_name,
@@ -109,7 +109,7 @@ class OpenVinoProvider(Provider):
     options_type: type[OpenVinoOptions] = field(init=False, repr=False, eq=False)
 
     role = Role.CHALLENGER
-    comes_back = Comeback.LOAD
+    reloads_by = Reload.LOAD
     install_hint = _probe.INSTALL_HINT
 
     @options_type.default
@@ -150,7 +150,7 @@ class OpenVinoProvider(Provider):
         _, _, index = target.device.partition(":")
         return (int(index) if index else None), None
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """The layered probe (metadata, import, the device listed, bf16/NNCF where the plan
         needs them); the base class's ``probe`` turns an exception into "unavailable"."""
         versions = _probe.sdk_versions()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dlopt_tensorrt.compat import check_torch_pairing
 from dlopt_tensorrt.inputs import InputSpec, WorkloadInputs, derive_inputs
-from dlopt_tensorrt.pins import install_command, torch_tensorrt_pin
 from dlopt_tensorrt.provider import (
     TensorRTOptions,
     TensorRTProvider,
@@ -16,6 +15,7 @@ from dlopt_tensorrt.provider import (
     load_engine,
     precision_kwargs,
 )
+from dlopt_tensorrt.requirement import install_command, torch_tensorrt_pin
 
 __all__ = [
     "InputSpec",

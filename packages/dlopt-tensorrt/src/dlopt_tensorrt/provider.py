@@ -53,7 +53,7 @@ from dlopt_tensorrt.compat import (
     tensorrt_requirement,
 )
 from dlopt_tensorrt.inputs import OPT_SHAPE_POLICIES, derive_inputs, example_tensor, to_trt_input
-from dlopt_tensorrt.pins import NOT_INSTALLED_NOTE, install_command, libraries_hint
+from dlopt_tensorrt.requirement import NOT_INSTALLED_NOTE, install_command, libraries_hint
 
 #: Reduced precisions and their torch dtypes.
 _LOW_DTYPE = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
@@ -384,7 +384,7 @@ class TensorRTProvider(Provider):
             return None, refusal, details
         return _sdk_info(module, version), None, details
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             sdk, refusal, details = self._check(context)

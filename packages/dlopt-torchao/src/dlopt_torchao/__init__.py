@@ -8,12 +8,8 @@ torchao itself is imported only when a plan is probed or built.
 from __future__ import annotations
 
 from dlopt_torchao.compat import Compatibility, check_torch_pairing, recommended_torchao
-from dlopt_torchao.provider import (
-    TorchAOInt4Options,
-    TorchAOOptions,
-    TorchAOProvider,
-    all_providers,
-)
+from dlopt_torchao.plans import all_providers
+from dlopt_torchao.provider import TorchAOInt4Options, TorchAOOptions, TorchAOProvider
 from dlopt_torchao.pt2e import PT2EOptions, PT2EStaticInt8Provider
 from dlopt_torchao.schemes import Scheme
 

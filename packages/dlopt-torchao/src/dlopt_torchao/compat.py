@@ -19,13 +19,13 @@ A release missing from the table (older than 0.12, or newer than this file) is
 
 from __future__ import annotations
 
-import enum
-
 from attrs import frozen
 from packaging.version import InvalidVersion, Version
 
+from dlopt.plugin import TextEnum
 
-class Compatibility(str, enum.Enum):
+
+class Compatibility(TextEnum):
     SUPPORTED = "supported"
     PYTHON_API_ONLY = "python-api-only"
     UNTESTED = "untested"

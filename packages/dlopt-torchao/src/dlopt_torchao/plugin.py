@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlopt.plugin import hookimpl
-from dlopt_torchao.provider import all_providers
+from dlopt_torchao.plans import all_providers
 
 DLOPT_PLUGIN_API_VERSION = "2.1"
 

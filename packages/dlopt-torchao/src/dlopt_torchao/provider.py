@@ -23,7 +23,6 @@ from attrs import field, frozen
 
 from dlopt.plugin import (
     BuiltPlan,
-    Comeback,
     Concurrency,
     PlanNotApplicable,
     Precision,
@@ -31,6 +30,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Reload,
     Role,
     ServingTraits,
     check_distribution,
@@ -309,10 +309,10 @@ class TorchAOProvider(Provider):
     role = Role.CHALLENGER
 
     @property
-    def comes_back(self) -> Comeback:
+    def reloads_by(self) -> Reload:
         """A saved plan is quantized again from the model; a compiled one with torch's
         compile caches restored."""
-        return Comeback.REBUILD_WITH_COMPILE_CACHE if self.compiled else Comeback.REBUILD
+        return Reload.REBUILD_WITH_COMPILE_CACHE if self.compiled else Reload.REBUILD
 
     @name.default
     def _default_name(self) -> str:
@@ -372,7 +372,7 @@ class TorchAOProvider(Provider):
             return None, ProviderAvailability.unavailable(recipe.reason), None, details
         return recipe, None, quantization, details
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Layered availability; never raises."""
         try:
             _, refusal, _, details = self._resolve(context)
@@ -660,15 +660,3 @@ def not_offered_by_default(
             f"fast path compiles it: torchao_{scheme.value}_inductor"
         )
     return None
-
-
-def all_providers() -> list[Provider]:
-    """Every scheme eager and compiled, and static int8 through PT2E; probes drop what
-    this machine cannot run or what dlopt does not offer on it by default (see
-    :func:`not_offered_by_default`)."""
-    from dlopt_torchao.pt2e import PT2EStaticInt8Provider
-
-    schemes: list[Provider] = [
-        TorchAOProvider(scheme, compiled) for scheme in Scheme for compiled in (False, True)
-    ]
-    return [*schemes, PT2EStaticInt8Provider()]

@@ -216,7 +216,7 @@ class PT2EStaticInt8Provider(Provider):
     role = Role.CHALLENGER
     options_type = PT2EOptions
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         target: ExecutionTarget = context.target
         if target.device_type != "cpu":
             return ProviderAvailability.unavailable(

@@ -10,7 +10,6 @@ from ``probe``/``build`` only.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from dlopt.plugin import ExecutionTarget, Precision
+from dlopt.plugin import ExecutionTarget, Precision, TextEnum
 
 #: torch's CPU int4 packing (_convert_weight_to_int4pack_for_cpu) needs N % 16 == 0.
 _CPU_INT4_N_TILE = 16
@@ -32,7 +31,7 @@ CUDA_TORCH_HINT = (
 )
 
 
-class Scheme(str, enum.Enum):
+class Scheme(TextEnum):
     """A torchao quantization scheme; the value is the plan-name suffix."""
 
     INT8_DYNAMIC = "int8_dynamic"

@@ -20,7 +20,7 @@ from typing import Any
 
 from attrs import frozen
 
-from dlopt.vocabulary import Objective, Word
+from dlopt.vocabulary import Objective, TextEnum
 
 #: The JSON Schema dialect of every published schema.
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -45,7 +45,7 @@ MAX_AGENT_BATCH_SIZE = 4096
 MAX_BATCH_SIZES = 16
 
 
-class ErrorCode(Word):
+class ErrorCode(TextEnum):
     """The ``code`` of an error result: what went wrong, for an agent to act on."""
 
     #: The tool name is not one of :data:`TOOL_NAMES`.
@@ -149,7 +149,7 @@ def tool_schemas(caps: ToolCaps) -> dict[str, dict[str, Any]]:
                 "type": "string",
                 "enum": [o.value for o in Objective],
                 "description": (
-                    "the serving strategy. steady_state_latency: traffic-weighted mean "
+                    "the objective. steady_state_latency: traffic-weighted mean "
                     "latency; lifecycle_latency: setup + first calls + expected_calls x "
                     "steady latency; min_latency: the fastest plan at batch 1; "
                     "max_throughput: the (plan, batch size) serving the most items per "

@@ -55,9 +55,9 @@ from dlopt.agents.tool_results import (
     parse_arguments,
     success,
 )
-from dlopt.api.decision import OptimizationDecision
 from dlopt.api.optimizer import InferenceOptimizer
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.provider import ProviderContext, ProviderInfo, Role
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import ConfigurationError, DloptError, SelectionCancelled, WorkloadError
 from dlopt.evidence.provenance import inspect_runtime
 from dlopt.evidence.report import OptimizationReport
@@ -65,9 +65,9 @@ from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.config_checks import integer, number
 from dlopt.platform.names import NAME_RULE, is_plain_name
 from dlopt.platform.serialization import strict_jsonable
-from dlopt.plugins.contract import ProviderContext, ProviderInfo, Role
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry, with_explicit
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Objective, StopReason
 
 log = logging.getLogger(__name__)

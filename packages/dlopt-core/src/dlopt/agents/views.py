@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from dlopt.agents.tool_results import clip
-from dlopt.api.workload import WorkloadProfile
 from dlopt.evidence.report import CandidateEvidence, OptimizationReport
-from dlopt.pipeline.probe import ProviderStatus
+from dlopt.pipeline.probe import ProbeRecord
 from dlopt.platform.serialization import strict_jsonable
 from dlopt.platform.tree import describe_inputs
+from dlopt.settings.workload import WorkloadProfile
 
 #: The longest reason, message or description a summary shows.
 TEXT_LIMIT = 600
@@ -161,7 +161,7 @@ def workload_view(
     )
 
 
-def provider_view(status: ProviderStatus, role: str | None) -> dict[str, Any]:
+def provider_view(status: ProbeRecord, role: str | None) -> dict[str, Any]:
     """One installed plan and whether it can run here."""
     availability = status.availability
     return strict_jsonable(

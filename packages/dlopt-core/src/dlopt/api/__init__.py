@@ -1,11 +1,10 @@
-"""The public API: what a user builds, calls and gets back.
+"""What users call: the optimizer and the bundle loader.
 
-``target`` (``ExecutionTarget``: where plans compute), ``workload`` (``WorkloadProfile``:
-the serving inputs and their traffic weights), ``policy`` (``OptimizationPolicy`` and
-``DeploymentConstraints``: what "better" means and the limits), ``optimizer``
-(``InferenceOptimizer``: wires the stages of :mod:`dlopt.pipeline` in order) and
-``decision`` (``OptimizationDecision``: the served plan plus its report).
+``optimizer`` (``InferenceOptimizer``: checks what it is given, converts the workload once
+and runs :func:`dlopt.engine.select.select` in process or in a supervised worker) and
+``bundles`` (``load_bundle``: a verified bundle's plan loaded or rebuilt on this machine,
+served as a decision).
 
 The names users import are re-exported, lazily, by the top-level ``dlopt`` package; this
-package imports nothing itself, so loading ``dlopt.api.target`` does not load the optimizer.
+package imports nothing itself.
 """

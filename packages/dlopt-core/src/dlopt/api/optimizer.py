@@ -1,38 +1,34 @@
-"""``InferenceOptimizer``: wires the stages of a selection together (dlopt.pipeline).
+"""``InferenceOptimizer``: the public way to run a selection.
 
-reference (eager fp32, checked) -> [plan cache: a record of this key, revalidated, is
-served] -> plans -> prepare each (probe, build, first calls,
-validation, build limits) -> race -> revalidate -> measured limits -> choose (with a
-final check of the chosen plan) -> report -> OptimizationDecision
+It checks what it is given, converts the workload once (a ``WorkloadProfile``, cut to the
+batch sizes the objective races) and runs :func:`dlopt.engine.select.select`, in this
+process or, with ``isolation="process"``, in a supervised worker
+(:func:`dlopt.isolation.supervisor.select_in_worker`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import torch
 
-from dlopt.api.decision import OptimizationDecision
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.cache import lookup
-from dlopt.cache.revalidate import Revalidation, program_saver, revalidate_record
-from dlopt.errors import ConfigurationError, ReferenceCheckError, SelectionCancelled
-from dlopt.events import Event, EventKind
-from dlopt.evidence.assembly import build_report
+from dlopt.contract.provider import ProviderProtocol
+from dlopt.engine.decision import OptimizationDecision
+from dlopt.engine.select import Selection, select
+from dlopt.errors import ConfigurationError
+from dlopt.events import Event, fan_out
 from dlopt.measurement import Clock, MonotonicClock
-from dlopt.pipeline import batches, checks, choose, constraints, plans, prepare, race, state
-from dlopt.platform.fileio import TemporaryArtifacts, check_can_create_in
-from dlopt.plugins.contract import ExecutionProvider, ProviderContext
+from dlopt.pipeline.batches import batches_to_race
+from dlopt.pipeline.state import SelectionContext
+from dlopt.platform.fileio import check_can_create_in
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
-from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.vocabulary import Objective
 
 Observer = Callable[[Event], None]
@@ -77,7 +73,7 @@ class InferenceOptimizer:
         self,
         target: ExecutionTarget | str = "cpu",
         policy: OptimizationPolicy | None = None,
-        providers: Sequence[ExecutionProvider] = (),
+        providers: Sequence[ProviderProtocol] = (),
         *,
         registry: ProviderRegistry | None = None,
         clock: Clock | None = None,
@@ -163,14 +159,12 @@ class InferenceOptimizer:
         function; a live module is refused), ``workload`` may be omitted when the
         factory returns ``(model, workload)``, and the winner is built again here and
         validated against this process's reference before it is returned.
+
+        Either way the selection is :func:`dlopt.engine.select.select`, on the workload
+        converted here, once.
         """
         if self.policy.isolation == "process":
-            from dlopt.isolation.supervisor import select_in_worker
-
-            if workload is not None and not isinstance(workload, WorkloadProfile):
-                workload = WorkloadProfile(cases=tuple(workload))
-            with self._threads():
-                return select_in_worker(self, model, workload, should_continue)
+            return self._select_isolated(model, workload, should_continue)
         if workload is None:
             raise ConfigurationError("select(model, workload): give the workload to race on")
         if not isinstance(model, torch.nn.Module):
@@ -178,170 +172,72 @@ class InferenceOptimizer:
                 f"model must be a torch.nn.Module, got {type(model).__name__}; wrap plain "
                 "functions in a Module"
             )
+        self._check_model_device(model)
+        registry = self._registry if self._registry is not None else load_providers()
+        selection = self._selection(model, workload, registry, should_continue)
+        with self._threads():
+            return select(selection)
+
+    def _select_isolated(
+        self,
+        model: Any,
+        workload: WorkloadProfile | Sequence[WorkloadCase] | None,
+        should_continue: Callable[[], bool] | None,
+    ) -> OptimizationDecision:
+        from dlopt.isolation.supervisor import build_host_model, model_reference, select_in_worker
+
+        ref = model_reference(model)
+        host_model, returned = build_host_model(ref, self.target)
+        if workload is None:
+            if returned is None:
+                raise ConfigurationError(
+                    f"no workload: pass one to select(), or return (model, WorkloadProfile) "
+                    f"from {ref}"
+                )
+            workload = returned
+        # Nothing of a plugin runs here before the race (the worker loads them): without
+        # a registry the events go to this optimizer's observers only.
+        selection = self._selection(host_model, workload, self._registry, should_continue)
+        with self._threads():
+            return select_in_worker(selection, ref)
+
+    def _selection(
+        self,
+        model: torch.nn.Module,
+        workload: WorkloadProfile | Sequence[WorkloadCase],
+        registry: ProviderRegistry | None,
+        should_continue: Callable[[], bool] | None,
+    ) -> Selection:
+        """What one selection runs, with the workload converted (a profile, cut to the
+        batch sizes the objective races) and checked against the objective, once."""
         if not isinstance(workload, WorkloadProfile):
             workload = WorkloadProfile(cases=tuple(workload))
-        workload = batches.batches_to_race(workload, self.policy.objective)
-        self._check_model_device(model)
-        constraints = self.policy.constraints
-        expected_calls = (
-            constraints.expected_calls
-            if constraints.expected_calls is not None
-            else workload.expected_calls
+        workload = batches_to_race(workload, self.policy.objective)
+        limits = self.policy.constraints
+        horizon = (
+            limits.expected_calls if limits.expected_calls is not None else workload.expected_calls
         )
-        if self.policy.objective is Objective.LIFECYCLE_LATENCY and expected_calls is None:
+        if self.policy.objective is Objective.LIFECYCLE_LATENCY and horizon is None:
             raise ConfigurationError(
                 "objective 'lifecycle_latency' needs a call horizon: set "
                 "DeploymentConstraints(expected_calls=...) or WorkloadProfile(expected_calls=...)"
             )
-        registry = self._registry if self._registry is not None else load_providers()
-        with self._threads():
-            return self._select(model, workload, registry, expected_calls, should_continue)
-
-    # -- the pipeline, stage by stage -------------------------------------------------
-    def _select(
-        self,
-        model: torch.nn.Module,
-        workload: WorkloadProfile,
-        registry: ProviderRegistry,
-        expected_calls: int | None,
-        should_continue: Callable[[], bool] | None = None,
-    ) -> OptimizationDecision:
-        run = state.Run(
-            self.policy, self.target, self.clock, self._emitter(registry), should_continue
+        sinks = [registry.emit] if registry is not None else []
+        context = SelectionContext(
+            self.policy,
+            self.target,
+            self.clock,
+            fan_out(*sinks, *self.observers),
+            should_continue,
         )
-        # A directory the caller named is theirs; otherwise the decision owns a temporary one.
-        scratch: TemporaryArtifacts | None = None
-        if self.artifact_dir is not None:
-            artifact_dir = self.artifact_dir
-        else:
-            scratch = TemporaryArtifacts()
-            artifact_dir = scratch.path
-        context = ProviderContext(
-            target=self.target, policy=self.policy, workload=workload, artifact_dir=artifact_dir
+        return Selection(
+            model,
+            workload,
+            context,
+            registry,
+            self.explicit_providers,
+            self.artifact_dir,
         )
-        candidates = plans.choose_plans(registry, self.explicit_providers, self.policy)
-        run.emit(
-            Event(
-                EventKind.RACE_STARTED,
-                f"{len(candidates)} providers, {len(workload.cases)} cases",
-                data={"providers": [c.name for c in candidates]},
-            )
-        )
-        # The plan cache: a record of this very key is served once it revalidates.
-        cached = _CacheStep()
-        try:
-            # The reference comes first: if eager fp32 cannot run the inputs, stop before building.
-            guard = ModelGuard(model, snapshot=self.policy.quality.snapshot_weights)
-            workload = batches.fit_to_memory(model, workload, self.target.input_device)
-            context = attrs.evolve(context, workload=workload)
-            reference = capture_reference(
-                model, workload, self.policy.quality, target=self.target, guard=guard
-            )
-            if self.policy.plan_cache_dir is not None:
-                cached = self._from_cache(
-                    model, workload, candidates, context, reference, guard, run, scratch
-                )
-                if cached.decision is not None:
-                    return cached.decision
-            found, revalidation, revalidation_s = cached.found, cached.revalidation, cached.seconds
-            for cand in candidates:  # the reference first: if it cannot serve, build no more
-                if should_continue is not None and not should_continue():
-                    raise SelectionCancelled(
-                        f"cancelled before {cand.name!r} was built; no plan was raced"
-                    )
-                prepare.prepare(cand, model, context, reference, guard, run)
-                if cand.is_reference and not cand.alive:
-                    raise ReferenceCheckError(state.reference_failure(cand))
-            raced = race.race(candidates, reference, workload, run)
-            checks.check_model_after_race(model, guard)
-            checks.revalidate(candidates, raced, reference, run)
-            constraints.apply_measured_limits(candidates, raced.result, run)
-            outcome = choose.choose_served(
-                candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
-            )
-            served = next(c for c in candidates if c.name == outcome.selected)
-            serving = checks.serving_check(served, model, reference, workload, run)
-            checks.check_model_after_race(model, guard)
-            report = build_report(
-                target=self.target,
-                policy=self.policy,
-                workload=workload,
-                plugin_failures=registry.failures,
-                candidates=candidates,
-                race=raced.result,
-                outcome=outcome,
-                expected_calls=expected_calls,
-                serving=serving,
-            )
-            if found is not None:
-                report = attrs.evolve(
-                    report,
-                    cache=lookup.miss_evidence(
-                        found, revalidation, revalidation_s, self.policy.reuse_cached_plan
-                    ),
-                )
-        except BaseException:
-            state.close_all(candidates)  # no decision will own any plan
-            if scratch is not None:
-                scratch.release()
-            raise
-        selected = next(c for c in candidates if c.name == outcome.selected)
-        assert selected.plan is not None
-        program = program_saver(selected, context, reference)
-        if found is not None:
-            report = lookup.store(found, report, selected, program, context.artifact_dir)
-        state.close_all(candidates, keep=selected)
-        run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
-        return OptimizationDecision(
-            selected.plan, report, scratch=scratch, program=program, fallback=model
-        )
-
-    def _from_cache(
-        self,
-        model: torch.nn.Module,
-        workload: WorkloadProfile,
-        candidates: list[state.CandidateState],
-        context: ProviderContext,
-        reference: ReferenceOutputs,
-        guard: ModelGuard,
-        run: state.Run,
-        scratch: TemporaryArtifacts | None,
-    ) -> _CacheStep:
-        """Look this selection's key up; a record that revalidates is the decision."""
-        assert self.policy.plan_cache_dir is not None
-        found = lookup.look_up(
-            self.policy.plan_cache_dir, model, workload, self.policy, self.target, candidates
-        )
-        if found.record is None or not self.policy.reuse_cached_plan:
-            return _CacheStep(found)
-        start = time.perf_counter()
-        revalidation = revalidate_record(
-            found.record, candidates, model, workload, context, reference, guard, run
-        )
-        seconds = time.perf_counter() - start
-        step = _CacheStep(found, revalidation, seconds)
-        if revalidation.reused and revalidation.selected is not None:
-            assert revalidation.selected.plan is not None
-            report = lookup.hit_report(found, revalidation, seconds, self.policy)
-            run.emit(
-                Event(EventKind.DECISION_MADE, revalidation.reason, candidate=report.selected_plan)
-            )
-            program = program_saver(revalidation.selected, context, reference, found.record)
-            step.decision = OptimizationDecision(
-                revalidation.selected.plan, report, scratch=scratch, program=program, fallback=model
-            )
-        return step
-
-    def _emitter(self, registry: ProviderRegistry) -> Callable[[Event], None]:
-        """Events go to every ``dlopt_on_event`` hook and to this optimizer's observers."""
-
-        def emit(event: Event) -> None:
-            registry.emit(event)
-            for observer in self.observers:
-                with contextlib.suppress(Exception):
-                    observer(event)
-
-        return emit
 
     def _check_model_device(self, model: torch.nn.Module) -> None:
         tensor: torch.Tensor | None = next(iter(model.parameters()), None)
@@ -368,14 +264,3 @@ class InferenceOptimizer:
             yield
         finally:
             torch.set_num_threads(previous)
-
-
-@attrs.define
-class _CacheStep:
-    """What the plan cache found before the race: the lookup, the revalidation of its
-    record (if any) and, when the record revalidated, the decision to return."""
-
-    found: lookup.Lookup | None = None
-    revalidation: Revalidation | None = None
-    seconds: float | None = None
-    decision: OptimizationDecision | None = None

@@ -24,10 +24,10 @@ from dlopt._version import __version__
 if TYPE_CHECKING:
     import torch
 
-    from dlopt.api.policy import OptimizationPolicy
-    from dlopt.api.target import ExecutionTarget
-    from dlopt.api.workload import WorkloadProfile
-    from dlopt.plugins.contract import ProviderInfo
+    from dlopt.contract.provider import ProviderInfo
+    from dlopt.settings.policy import OptimizationPolicy
+    from dlopt.settings.target import ExecutionTarget
+    from dlopt.settings.workload import WorkloadProfile
 
 #: Bumped when the ingredients change shape: records keyed the old way are never hit.
 #: 2: the workload's grad mode (plans judged before it were called on ordinary tensors).

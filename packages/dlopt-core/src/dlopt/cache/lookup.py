@@ -19,18 +19,18 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadProfile
 from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
 from dlopt.cache.key import cache_ingredients, key_of
+from dlopt.cache.recheck import Recheck
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
-from dlopt.cache.revalidate import Revalidation
+from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
+from dlopt.contract.provider import Reload
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
-from dlopt.plugins.contract import Comeback
 from dlopt.serving.evidence import with_unseen_policy
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadProfile
 
 
 @attrs.define(eq=False)
@@ -78,7 +78,7 @@ def look_up(
 
 
 def hit_report(
-    found: Lookup, revalidation: Revalidation, seconds: float, policy: OptimizationPolicy
+    found: Lookup, recheck: Recheck, seconds: float, policy: OptimizationPolicy
 ) -> OptimizationReport:
     """The record's report, saying it was served from the cache and how it was checked
     (and what this policy does with unseen signatures: not part of the key)."""
@@ -92,19 +92,19 @@ def hit_report(
             key=found.key,
             lookup_time_s=found.lookup_time_s,
             revalidation_time_s=seconds,
-            reason=revalidation.reason,
-            probe_baseline=revalidation.probe_baseline,
-            probe_speedup=revalidation.probe,
+            reason=recheck.reason,
+            probe_baseline=recheck.probe_baseline,
+            probe_speedup=recheck.probe,
         ),
     )
 
 
 def miss_evidence(
-    found: Lookup, revalidation: Revalidation | None, seconds: float | None, reuse: bool
+    found: Lookup, recheck: Recheck | None, seconds: float | None, reuse: bool
 ) -> CacheEvidence:
-    """Why this selection raced: no record, reuse switched off, or a failed revalidation."""
-    if revalidation is not None:
-        reason = f"revalidation failed, raced again: {revalidation.reason}"
+    """Why this selection raced: no record, reuse switched off, or a failed recheck."""
+    if recheck is not None:
+        reason = f"the recheck failed, raced again: {recheck.reason}"
     elif found.record is not None and not reuse:
         reason = "a record exists but reuse_cached_plan is off: raced again"
     elif found.closest_key is not None:
@@ -122,8 +122,8 @@ def miss_evidence(
         reason=reason,
         differences=found.differences,
         closest_key=found.closest_key,
-        probe_baseline=revalidation.probe_baseline if revalidation else None,
-        probe_speedup=revalidation.probe if revalidation else None,
+        probe_baseline=recheck.probe_baseline if recheck else None,
+        probe_speedup=recheck.probe if recheck else None,
     )
 
 
@@ -143,7 +143,7 @@ def store(
     cache = report.cache
     artifacts: dict[str, Any] = dict(selected.plan.artifacts)
     provider = selected.info.provider
-    if Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE:
+    if Reload.of(provider) is Reload.REBUILD_WITH_COMPILE_CACHE:
         caches = save_compile_cache(
             Path(tempfile.mkdtemp(prefix="compile-cache-", dir=artifact_dir))
         )

@@ -27,7 +27,8 @@ def add_export_command(sub: Any) -> None:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from dlopt.cli.preflight import check_output_dir
-    from dlopt.reporting.export import EXPORTED_FILES, export, label_runs
+    from dlopt.reporting.export import EXPORTED_FILES, export
+    from dlopt.reporting.labels import label_runs
 
     check_output_dir(
         "--output-dir",

@@ -32,15 +32,15 @@ def add_providers_command(sub: Any) -> None:
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:
+    from dlopt.contract.provider import ProviderContext
     from dlopt.pipeline.probe import probe_all
-    from dlopt.plugins.contract import ProviderContext
     from dlopt.plugins.discovery import load_providers
 
     target = cli_target(args)
     out = Output(plain=args.plain or None)
     if args.isolate and not args.options:
-        from dlopt.api.policy import OptimizationPolicy
         from dlopt.isolation.supervisor import probe_in_worker
+        from dlopt.settings.policy import OptimizationPolicy
 
         isolated, failures = probe_in_worker(target, OptimizationPolicy())
         return _print_statuses(args, isolated, failures, out)
@@ -71,9 +71,9 @@ def _print_statuses(args: argparse.Namespace, statuses: Any, failures: Any, out:
 
 def _print_options(registry: Any, plan: str, *, as_json: bool, out: Output) -> int:
     """``dlopt providers --options PLAN``: the options a plan declares."""
-    from dlopt.api.policy import describe_options
     from dlopt.platform.serialization import dumps, strict_jsonable
     from dlopt.reporting.tables import options_table
+    from dlopt.settings.policy import describe_options
 
     names = [info.name for info in registry.providers]
     if plan not in names:

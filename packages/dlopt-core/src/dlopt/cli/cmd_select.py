@@ -12,7 +12,6 @@ from typing import Any
 
 import attrs
 
-from dlopt.api.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
@@ -27,6 +26,14 @@ from dlopt.cli.common import (
     show_chatter,
 )
 from dlopt.cli.console import Output, wants_plain
+from dlopt.cli.objectives import (
+    add_objective_arguments,
+    batched,
+    check_objective_arguments,
+    objective_of,
+    races_batches,
+    warn_retired,
+)
 from dlopt.cli.preflight import (
     check_count,
     check_input_path,
@@ -38,15 +45,9 @@ from dlopt.cli.preflight import (
     check_weight,
     check_weights,
 )
-from dlopt.cli.strategy import (
-    add_strategy_arguments,
-    batched,
-    check_strategy,
-    objective_of,
-    races_batches,
-)
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
+from dlopt.settings.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
 from dlopt.vocabulary import GradMode, UnseenSignature
 
 _DTYPES = {
@@ -236,7 +237,7 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
-    check_strategy(args, parse_input_spec(args.input)[0] if args.input else None)
+    check_objective_arguments(args, parse_input_spec(args.input)[0] if args.input else None)
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -268,6 +269,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
     target = cli_target(args, must_exist=True)
     # Everything the user typed is checked before anything is built or allocated.
     preflight_select(args)
+    warn_retired(args)
     if args.demo:
         if args.inputs or args.input or args.case:
             raise ConfigurationError(
@@ -390,8 +392,8 @@ def workload_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and the inputs it races on: ``--inputs FILE``, random tensors of the
     ``--input``/``--case`` shapes, or the workload the factory returned.
     ``WorkloadProfile.inputs`` says which, so the report does too."""
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
     from dlopt.cli.input_files import describe_inputs_file, load_inputs
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
@@ -456,7 +458,7 @@ def add_select_command(sub: Any) -> None:
         choices=OBJECTIVES,
         help=f"what the choice optimises (default: {_default(OptimizationPolicy, 'objective')})",
     )
-    add_strategy_arguments(p)
+    add_objective_arguments(p)
     p.add_argument(
         "--grad-mode",
         default=None,

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from dlopt.api.target import ExecutionTarget
+from dlopt.settings.target import ExecutionTarget
 
 #: The words that switch a boolean ``DLOPT_*`` setting off.
 FALSY_SWITCH_WORDS = ("0", "false", "no", "off")

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 
 class _ResidualBlock(nn.Module):

@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from dlopt.api.target import ExecutionTarget
 from dlopt.errors import ConfigurationError, WorkloadError
+from dlopt.settings.target import ExecutionTarget
 
 #: The largest dimension or element count torch can index (a C ``int64``).
 MAX_ELEMENTS = 2**63 - 1
@@ -33,7 +33,7 @@ _SWITCH_WORDS = ("", "0", "1", "false", "true", "no", "yes", "off", "on")
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Refuse ``DLOPT_*`` settings out of range (``DLOPT_PROBE_TIMEOUT_S=1e10``) or not
     understood (``DLOPT_STRICT_PLUGINS=maybe``), naming the variable and what it takes."""
-    from dlopt.api.policy import default_probe_timeout_s
+    from dlopt.settings.policy import default_probe_timeout_s
 
     env = os.environ if environ is None else environ
     default_probe_timeout_s(env)

@@ -11,9 +11,7 @@ from typing import Any
 import attrs
 
 from dlopt._version import __version__
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.records import PluginFailure
 from dlopt.evidence.provenance import inspect_runtime, record_providers
 from dlopt.evidence.report import (
     SCHEMA_VERSION,
@@ -35,9 +33,11 @@ from dlopt.pipeline.constraints import weighted_latency
 from dlopt.pipeline.state import CandidateState
 from dlopt.platform.serialization import finite_or_none, strict_jsonable, to_jsonable
 from dlopt.platform.tree import describe_inputs
-from dlopt.plugins.records import PluginFailure
 from dlopt.selection.rules import SelectionOutcome
 from dlopt.serving.evidence import ServingEvidence
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import CaseValidation
 from dlopt.vocabulary import Objective, Status
 
@@ -246,8 +246,8 @@ def candidate_evidence(
             noisy=measured.noisy if measured else None,
             gate_passed=judged.gate_passed if judged else None,
             gate_against=judged.against if judged else None,
-            speedup_vs_eager=steady_eager,
-            speedup_vs_native=steady_native,
+            speedup_vs_reference=steady_eager,
+            speedup_vs_baseline=steady_native,
             note=(measured.note or None) if measured else None,
             eliminated_by=measured.eliminated_by if measured else None,
             elimination_speedup=measured.elimination_interval if measured else None,
@@ -281,7 +281,7 @@ def candidate_evidence(
             ),
         ),
         validation=ValidationEvidence(
-            parity=cand.validation,
+            first_calls=cand.validation,
             revalidation=cand.revalidation,
             final_check=cand.final_check,
         ),

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 import attrs
 from attrs import field, frozen
 
-from dlopt.api.target import ExecutionTarget
 from dlopt.errors import ConfigurationError
 from dlopt.platform.machine import CpuInfo, cpu_info
+from dlopt.settings.target import ExecutionTarget
 
 if TYPE_CHECKING:
-    from dlopt.pipeline.probe import ProviderStatus
-    from dlopt.plugins.records import PluginFailure
+    from dlopt.contract.records import PluginFailure
+    from dlopt.pipeline.probe import ProbeRecord
 
 __all__ = [
     "CpuInfo",
@@ -139,8 +139,8 @@ def inspect_runtime(
     )
     if not with_providers:
         return info
+    from dlopt.contract.provider import ProviderContext
     from dlopt.pipeline.probe import probe_all
-    from dlopt.plugins.contract import ProviderContext
     from dlopt.plugins.discovery import load_providers
 
     registry = load_providers()
@@ -150,7 +150,7 @@ def inspect_runtime(
 
 
 def record_providers(
-    info: RuntimeInfo, statuses: Iterable[ProviderStatus], failures: Iterable[PluginFailure]
+    info: RuntimeInfo, statuses: Iterable[ProbeRecord], failures: Iterable[PluginFailure]
 ) -> RuntimeInfo:
     """``info`` with the providers' availability and the plugins that failed to load."""
     return attrs.evolve(

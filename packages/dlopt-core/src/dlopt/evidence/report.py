@@ -12,8 +12,7 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
-from dlopt.api.policy import DeploymentConstraints
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.records import PluginFailure
 from dlopt.evidence.provenance import RuntimeInfo
 from dlopt.measurement import (
     LatencyStats,
@@ -29,9 +28,10 @@ from dlopt.platform.serialization import (
     from_jsonable,
     parse_strict_json,
 )
-from dlopt.plugins.records import PluginFailure
 from dlopt.selection.throughput import BatchPoint
 from dlopt.serving.evidence import ServingEvidence
+from dlopt.settings.policy import DeploymentConstraints
+from dlopt.settings.target import ExecutionTarget
 from dlopt.validation import CaseValidation, ValidationResult
 from dlopt.vocabulary import Objective, Status, Verdict
 
@@ -130,14 +130,17 @@ class RaceEvidence:
     noisy: bool | None = None
     gate_passed: bool | None = None
     gate_against: str | None = None
-    speedup_vs_eager: RatioInterval | None = None
-    speedup_vs_native: RatioInterval | None = None
+    #: Over the reference (eager fp32; the report's ``speedup_vs_eager``).
+    speedup_vs_reference: RatioInterval | None = None
+    #: Over the baseline when a native plan replaced the reference as the baseline (the
+    #: report's ``speedup_vs_native``).
+    speedup_vs_baseline: RatioInterval | None = None
     #: What the race said of the plan beyond its verdict (eliminated, left at warm-up,
     #: stopped for futility, unsettled bursts).
     note: str | None = None
     #: The plan it was eliminated against (the leader, or the baseline when it left at
     #: warm-up) and its speedup over that plan when the race decided: the interval that
-    #: decided, often pooled (``speedup_vs_eager`` is then only descriptive).
+    #: decided, often pooled (``speedup_vs_reference`` is then only descriptive).
     eliminated_by: str | None = None
     elimination_speedup: RatioInterval | None = None
 
@@ -181,8 +184,8 @@ class ObjectiveEvidence:
 class ValidationEvidence:
     """The quality gate, each time it ran."""
 
-    #: The first calls, every case, every metric (the report field keeps its name).
-    parity: ValidationResult | None = None
+    #: The first calls, every case, every metric (the report's ``parity``).
+    first_calls: ValidationResult | None = None
     #: After the race: the outputs of its last measured call per case, validated again.
     revalidation: ValidationResult | None = None
     #: The selected plan (and any chosen plan that failed it): a fresh call per case after
@@ -264,12 +267,12 @@ CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
     ("projected_total_ms", "lifecycle", "projected_total_ms"),
     ("break_even_calls_vs_baseline", "lifecycle", "break_even_calls_vs_baseline"),
     ("break_even_note", "lifecycle", "break_even_note"),
-    ("speedup_vs_eager", "race", "speedup_vs_eager"),
-    ("speedup_vs_native", "race", "speedup_vs_native"),
+    ("speedup_vs_eager", "race", "speedup_vs_reference"),
+    ("speedup_vs_native", "race", "speedup_vs_baseline"),
     ("speedup_vs_baseline_lifecycle", "lifecycle", "speedup_vs_baseline_lifecycle"),
     ("measurement_verdict", "race", "verdict"),
     ("noisy", "race", "noisy"),
-    ("parity", "validation", "parity"),
+    ("parity", "validation", "first_calls"),
     ("revalidation", "validation", "revalidation"),
     ("final_check", "validation", "final_check"),
     ("longest_call_s", "latency", "longest_call_s"),

@@ -285,8 +285,8 @@ def _check_references(spec: FleetSpec) -> list[str]:
 def read_policy(values: Mapping[str, Any]) -> Any:
     """``OptimizationPolicy`` from the spec's table, through the same strict document
     reader as every policy dlopt reads (unknown keys refused with the closest name)."""
-    from dlopt.api.policy import OptimizationPolicy
     from dlopt.platform.serialization import from_jsonable
+    from dlopt.settings.policy import OptimizationPolicy
 
     try:
         return from_jsonable(dict(values), OptimizationPolicy)

@@ -16,7 +16,8 @@ from attrs import frozen
 from dlopt.evidence.report import OptimizationReport
 from dlopt.fleet.result_store import FleetResult, ResultStore
 from dlopt.fleet.spec import FleetSpec
-from dlopt.reporting.export import Run, to_csv
+from dlopt.reporting.export import to_csv
+from dlopt.reporting.labels import LabelledReport
 from dlopt.reporting.tables import NOWRAP, WRAP, Table, interval_text, number
 
 
@@ -115,9 +116,9 @@ def fleet_csv(table: Table) -> str:
     return to_csv(table.headers, records)
 
 
-def runs_of(found: Sequence[Entry]) -> list[Run]:
+def runs_of(found: Sequence[Entry]) -> list[LabelledReport]:
     """The stored reports as export runs, labelled ``job@kind``."""
-    return [Run(e.label, e.report) for e in found if e.report is not None]
+    return [LabelledReport(e.label, e.report) for e in found if e.report is not None]
 
 
 def fleet_html(spec: FleetSpec, found: Sequence[Entry]) -> str:

@@ -33,7 +33,7 @@ def workload_from_shapes(cases: Sequence[Mapping[str, Any]], device: str) -> Any
     the same way)."""
     import torch
 
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
     generator = torch.Generator().manual_seed(0)
     built = []
@@ -104,9 +104,9 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
 
 def _select(payload: dict[str, Any], store: ResultStore) -> Any:
     from dlopt.api.optimizer import InferenceOptimizer
-    from dlopt.api.target import ExecutionTarget
     from dlopt.fleet.spec import job_policy
     from dlopt.isolation.transfer import resolve_reference
+    from dlopt.settings.target import ExecutionTarget
 
     cache_dir, temporary = store.race_cache_dir()
     try:
@@ -151,7 +151,7 @@ def _result(base: dict[str, Any], report: Any, seconds: float) -> FleetResult:
         key=None if report.cache is None else report.cache.key,
         selected_plan=report.selected_plan,
         baseline=report.baseline,
-        speedup=selected.race.speedup_vs_eager,
+        speedup=selected.race.speedup_vs_reference,
         regret_bound=None if report.measurement is None else report.measurement.regret_bound,
         cache_hit=None if report.cache is None else report.cache.cache_hit,
         failures=failures,

@@ -1,7 +1,8 @@
 """The host's side of an isolated selection: start a worker, watch it, name the culprit
 of a crash or a hang, resume without it, and bring the winner back into the host.
 
-A worker runs the whole ordinary selection (:mod:`dlopt.isolation.worker`). The host
+A worker runs the one selection path (:func:`dlopt.engine.select.select`, through
+:mod:`dlopt.isolation.worker`). The host
 polls three things: the worker's exit, its journal (events are forwarded to the host's
 observers as they arrive) and its heartbeat (the per-call watchdog: a call past its
 deadline is a hang, and the worker's process group is killed). When the worker dies, the
@@ -29,7 +30,7 @@ import attrs
 import torch
 
 from dlopt import errors
-from dlopt.api.workload import WorkloadProfile
+from dlopt.engine.select import Selection, WinnerNotServed, decision_in_host
 from dlopt.events import Event, EventKind
 from dlopt.evidence.report import (
     CandidateEvidence,
@@ -52,13 +53,13 @@ from dlopt.isolation.transfer import (
     write_workload,
 )
 from dlopt.pipeline.state import StageError
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Stage, Status
 
 if TYPE_CHECKING:
-    from dlopt.api.decision import OptimizationDecision
-    from dlopt.api.optimizer import InferenceOptimizer
-    from dlopt.api.policy import OptimizationPolicy
     from dlopt.cache.record_store import CacheRecord
+    from dlopt.engine.decision import OptimizationDecision
+    from dlopt.settings.policy import OptimizationPolicy
 
 #: How often the host looks at its worker.
 POLL_S = 0.05
@@ -121,40 +122,25 @@ def build_host_model(ref: str, target: Any) -> tuple[torch.nn.Module, WorkloadPr
     return build_model(ref, target.input_device)
 
 
-def select_in_worker(
-    optimizer: InferenceOptimizer,
-    model: Any,
-    workload: WorkloadProfile | None,
-    should_continue: Callable[[], bool] | None = None,
-) -> OptimizationDecision:
-    """Run ``optimizer``'s selection in supervised workers; see the module docstring."""
-    ref = model_reference(model)
+def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecision:
+    """Run ``selection`` in supervised workers (see the module docstring); the worker
+    rebuilds the model from ``model_ref`` (``selection.model`` is the host's copy, which
+    the winner is validated against here)."""
     provider_refs = tuple(
-        reference_of(type(p), f"provider {getattr(p, 'name', p)!r}")
-        for p in optimizer.explicit_providers
+        reference_of(type(p), f"provider {getattr(p, 'name', p)!r}") for p in selection.providers
     )
-    host_model, returned = build_host_model(ref, optimizer.target)
-    workload = workload if workload is not None else returned
-    if workload is None:
-        raise errors.ConfigurationError(
-            f"no workload: pass one to select(), or return (model, WorkloadProfile) from {ref}"
-        )
-    from dlopt.pipeline.batches import batches_to_race
-
-    workload = batches_to_race(workload, optimizer.policy.objective)
-    registry = optimizer.registry
-    emit = optimizer._emitter(registry) if registry is not None else _observers_only(optimizer)
+    workload, policy, emit = selection.workload, selection.context.policy, selection.context.emit
     workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
     spec = WorkerSpec(
-        model=ref,
-        target=optimizer.target,
-        policy=policy_to_json(optimizer.policy),
+        model=model_ref,
+        target=selection.context.target,
+        policy=policy_to_json(policy),
         workload=write_workload(workload, workdir / "inputs.npz"),
         tensors=str(workdir / "inputs.npz"),
         journal=str(workdir / "journal-1.jsonl"),
         heartbeat=str(workdir / "heartbeat"),
         result=str(workdir / "result-1.json"),
-        artifact_dir=str(optimizer.artifact_dir or workdir / "artifacts"),
+        artifact_dir=str(selection.artifact_dir or workdir / "artifacts"),
         providers=provider_refs,
         sys_path=tuple(p for p in sys.path if p),
     )
@@ -168,12 +154,23 @@ def select_in_worker(
                 "validated without it"
             )
 
-    text, faults, attempts = supervise(spec, workdir, emit, should_continue, check_fault)
+    text, faults, attempts = supervise(
+        spec, workdir, emit, selection.context.should_continue, check_fault
+    )
     report = with_faults(report_from_json(text), faults, attempts)
     if report.throughput is not None and workload.batch_sizes is not None:
         # The worker dropped the batch sizes the reference ran out of memory on.
         workload = workload.first_cases(len(report.throughput.batch_sizes))
-    return _decision_in_host(optimizer, host_model, workload, report, emit)
+    if selection.registry is None:
+        from dlopt.plugins.discovery import load_providers
+
+        selection = attrs.evolve(selection, registry=load_providers())
+    try:
+        return decision_in_host(
+            attrs.evolve(selection, workload=workload), report, _worker_record(policy, report)
+        )
+    except WinnerNotServed as exc:
+        raise IsolationError(str(exc)) from None
 
 
 def probe_in_worker(
@@ -182,10 +179,10 @@ def probe_in_worker(
     """Load the plugins and probe every plan in supervised workers (``dlopt providers
     --isolate``): ``(statuses, plugin failures)``. A plan whose probe crashes or hangs is
     reported unavailable with the fault; a plugin whose import does, as a load failure."""
-    from dlopt.pipeline.probe import ProviderStatus
+    from dlopt.contract.provider import ProviderAvailability
+    from dlopt.contract.records import PluginFailure
+    from dlopt.pipeline.probe import ProbeRecord
     from dlopt.platform.serialization import from_jsonable, parse_strict_json
-    from dlopt.plugins.contract import ProviderAvailability
-    from dlopt.plugins.records import PluginFailure
 
     workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
     spec = WorkerSpec(
@@ -199,7 +196,7 @@ def probe_in_worker(
     )
     text, faults, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
     data = parse_strict_json(text)
-    statuses = [from_jsonable(s, ProviderStatus) for s in data["providers"]]
+    statuses = [from_jsonable(s, ProbeRecord) for s in data["providers"]]
     failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
     for name, fault in faults.items():
         if name.startswith(PLUGIN_PREFIX):
@@ -212,7 +209,7 @@ def probe_in_worker(
             )
         else:
             statuses.append(
-                ProviderStatus(
+                ProbeRecord(
                     name=name,
                     plugin="unknown",
                     distribution=None,
@@ -464,7 +461,7 @@ def with_faults(
 ) -> OptimizationReport:
     """The last worker's report with a rejected entry for every plan that crashed or hung
     (and a load failure for every plugin whose import did)."""
-    from dlopt.plugins.records import PluginFailure
+    from dlopt.contract.records import PluginFailure
 
     lost = tuple(
         CandidateEvidence(
@@ -508,54 +505,6 @@ def with_faults(
     )
 
 
-def _decision_in_host(
-    optimizer: InferenceOptimizer,
-    model: torch.nn.Module,
-    workload: WorkloadProfile,
-    report: OptimizationReport,
-    emit: Callable[[Event], None],
-) -> OptimizationDecision:
-    """Build the winner again in the host and validate it against the host's reference."""
-    from dlopt.api.decision import OptimizationDecision
-    from dlopt.cache.revalidate import comeback_from_record, program_saver
-    from dlopt.pipeline import plans, prepare, state
-    from dlopt.plugins.contract import ProviderContext
-    from dlopt.plugins.discovery import load_providers
-    from dlopt.validation import ModelGuard, capture_reference
-
-    registry = optimizer.registry if optimizer.registry is not None else load_providers()
-    policy = attrs.evolve(optimizer.policy, include=(report.selected_plan,), exclude=())
-    candidates = plans.choose_plans(registry, optimizer.explicit_providers, policy)
-    winner = next(c for c in candidates if c.name == report.selected_plan)
-    record = _worker_record(optimizer.policy, report)
-    if record is not None:
-        winner.info = attrs.evolve(winner.info, provider=comeback_from_record(record, winner))
-    guard = ModelGuard(model, snapshot=optimizer.policy.quality.snapshot_weights)
-    reference = capture_reference(
-        model, workload, optimizer.policy.quality, target=optimizer.target, guard=guard
-    )
-    context = ProviderContext(
-        target=optimizer.target,
-        policy=optimizer.policy,
-        workload=workload,
-        artifact_dir=optimizer.artifact_dir or Path(tempfile.mkdtemp(prefix="dlopt-")),
-    )
-    run = state.Run(optimizer.policy, optimizer.target, optimizer.clock, emit)
-    prepare.prepare(winner, model, context, reference, guard, run)
-    if not winner.alive:
-        state.close_all(candidates)
-        why = winner.error.message if winner.error is not None else "it was not built"
-        raise IsolationError(
-            f"the selected plan {report.selected_plan!r} passed in the worker but not when "
-            f"rebuilt in this process: {why}"
-        )
-    state.close_all(candidates, keep=winner)
-    emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=report.selected_plan))
-    assert winner.plan is not None
-    program = program_saver(winner, context, reference, record)
-    return OptimizationDecision(winner.plan, report, program=program, fallback=model)
-
-
 def _worker_record(policy: OptimizationPolicy, report: OptimizationReport) -> CacheRecord | None:
     """The plan cache record the worker wrote or reused for this decision: it brings the
     winner back into the host (its program, artifacts or compile caches) without a second
@@ -573,15 +522,6 @@ def _worker_record(policy: OptimizationPolicy, report: OptimizationReport) -> Ca
     if record is None or record.report.selected_plan != report.selected_plan:
         return None
     return record
-
-
-def _observers_only(optimizer: InferenceOptimizer) -> Callable[[Event], None]:
-    def emit(event: Event) -> None:
-        for observer in optimizer.observers:
-            with contextlib.suppress(Exception):
-                observer(event)
-
-    return emit
 
 
 def _reference_name(records: Sequence[dict[str, Any]]) -> str | None:

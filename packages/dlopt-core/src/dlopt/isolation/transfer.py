@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from attrs import field, frozen
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json, to_jsonable
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.vocabulary import GradMode
 
 #: How a plugin (not a plan) is named in the journal, the heartbeat and exclusions.
@@ -105,8 +105,8 @@ def policy_from_json(data: dict[str, Any], *, user_metrics: bool = True) -> Opti
     ``user_metrics=False`` leaves the quality policy's user metrics out: one that a plugin
     registers is known by name only once the plugins are loaded.
     """
-    from dlopt.api.policy import DeploymentConstraints
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.settings.policy import DeploymentConstraints
     from dlopt.validation import QualityPolicy
 
     if not user_metrics and isinstance(data.get("quality"), dict):

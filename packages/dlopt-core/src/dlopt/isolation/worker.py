@@ -20,13 +20,14 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.events import Event, EventKind
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability, ProviderProtocol
+from dlopt.events import Event, EventKind, fan_out
 from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
     HOST_PID_ENV,
@@ -38,7 +39,7 @@ from dlopt.isolation.transfer import (
     read_workload,
     resolve_reference,
 )
-from dlopt.plugins.contract import BuiltPlan, ExecutionProvider, ProviderAvailability
+from dlopt.settings.policy import OptimizationPolicy
 from dlopt.vocabulary import Stage
 
 #: A probe past its own time limit is answered "unavailable" by the probe stage, but its
@@ -112,7 +113,7 @@ class Watched:
 class WatchedProvider:
     """A provider whose probe, build and every call are announced before they run."""
 
-    def __init__(self, inner: ExecutionProvider, watched: Watched) -> None:
+    def __init__(self, inner: ProviderProtocol, watched: Watched) -> None:
         self._inner = inner
         self._watched = watched
         #: The provider itself, for what is keyed by its class (the plan cache): an
@@ -214,26 +215,25 @@ def start_worker(spec: WorkerSpec) -> tuple[OptimizationPolicy, Watched, Any]:
 
 def run_selection(spec: WorkerSpec) -> None:
     """Run the selection ``spec`` describes; the report goes to ``spec.result``."""
-    from dlopt.api.optimizer import InferenceOptimizer
+    from dlopt.engine.select import Selection, select
+    from dlopt.measurement import MonotonicClock
+    from dlopt.pipeline.state import SelectionContext
     from dlopt.platform.serialization import atomic_write_text
 
     policy, watched, registry = start_worker(spec)
     explicit = [WatchedProvider(resolve_reference(ref)(), watched) for ref in spec.providers]
     assert spec.workload is not None
     model, _ = build_model(spec.model, spec.target.input_device)
+    # The host converted the workload once; it comes here as it will race.
     workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
     # The plans lost to a fault stay chosen (the cache key stays the whole set's) and
     # answer their probe "unavailable" (Watched.lost): none of them runs again.
     policy = attrs.evolve(policy, isolation="in_process")
-    optimizer = InferenceOptimizer(
-        spec.target,
-        policy,
-        explicit,
-        registry=registry,
-        observers=[watched.on_event],
-        artifact_dir=spec.artifact_dir,
+    context = SelectionContext(
+        policy, spec.target, MonotonicClock(), fan_out(registry.emit, watched.on_event)
     )
-    decision = optimizer.select(model, workload)
+    artifact_dir = Path(spec.artifact_dir) if spec.artifact_dir else None
+    decision = select(Selection(model, workload, context, registry, explicit, artifact_dir))
     atomic_write_text(spec.result, decision.report.to_json() + "\n")
     watched.journal.append(
         {"kind": "done", "selected": decision.report.selected_plan}, durable=True
@@ -243,9 +243,9 @@ def run_selection(spec: WorkerSpec) -> None:
 
 def run_probes(spec: WorkerSpec) -> None:
     """Load the plugins and probe every plan but the excluded; statuses to ``spec.result``."""
+    from dlopt.contract.provider import ProviderContext
     from dlopt.pipeline.probe import probe_provider
     from dlopt.platform.serialization import atomic_write_text, dumps
-    from dlopt.plugins.contract import ProviderContext
 
     policy, watched, registry = start_worker(spec)
     context = ProviderContext(target=spec.target, policy=policy)

@@ -1,11 +1,12 @@
-"""The measurement kernel: setup, first-call and steady-state costs of every plan.
+"""The race engine: setup, first-call and steady-state costs of every plan.
 
 Steady state is measured in a race (``run_race``): rounds of settled bursts, each
 challenger paired with the baseline round by round, decided by a group-sequential rule
 that stays valid whenever the race stops. The modules: ``scheduler`` (timing, quiet-wait,
 warm-up, bursts), ``sequential`` (boundaries, pooled variance, paired statistics),
-``kernel`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
-``clock``, ``memory``, ``stats``. See docs/measurement.md.
+``race`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
+``clock``, ``memory``, ``stats``. Its policy is :mod:`dlopt.settings.measurement`. See
+docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from dlopt.measurement.clock import (
     ProcessCpuTime,
     time_call,
 )
-from dlopt.measurement.kernel import run_race
 from dlopt.measurement.memory import MemoryProbe, PeakMemory, track_peak_memory
-from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.measurement.race import run_race
 from dlopt.measurement.results import (
     AllocatorRegime,
     CandidateMeasurement,
@@ -30,6 +30,7 @@ from dlopt.measurement.results import (
     RaceSummary,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval
+from dlopt.settings.measurement import MeasurementPolicy
 
 __all__ = [
     "AllocatorRegime",

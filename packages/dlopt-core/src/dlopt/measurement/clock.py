@@ -1,4 +1,4 @@
-"""Clocks and CPU-time sources (injectable, so the kernel is tested with fakes), ``time_call``."""
+"""Clocks and CPU-time sources (injectable, so the race engine is tested with fakes), ``time_call``."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class FakeClock:
     """A clock that only moves when told to: ``advance(seconds)``.
 
     Readings are quantised to ``resolution_ns`` like a coarse hardware timer, so tests can
-    check that the kernel times too-short calls in blocks.
+    check that the race engine times too-short calls in blocks.
     """
 
     def __init__(self, start_ns: int = 0, resolution_ns: int = 1) -> None:

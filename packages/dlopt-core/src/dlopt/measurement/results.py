@@ -1,6 +1,6 @@
 """What a race returns: one record per plan, the race's own figures, the open comparisons.
 
-Plain attrs value types (strict-JSON through ``dlopt.platform.serialization``); the kernel fills
+Plain attrs value types (strict-JSON through ``dlopt.platform.serialization``); the race engine fills
 them, the report copies them. ``RaceResult.paired_speedup`` compares any two plans after
 the race on the rounds both ran, with the race's own boundary.
 """
@@ -12,7 +12,6 @@ import math
 import attrs
 from attrs import field, frozen
 
-from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.measurement.sequential import (
     PairStats,
     PooledVariance,
@@ -21,6 +20,7 @@ from dlopt.measurement.sequential import (
     pair_stats,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
+from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.vocabulary import StopReason, Verdict
 
 #: A call taking at least this share of the time budget is said to overrun it.

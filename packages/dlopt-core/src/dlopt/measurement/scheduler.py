@@ -1,7 +1,7 @@
 """The scheduler: timing, quiet-wait, warm-up and settled bursts, one record per plan and case.
 
 It runs calls and records what they cost; it decides nothing (that is
-:mod:`dlopt.measurement.sequential`'s job, wired by :mod:`dlopt.measurement.kernel`).
+:mod:`dlopt.measurement.sequential`'s job, wired by :mod:`dlopt.measurement.race`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from attrs import define, field
 
 from dlopt.measurement.allocator import minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource
-from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.settings.measurement import MeasurementPolicy
 
 #: How far above the reference (in settle tolerances) a call that stopped getting faster
 #: still counts as settled.

@@ -1,4 +1,4 @@
-"""Statistics of the measurement kernel: latency summaries and descriptive intervals.
+"""Statistics of the race engine: latency summaries and descriptive intervals.
 
 The intervals that decide come from :mod:`dlopt.measurement.sequential` (a group-sequential
 boundary); this module holds the per-case latency summary, the Student-t helpers and the
@@ -74,6 +74,19 @@ class RatioInterval:
     method: str
     rounds: int
     per_look_confidence: float | None = None
+
+    def describe(self) -> str:
+        """``1.234x [1.100, 1.380]`` (``no interval`` when there is no point estimate)."""
+        if self.point is None:
+            return "no interval"
+        low = f"{self.low:.3f}" if self.low is not None else "?"
+        high = f"{self.high:.3f}" if self.high is not None else "?"
+        return f"{self.point:.3f}x [{low}, {high}]"
+
+
+def describe_ratio(interval: RatioInterval | None) -> str:
+    """:meth:`RatioInterval.describe`, or ``no interval`` for ``None``."""
+    return "no interval" if interval is None else interval.describe()
 
 
 @lru_cache(maxsize=4096)

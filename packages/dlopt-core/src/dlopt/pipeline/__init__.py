@@ -1,14 +1,16 @@
-"""The stages of one selection, one module each, in the order the optimizer runs them:
+"""The stages of one selection, one module each, in the order the engine runs them:
 
-    plans -> probe -> prepare (build, first calls, validation, build limits)
-    -> race -> checks (model unchanged, revalidation) -> constraints (measured limits)
-    -> choose (selection rules + a fresh validated call) -> dlopt.evidence
+    batches (the public API, once) -> ground_truth (the eager fp32 reference) -> plans
+    -> probe -> prepare (build, first calls, validation, build limits)
+    -> measure (the race) -> checks (model unchanged, revalidation, serving check)
+    -> constraints (measured constraints) -> choose (selection rules + a fresh validated
+    call) -> dlopt.evidence
 
 ``state`` holds what they share: ``CandidateState`` (one plan's working record),
-``Run`` (policy, target, clock, event sink) and ``StageError`` (a failure, as a value).
-Each stage takes the previous stage's result and records its own on the candidates; only
-an unrecoverable state (the reference cannot serve, the user's model was changed for
-good) raises. :class:`dlopt.api.optimizer.InferenceOptimizer` wires them on one screen.
+``SelectionContext`` (policy, target, clock, event sink) and ``StageError`` (a failure, as
+a value). Each stage takes the previous stage's result and records its own on the
+candidates; only an unrecoverable state (the reference cannot serve, the user's model was
+changed for good) raises. :func:`dlopt.engine.select.select` wires them on one screen.
 
 This package imports nothing itself: reading a report (which stores ``StageError``)
 does not load the stages.

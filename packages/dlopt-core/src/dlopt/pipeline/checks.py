@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import PLAN_FAILURES, ReferenceCheckError
+from dlopt.pipeline.measure import RaceOutcome
 from dlopt.pipeline.prepare import validate_calls
-from dlopt.pipeline.race import RaceOutcome
-from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import map_tensors
-from dlopt.plugins.contract import BuiltPlan
 from dlopt.serving.evidence import ServingEvidence, unseen_words
 from dlopt.serving.signature import (
     batch_sizes_along,
@@ -27,6 +26,7 @@ from dlopt.serving.signature import (
     resize_batch,
     signature_key,
 )
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import (
     ModelGuard,
     ModelMutatedError,
@@ -62,7 +62,7 @@ def revalidate(
     candidates: list[CandidateState],
     outcome: RaceOutcome,
     reference: ReferenceOutputs,
-    run: Run,
+    run: SelectionContext,
 ) -> None:
     """Every survivor's output of its last measured call, per case, passes validation
     again: a plan is served only if it was correct on the calls it was judged on."""
@@ -87,7 +87,7 @@ def revalidate(
 
 
 def fresh_calls_check(
-    cand: CandidateState, reference: ReferenceOutputs, run: Run
+    cand: CandidateState, reference: ReferenceOutputs, run: SelectionContext
 ) -> ValidationResult:
     plan = cand.plan
     assert plan is not None
@@ -110,7 +110,7 @@ def serving_check(
     model: torch.nn.Module,
     reference: ReferenceOutputs,
     workload: WorkloadProfile,
-    run: Run,
+    run: SelectionContext,
 ) -> ServingEvidence:
     """How the decision will serve the selected plan, checked where a promise needs it.
 
@@ -158,7 +158,7 @@ def _held_out(
     model: torch.nn.Module,
     reference: ReferenceOutputs,
     workload: WorkloadProfile,
-    run: Run,
+    run: SelectionContext,
 ) -> tuple[bool, str]:
     """``(passed, what happened)`` of the selected plan on a held-out batch size."""
     dim = workload.batch_dim if workload.batch_sizes is not None else 0

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.contract.provider import (
+    Role,
+)
 from dlopt.errors import ReferenceCheckError
 from dlopt.measurement import (
     CandidateMeasurement,
@@ -12,10 +14,7 @@ from dlopt.measurement import (
     RatioInterval,
 )
 from dlopt.pipeline.checks import fresh_calls_check
-from dlopt.pipeline.state import CandidateState, Run, StageError
-from dlopt.plugins.contract import (
-    Role,
-)
+from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.selection.rules import Costs, SelectionOutcome, choose
 from dlopt.selection.throughput import (
     P99,
@@ -27,6 +26,7 @@ from dlopt.selection.throughput import (
     quantile_upper_bound,
     rate_interval,
 )
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.validation import (
     ReferenceOutputs,
 )
@@ -38,7 +38,7 @@ def choose_served(
     result: RaceResult,
     expected_calls: int | None,
     reference: ReferenceOutputs,
-    run: Run,
+    run: SelectionContext,
     batch_sizes: Sequence[int] | None = None,
 ) -> SelectionOutcome:
     """Choose, then run the chosen plan once more per case on fresh copies of the inputs

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dlopt.api.policy import DeploymentConstraints
 from dlopt.measurement import CandidateMeasurement, LatencyStats, PeakMemory
 from dlopt.pipeline.state import StageError
 from dlopt.platform.serialization import finite_or_none
+from dlopt.settings.policy import DeploymentConstraints
 from dlopt.vocabulary import Objective, Stage
 
 if TYPE_CHECKING:
     from dlopt.measurement import RaceResult
-    from dlopt.pipeline.state import CandidateState, Run
+    from dlopt.pipeline.state import CandidateState, SelectionContext
 
 #: ``(what, figure, limit, limit's name, unit)``.
 Check = tuple[str, float | None, float | None, str, str]
@@ -101,7 +101,9 @@ def first_violation(*checks: Check) -> StageError | None:
     return None
 
 
-def apply_measured_limits(candidates: list[CandidateState], result: RaceResult, run: Run) -> None:
+def apply_measured_constraints(
+    candidates: list[CandidateState], result: RaceResult, run: SelectionContext
+) -> None:
     """Reject challengers whose steady-state latency breaks a deployment limit.
 
     Under the throughput objective the latency limits are a budget per call at each

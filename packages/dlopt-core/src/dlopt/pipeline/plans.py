@@ -6,20 +6,20 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from dlopt.api.policy import OptimizationPolicy, check_plan_names, structure_options
+from dlopt.contract.provider import (
+    ProviderInfo,
+    ProviderProtocol,
+    Role,
+)
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.state import CandidateState
 from dlopt.plugins.boundary import check_plan_name
-from dlopt.plugins.contract import (
-    ExecutionProvider,
-    ProviderInfo,
-    Role,
-)
 from dlopt.plugins.registry import EXPLICIT_PLUGIN, ProviderRegistry, with_explicit
+from dlopt.settings.policy import OptimizationPolicy, check_plan_names, structure_options
 
 
 def choose_plans(
-    registry: ProviderRegistry, explicit: Sequence[ExecutionProvider], policy: OptimizationPolicy
+    registry: ProviderRegistry, explicit: Sequence[ProviderProtocol], policy: OptimizationPolicy
 ) -> list[CandidateState]:
     """The plans this selection races, reference first, with their options checked."""
     names = [check_plan_name(p.name, plugin=EXPLICIT_PLUGIN) for p in explicit]

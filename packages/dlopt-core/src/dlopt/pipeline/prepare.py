@@ -13,8 +13,19 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.errors import PLAN_FAILURES, PlanNotApplicable, ProviderBuildError
+from dlopt.contract.calling import inputs_of_kind
+from dlopt.contract.provider import (
+    BuiltPlan,
+    PreparedCase,
+    ProviderContext,
+)
+from dlopt.errors import (
+    PLAN_FAILURES,
+    PlanNotApplicable,
+    ProviderBuildError,
+    ReferenceCheckError,
+    SelectionCancelled,
+)
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     MemoryProbe,
@@ -22,15 +33,10 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.constraints import build_violation
 from dlopt.pipeline.probe import probe_provider
-from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.pipeline.state import CandidateState, SelectionContext, StageError, reference_failure
 from dlopt.platform.serialization import finite_or_none
 from dlopt.plugins.boundary import check_built_plan
-from dlopt.plugins.contract import (
-    BuiltPlan,
-    PreparedCase,
-    ProviderContext,
-)
-from dlopt.serving.context import inputs_of_kind
+from dlopt.settings.policy import OptimizationPolicy
 from dlopt.validation import (
     InputFingerprint,
     ModelGuard,
@@ -45,13 +51,33 @@ from dlopt.vocabulary import GradMode, Stage
 log = logging.getLogger(__name__)
 
 
-def prepare(
+def prepare_plans(
+    candidates: Sequence[CandidateState],
+    model: torch.nn.Module,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: SelectionContext,
+) -> None:
+    """Prepare every candidate in order (the reference first: if it cannot serve, nothing
+    more is built). ``run.should_continue`` is asked before each build; ``False`` raises
+    :class:`~dlopt.errors.SelectionCancelled` (the caller releases what was built).
+    """
+    for cand in candidates:
+        if run.should_continue is not None and not run.should_continue():
+            raise SelectionCancelled(f"cancelled before {cand.name!r} was built; no plan was raced")
+        _prepare(cand, model, context, reference, guard, run)
+        if cand.is_reference and not cand.alive:
+            raise ReferenceCheckError(reference_failure(cand))
+
+
+def _prepare(
     cand: CandidateState,
     model: torch.nn.Module,
     context: ProviderContext,
     reference: ReferenceOutputs,
     guard: ModelGuard,
-    run: Run,
+    run: SelectionContext,
 ) -> None:
     """Probe, build (timed), first-call every case (timed), validate, check build limits.
 
@@ -115,7 +141,7 @@ def build(
     model: torch.nn.Module,
     context: ProviderContext,
     guard: ModelGuard,
-    run: Run,
+    run: SelectionContext,
 ) -> StageError | None:
     """Build the plan (timed as its setup cost) and check it at the plugin boundary."""
     try:
@@ -154,7 +180,7 @@ def first_calls(
     model: torch.nn.Module,
     reference: ReferenceOutputs,
     guard: ModelGuard,
-    run: Run,
+    run: SelectionContext,
     outputs: list[Any],
 ) -> StageError | None:
     """Call the plan once per case (timed: lazy compilation lands here) on its own copy of

@@ -15,7 +15,11 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from dlopt.api.policy import default_probe_timeout_s
+from dlopt.contract.provider import (
+    ProviderAvailability,
+    ProviderContext,
+    ProviderInfo,
+)
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import is_number
 from dlopt.platform.probing import capture_output, release_capture, strip_ansi
@@ -24,16 +28,12 @@ from dlopt.plugins.boundary import (
     describe_error,
     normalize_availability,
 )
-from dlopt.plugins.contract import (
-    ProviderAvailability,
-    ProviderContext,
-    ProviderInfo,
-)
 from dlopt.plugins.registry import ProviderRegistry
+from dlopt.settings.policy import default_probe_timeout_s
 
 
 @frozen
-class ProviderStatus:
+class ProbeRecord:
     """One provider's probe result, ready for a table or a report.
 
     ``sdk_output``: what the SDK printed or warned while it was probed (captured, so it
@@ -63,14 +63,14 @@ FROM_POLICY: Any = _FromPolicy()
 
 def probe_timeout_for(context: ProviderContext) -> float:
     """The probe time limit for ``context``: its policy's ``probe_timeout_s`` when it has a
-    policy, else ``$DLOPT_PROBE_TIMEOUT_S`` or ``dlopt.api.policy.DEFAULT_PROBE_TIMEOUT_S``."""
+    policy, else ``$DLOPT_PROBE_TIMEOUT_S`` or ``dlopt.settings.policy.DEFAULT_PROBE_TIMEOUT_S``."""
     limit = getattr(context.policy, "probe_timeout_s", None)
     return float(limit) if limit is not None else default_probe_timeout_s()
 
 
 def probe_provider(
     info: ProviderInfo, context: ProviderContext, *, timeout_s: float | None = FROM_POLICY
-) -> ProviderStatus:
+) -> ProbeRecord:
     """Run one provider's probe inside an error boundary, timed and with a time limit.
 
     The probe runs in a daemon thread and is waited for at most ``timeout_s`` seconds
@@ -125,7 +125,7 @@ def probe_provider(
     output = capture.result.lines() if capture.result is not None else ()
     availability = _with_output(availability, output)
     precision = getattr(info.provider, "precision", None)
-    return ProviderStatus(
+    return ProbeRecord(
         name=info.name,
         plugin=info.plugin,
         distribution=info.distribution,
@@ -179,7 +179,7 @@ def _call_with_limit(fn: Any, limit: float | None, thread_name: str) -> tuple[bo
     return True, value
 
 
-def probe_all(registry: ProviderRegistry, context: ProviderContext) -> list[ProviderStatus]:
+def probe_all(registry: ProviderRegistry, context: ProviderContext) -> list[ProbeRecord]:
     """Probe every provider of ``registry`` on ``context.target``; a probe that raises is
     'unavailable'."""
     return [probe_provider(info, context) for info in registry.providers]

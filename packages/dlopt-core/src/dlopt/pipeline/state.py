@@ -15,19 +15,19 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.policy import OptimizationPolicy
-from dlopt.api.target import ExecutionTarget
+from dlopt.contract.provider import (
+    BuiltPlan,
+    ProviderInfo,
+    Role,
+)
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     Clock,
     PeakMemory,
 )
-from dlopt.pipeline.probe import ProviderStatus
-from dlopt.plugins.contract import (
-    BuiltPlan,
-    ProviderInfo,
-    Role,
-)
+from dlopt.pipeline.probe import ProbeRecord
+from dlopt.settings.policy import OptimizationPolicy
+from dlopt.settings.target import ExecutionTarget
 from dlopt.validation import (
     ValidationResult,
 )
@@ -49,7 +49,7 @@ class CandidateState:
     """Working state of one candidate during a selection: what was built and measured."""
 
     info: ProviderInfo
-    status: ProviderStatus | None = None
+    status: ProbeRecord | None = None
     plan: BuiltPlan | None = None
     options: Any = None
     setup_s: float | None = None
@@ -83,7 +83,7 @@ class CandidateState:
 
 
 @attrs.frozen
-class Run:
+class SelectionContext:
     """What every stage of one selection needs: the policy, the target, the clock and the
     event sink."""
 

@@ -1,12 +1,10 @@
-"""The plugin system: how providers are declared, found, registered and kept apart.
+"""Loading plugins: how providers are found, registered and kept apart.
 
-``contract`` (``ExecutionProvider``, ``BuiltPlan``, ``ProviderContext``, roles and the
-plugin API version), ``hookspecs`` (the pluggy hooks a plugin implements),
 ``discovery`` (entry points, environment switches, hook checks: ``load_providers``),
 ``registry`` (``ProviderRegistry``: the providers offered and the failures met, and the
 per-plugin hook caller), ``boundary`` (the error boundary: every value a plugin hands back
-is checked and normalised here), ``records`` (plain records of plugins loaded and failed)
-and ``builtin`` (core's own plans: eager fp32 and the native plans).
+is checked and normalised here) and ``builtin`` (core's own plans: eager fp32 and the
+native plans). The contract itself is :mod:`dlopt.contract`.
 
 Provider authors import from :mod:`dlopt.plugin` only, never from here.
 """

@@ -15,10 +15,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlopt.contract.provider import BuiltPlan, ProviderAvailability, ServingTraits
 from dlopt.errors import ProviderBuildError
 from dlopt.platform.names import NAME_RULE, PLAIN_NAME, check_plan_name, is_inside, is_plain_name
 from dlopt.platform.serialization import NotJsonableError, strict_jsonable
-from dlopt.plugins.contract import BuiltPlan, ProviderAvailability, ServingTraits
 from dlopt.vocabulary import Concurrency
 
 __all__ = [
@@ -86,12 +86,12 @@ def normalize_availability(availability: object) -> Any:
 def check_built_plan(plan: object, context: Any, *, plan_name: str, plugin: str) -> Any:
     """Check and normalise a plan right after ``provider.build()``; return it.
 
-    * ``plan`` is a :class:`~dlopt.plugins.contract.BuiltPlan` with a callable runner;
+    * ``plan`` is a :class:`~dlopt.contract.provider.BuiltPlan` with a callable runner;
     * ``metadata`` becomes strict-JSON-able (see :func:`~dlopt.platform.serialization.strict_jsonable`);
     * ``artifacts``: every name is a plain name and every path (links followed) lies
       inside ``context.plan_dir(plan_name)``; paths become :class:`~pathlib.Path`;
     * ``output_dtype`` is ``None`` or a floating ``torch.dtype``;
-    * ``serving`` is a :class:`~dlopt.plugins.contract.ServingTraits`, and ``per_thread``
+    * ``serving`` is a :class:`~dlopt.contract.provider.ServingTraits`, and ``per_thread``
       concurrency comes with a callable ``thread_runner``.
 
     The plan's ``metadata`` and ``artifacts`` are replaced in place by their checked

@@ -17,18 +17,18 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from dlopt.errors import PlanNotApplicable
-from dlopt.platform.machine import cpu_info
-from dlopt.platform.probing import cuda_bf16_native
-from dlopt.platform.tree import iter_tensors, map_tensors
-from dlopt.plugins.contract import (
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import (
     EAGER_SERVING,
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
     Role,
 )
-from dlopt.plugins.hookspecs import hookimpl
+from dlopt.errors import PlanNotApplicable
+from dlopt.platform.machine import cpu_info
+from dlopt.platform.probing import cuda_bf16_native
+from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.precision import Precision
 
 DLOPT_PLUGIN_API_VERSION = "2.1"

@@ -29,22 +29,22 @@ from typing import Any
 import pluggy
 from attrs import frozen
 
+from dlopt.contract import hooks
+from dlopt.contract.provider import (
+    PLUGIN_API_VERSION,
+    ProviderInfo,
+    ProviderProtocol,
+    Role,
+    api_version_problem,
+)
+from dlopt.contract.records import PluginFailure, PluginRecord
 from dlopt.errors import PluginLoadError
 from dlopt.platform.probing import capture_output, importlib_metadata
-from dlopt.plugins import hookspecs
 from dlopt.plugins.boundary import (
     PLUGIN_ERRORS,
     check_plan_name,
     describe_error,
 )
-from dlopt.plugins.contract import (
-    PLUGIN_API_VERSION,
-    ExecutionProvider,
-    ProviderInfo,
-    Role,
-    api_version_problem,
-)
-from dlopt.plugins.records import PluginFailure, PluginRecord
 from dlopt.plugins.registry import ProviderRegistry, own_caller, plugins_with
 from dlopt.validation.metric_registry import (
     add_plugin_metrics,
@@ -96,8 +96,8 @@ class PluginSettings:
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
-    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    manager.add_hookspecs(hookspecs)
+    manager = pluggy.PluginManager(hooks.PROJECT_NAME)
+    manager.add_hookspecs(hooks)
     return manager
 
 
@@ -248,9 +248,9 @@ def _check_hooks(manager: pluggy.PluginManager, plugin: object) -> None:
     """Refuse hook implementations that match no dlopt hook (a misspelled name would
     otherwise load silently and do nothing), and hook-named functions without
     ``@hookimpl`` (pluggy ignores them)."""
-    known = {n for n in dir(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_")}
+    known = {n for n in dir(hooks) if n.startswith(f"{hooks.PROJECT_NAME}_")}
     for attr in dir(plugin):
-        if not attr.startswith(f"{hookspecs.PROJECT_NAME}_") or not callable(
+        if not attr.startswith(f"{hooks.PROJECT_NAME}_") or not callable(
             getattr(plugin, attr, None)
         ):
             continue
@@ -292,7 +292,7 @@ def _call_register_hook(
     """Call one plugin's ``dlopt_register_providers``; keep what it registered only on success."""
     offered: list[ProviderInfo] = []
 
-    def register(provider: ExecutionProvider, /, **keywords: Any) -> None:
+    def register(provider: ProviderProtocol, /, **keywords: Any) -> None:
         if keywords:
             raise TypeError(
                 f"register() got unknown keyword(s) {', '.join(map(repr, keywords))}; plugin "
@@ -302,7 +302,7 @@ def _call_register_hook(
         if problems:
             raise TypeError(
                 f"register() got {type(provider).__name__}, which lacks {', '.join(problems)}; "
-                "providers implement dlopt.ExecutionProvider"
+                "providers implement dlopt.ProviderProtocol"
             )
         check_plan_name(provider.name, plugin=name)
         Role.of(provider)  # a role that is not one of the three is refused here

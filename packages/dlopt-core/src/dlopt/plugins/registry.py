@@ -13,9 +13,9 @@ from typing import Any
 import pluggy
 from attrs import define, field
 
+from dlopt.contract.provider import ProviderInfo, ProviderProtocol
+from dlopt.contract.records import PluginFailure, PluginRecord
 from dlopt.events import Event
-from dlopt.plugins.contract import ExecutionProvider, ProviderInfo
-from dlopt.plugins.records import PluginFailure, PluginRecord
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ EXPLICIT_PLUGIN = "explicit"
 
 
 def with_explicit(
-    providers: Sequence[ProviderInfo], explicit: Sequence[ExecutionProvider]
+    providers: Sequence[ProviderInfo], explicit: Sequence[ProviderProtocol]
 ) -> list[ProviderInfo]:
     """``providers`` with each ``explicit`` provider replacing the one of its name (in its
     place) or, when none has it, added at the end."""

@@ -17,35 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from dlopt.reporting.labels import LabelledReport
 from dlopt.reporting.tables import inputs_kind, speedup_text
 
 if TYPE_CHECKING:
-    from dlopt.evidence.report import CandidateEvidence, CaseEvidence, OptimizationReport
-
-
-@frozen
-class Run:
-    """One report and the label its rows and columns carry (the file's stem by default)."""
-
-    label: str
-    report: OptimizationReport
-    source: str | None = None
-
-
-def label_runs(
-    reports: Sequence[OptimizationReport], sources: Sequence[str | None] | None = None
-) -> list[Run]:
-    """Runs labelled by their file stems, made unique (``r``, ``r-2``); ``run-N`` when a
-    report has no file."""
-    sources = list(sources) if sources is not None else [None] * len(reports)
-    labels: list[str] = []
-    for index, source in enumerate(sources):
-        base = Path(source).stem if source else f"run-{index + 1}"
-        label, n = base, 2
-        while label in labels:
-            label, n = f"{base}-{n}", n + 1
-        labels.append(label)
-    return [Run(lab, rep, src) for lab, rep, src in zip(labels, reports, sources)]
+    from dlopt.evidence.report import CandidateEvidence, CaseEvidence
 
 
 def _samples(latency: Any) -> Sequence[float] | None:
@@ -60,14 +36,18 @@ def _interval(value: Any) -> tuple[Any, Any, Any]:
     return value.point, value.low, value.high
 
 
-def _candidates(runs: Iterable[Run]) -> Iterator[tuple[Run, CandidateEvidence]]:
+def _candidates(
+    runs: Iterable[LabelledReport],
+) -> Iterator[tuple[LabelledReport, CandidateEvidence]]:
     """Every run's candidates, run by run, in report order."""
     for run in runs:
         for c in run.report.candidates:
             yield run, c
 
 
-def _cases(runs: Iterable[Run]) -> Iterator[tuple[Run, CandidateEvidence, CaseEvidence]]:
+def _cases(
+    runs: Iterable[LabelledReport],
+) -> Iterator[tuple[LabelledReport, CandidateEvidence, CaseEvidence]]:
     """Every candidate's workload cases (none where a report has no per-case evidence)."""
     for run, c in _candidates(runs):
         for case in getattr(c, "cases", ()) or ():
@@ -110,16 +90,16 @@ CANDIDATE_FIELDS = (
 )
 
 
-def candidate_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
+def candidate_records(runs: Iterable[LabelledReport]) -> list[dict[str, Any]]:
     """One record per run and candidate (:data:`CANDIDATE_FIELDS`)."""
     return [_candidate_record(run, c) for run, c in _candidates(runs)]
 
 
-def _candidate_record(run: Run, c: CandidateEvidence) -> dict[str, Any]:
-    eager = _interval(c.race.speedup_vs_eager)
-    native = _interval(c.race.speedup_vs_native)
+def _candidate_record(run: LabelledReport, c: CandidateEvidence) -> dict[str, Any]:
+    eager = _interval(c.race.speedup_vs_reference)
+    native = _interval(c.race.speedup_vs_baseline)
     error = getattr(c, "error", None)
-    parity = c.validation.parity
+    parity = c.validation.first_calls
     return {
         "run": run.label,
         "plan": c.name,
@@ -182,12 +162,12 @@ CASE_FIELDS = (
 )
 
 
-def case_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
+def case_records(runs: Iterable[LabelledReport]) -> list[dict[str, Any]]:
     """One record per run, candidate and workload case (:data:`CASE_FIELDS`)."""
     return [_case_record(run, c, case) for run, c, case in _cases(runs)]
 
 
-def _case_record(run: Run, c: CandidateEvidence, case: CaseEvidence) -> dict[str, Any]:
+def _case_record(run: LabelledReport, c: CandidateEvidence, case: CaseEvidence) -> dict[str, Any]:
     lat = case.latency
     validation = getattr(case, "validation", None)
 
@@ -223,7 +203,7 @@ def _case_record(run: Run, c: CandidateEvidence, case: CaseEvidence) -> dict[str
 SAMPLE_FIELDS = ("run", "plan", "case", "index", "latency_ms", "block_size")
 
 
-def sample_records(runs: Iterable[Run]) -> list[dict[str, Any]]:
+def sample_records(runs: Iterable[LabelledReport]) -> list[dict[str, Any]]:
     """Every raw latency sample, one record each, in the order they were taken."""
     records = []
     for run, c, case in _cases(runs):
@@ -296,7 +276,7 @@ def _latex_speedup(c: CandidateEvidence | None) -> str:
     return latex_escape(value).replace("[", "$[").replace("]", "]$").replace(", ", ",\\,")
 
 
-def latex_table(runs: Sequence[Run]) -> str:
+def latex_table(runs: Sequence[LabelledReport]) -> str:
     """A ``tabular`` fragment (booktabs rules) for ``\\input``: one row per plan; with one
     run its precision, median and p99 latency, speedup vs eager with its interval and its
     status; with several, the speedup per run (a column each)."""
@@ -359,7 +339,7 @@ def latex_table(runs: Sequence[Run]) -> str:
 # ---------------------------------------------------------------------------- provenance
 
 
-def provenance(runs: Sequence[Run]) -> dict[str, Any]:
+def provenance(runs: Sequence[LabelledReport]) -> dict[str, Any]:
     """What each run was measured on and how: versions, device, ISA, policy, seeds,
     tolerances, workload and inputs, each plan's distribution, version and options."""
     from dlopt.platform.serialization import to_jsonable
@@ -418,7 +398,7 @@ class ExportResult:
 EXPORTED_FILES = ("candidates.csv", "cases.csv", "samples.csv", "table.tex", "provenance.json")
 
 
-def export(runs: Sequence[Run], output_dir: str | os.PathLike[str]) -> ExportResult:
+def export(runs: Sequence[LabelledReport], output_dir: str | os.PathLike[str]) -> ExportResult:
     """Write ``candidates.csv``, ``cases.csv``, ``samples.csv``, ``table.tex``,
     ``provenance.json`` and, with matplotlib, ``figures/*.svg`` into ``output_dir``."""
     from dlopt.platform.serialization import atomic_write_text, dumps, strict_jsonable

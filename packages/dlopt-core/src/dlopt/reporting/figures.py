@@ -23,7 +23,7 @@ from attrs import frozen
 
 if TYPE_CHECKING:
     from dlopt.evidence.report import CandidateEvidence, OptimizationReport
-    from dlopt.reporting.export import Run
+    from dlopt.reporting.labels import LabelledReport
 
 INSTALL_HINT = 'pip install "dlopt-core[plots]"'
 
@@ -136,9 +136,9 @@ def latency_figure(report: OptimizationReport, label: str = "") -> Figure | None
 
 
 def _speedup_vs_baseline(report: OptimizationReport, c: CandidateEvidence) -> Any:
-    if report.baseline == "eager_fp32" or c.race.speedup_vs_native is None:
-        return c.race.speedup_vs_eager
-    return c.race.speedup_vs_native
+    if report.baseline == "eager_fp32" or c.race.speedup_vs_baseline is None:
+        return c.race.speedup_vs_reference
+    return c.race.speedup_vs_baseline
 
 
 def speedup_figure(report: OptimizationReport, label: str = "") -> Figure | None:
@@ -318,7 +318,7 @@ def report_figures(report: OptimizationReport, label: str = "") -> list[Figure]:
     return [f for f in drawn if f is not None]
 
 
-def draw_figures(runs: Sequence[Run]) -> list[Figure]:
+def draw_figures(runs: Sequence[LabelledReport]) -> list[Figure]:
     """Every figure of every run; names carry the run's label when there are several."""
     many = len(runs) > 1
     return [f for run in runs for f in report_figures(run.report, run.label if many else "")]

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from dlopt.contract.hooks import hookimpl
 from dlopt.events import Event, EventKind
 from dlopt.platform.config_checks import is_number
-from dlopt.plugins.hookspecs import hookimpl
 from dlopt.vocabulary import Stage
 
 #: In plain mode a round line is printed at most this often (and whenever a comparison

@@ -89,7 +89,7 @@ def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
     """``"1.99 [1.93, 2.06]"`` (point and interval against eager), or what stands instead."""
     if getattr(cand, "role", None) == "reference" or cand.name == "eager_fp32":
         return "1 (reference)"
-    speedup = cand.race.speedup_vs_eager
+    speedup = cand.race.speedup_vs_reference
     if speedup is None or speedup.point is None:
         return "-"
     if cand.race.elimination_speedup is not None:
@@ -122,7 +122,7 @@ def _leaves(result: Any) -> list[Any]:
 def parity_text(cand: CandidateEvidence, *, detail: bool = False) -> str:
     """The quality gate: ``ok``, ``failed`` or ``-``; with ``detail`` the worst relative
     L2 error over cases and outputs (``ok (rel L2 3.1e-04)``)."""
-    parity = cand.validation.parity
+    parity = cand.validation.first_calls
     if parity is None:
         return "-"
     word = "ok" if parity.passed else "failed"
@@ -442,7 +442,7 @@ def inputs_kind(report: OptimizationReport) -> str | None:
 
 def providers_table(statuses: Iterable[Any]) -> Table:
     """``dlopt providers``: every plan, where it comes from, whether it runs here and why
-    not, and how to get it (``ProviderStatus`` records)."""
+    not, and how to get it (``ProbeRecord`` records)."""
     rows, styles = [], []
     for s in statuses:
         available = bool(s.availability.available)
@@ -555,10 +555,10 @@ def latency_table(cand: CandidateEvidence) -> Table:
 def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | None:
     """Per case and output leaf: the validation metrics against the fp32 reference.
 
-    ``which`` is the evidence field: ``parity`` (before the race), ``revalidation`` (its
-    last measured outputs) or ``final_check``.
+    ``which`` is the report's name of the evidence: ``parity`` (the first calls, before
+    the race), ``revalidation`` (its last measured outputs) or ``final_check``.
     """
-    result = getattr(cand.validation, which, None)
+    result = getattr(cand.validation, VALIDATION_FIELDS.get(which, which), None)
     if result is None:
         return None
     rows: list[tuple[object, ...]] = []
@@ -606,8 +606,10 @@ def validation_table(cand: CandidateEvidence, which: str = "parity") -> Table | 
     )
 
 
-#: The validation evidence of a plan, in the order it was taken.
+#: The validation evidence of a plan, in the order it was taken, by its report names.
 VALIDATION_STAGES = ("parity", "revalidation", "final_check")
+#: Report name -> the ``ValidationEvidence`` field that holds it.
+VALIDATION_FIELDS = {"parity": "first_calls"}
 
 
 def evidence_tables(cand: CandidateEvidence) -> list[Table]:

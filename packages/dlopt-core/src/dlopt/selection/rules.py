@@ -29,6 +29,7 @@ import attrs
 from attrs import frozen
 
 from dlopt.measurement import RatioInterval
+from dlopt.measurement.stats import describe_ratio
 from dlopt.platform.serialization import finite_or_none
 from dlopt.vocabulary import Objective
 
@@ -322,14 +323,6 @@ def _point(comparison: Comparison) -> float:
     return comparison.speedup.point if comparison.speedup and comparison.speedup.point else 0.0
 
 
-def _fmt(s: RatioInterval | None) -> str:
-    if s is None or s.point is None:
-        return "no interval"
-    low = f"{s.low:.3f}" if s.low is not None else "?"
-    high = f"{s.high:.3f}" if s.high is not None else "?"
-    return f"{s.point:.3f}x [{low}, {high}]"
-
-
 @frozen
 class _Bar:
     """What a challenger is judged by: the objective, and the speedup it must clear at
@@ -377,13 +370,13 @@ def _reason(judged_by: _Bar, standings: _Standings, budget_note: str | None) -> 
         if natives:
             best = max(natives, key=_point)
             base_text += (
-                f": the best native variant, {best.candidate}, measured {_fmt(best.speedup)} "
+                f": the best native variant, {best.candidate}, measured {describe_ratio(best.speedup)} "
                 f"vs {reference}, below {bar}"
             )
     else:
         won = next(c for c in natives if c.candidate == baseline)
         base_text = (
-            f"{baseline} replaced {reference} as the baseline ({_fmt(won.speedup)} {metric} "
+            f"{baseline} replaced {reference} as the baseline ({describe_ratio(won.speedup)} {metric} "
             f"speedup, clearing {bar})"
         )
     base_ms = _steady(costs[baseline])
@@ -393,14 +386,14 @@ def _reason(judged_by: _Bar, standings: _Standings, budget_note: str | None) -> 
         if objective == Objective.LIFECYCLE_LATENCY and totals:
             extra = f"; projected {totals[selected] / 1e3:.1f}s vs {totals[baseline] / 1e3:.1f}s"
         return (
-            f"Selected {selected}: its {metric} speedup over {baseline} is {_fmt(won.speedup)}, "
+            f"Selected {selected}: its {metric} speedup over {baseline} is {describe_ratio(won.speedup)}, "
             f"clearing {bar} ({_steady(costs[selected]):.3f} ms vs {base_ms:.3f} ms per request"
             f"{extra}). {base_text}.{_sentence(budget_note)}"
         )
     if challengers:
         best = max(challengers, key=_point)
         tail = (
-            f"the best challenger, {best.candidate}, measured {_fmt(best.speedup)} ({metric}), "
+            f"the best challenger, {best.candidate}, measured {describe_ratio(best.speedup)} ({metric}), "
             f"whose lower bound does not clear {bar}"
         )
     else:

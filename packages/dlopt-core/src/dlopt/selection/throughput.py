@@ -1,8 +1,8 @@
 """The throughput objective: which (plan, batch size) serves the most items per second,
 under an optional latency budget per call.
 
-Pure functions over the race's numbers, no torch (docs/selection.md, "Serving
-strategies"). The rules:
+Pure functions over the race's numbers, no torch (docs/selection.md, "Objectives for
+latency and throughput"). The rules:
 
 * Each (plan, batch size) is a case of the same interleaved, paired race; its throughput
   is ``batch / latency`` items per second.
@@ -32,8 +32,8 @@ from attrs import frozen
 
 from dlopt.measurement import RatioInterval
 from dlopt.measurement.sequential import boundary
+from dlopt.measurement.stats import describe_ratio
 from dlopt.platform.serialization import finite_or_none
-from dlopt.selection.rules import _fmt
 
 #: The quantile the p99 budget bounds.
 P99 = 0.99
@@ -308,7 +308,7 @@ def choose_throughput(
             baseline,
             base_best.batch_size,
             f"Selected {won.candidate} at batch {won.batch_size} ({_rate(served)}"
-            f"{budget_text}): its throughput gain over {baseline} is {_fmt(won.gain)} at "
+            f"{budget_text}): its throughput gain over {baseline} is {describe_ratio(won.gain)} at "
             f"{baseline}'s batch {won.against_batch_size} (its weakest against any admissible "
             f"{baseline} batch size), clearing {bar}; {baseline} is best at batch "
             f"{base_best.batch_size} ({_rate(base_best)}).",
@@ -320,7 +320,7 @@ def choose_throughput(
         top = max(comparisons, key=lambda c: _point(c.gain))
         tail = (
             f" The best challenger, {top.candidate} at batch {top.batch_size}, gains "
-            f"{_fmt(top.gain)} against {baseline} at batch {top.against_batch_size}, whose "
+            f"{describe_ratio(top.gain)} against {baseline} at batch {top.against_batch_size}, whose "
             f"lower bound does not clear {bar}."
         )
     elif budget is not None:

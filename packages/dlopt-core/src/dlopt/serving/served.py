@@ -11,7 +11,7 @@ Per call, in order:
 3. **Context**: a plan that computes the same in any grad mode is called in the
    caller's; any other is called in the grad mode it was judged in, on inputs of the kind
    that mode makes, and its outputs are handed back as the caller can use them
-   (:mod:`dlopt.serving.context`).
+   (:mod:`dlopt.contract.calling`).
 4. **Threads**: a ``serialized`` plan is called by one thread at a time (the call and its
    synchronization under one lock); a ``per_thread`` plan gets one runner per thread.
 """
@@ -19,24 +19,23 @@ Per call, in order:
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 import warnings
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
-from dlopt.errors import ServingContextError, UnseenSignatureError
-from dlopt.plugins.contract import BuiltPlan
-from dlopt.serving.context import (
+from dlopt.contract.calling import (
     caller_grad_mode,
     grad_mode_scope,
     inputs_of_kind,
     needs_gradients,
     outputs_for_caller,
 )
+from dlopt.contract.provider import BuiltPlan
+from dlopt.errors import ServingContextError, UnseenSignatureError
 from dlopt.serving.evidence import ServingEvidence
 from dlopt.serving.signature import describe, family_key, signature_key
-from dlopt.vocabulary import Concurrency, GradMode, UnseenSignature
+from dlopt.vocabulary import Concurrency, GradMode, TextEnum, UnseenSignature
 
 #: Signatures whose route is remembered; beyond it the memory starts again (a stream of
 #: ever-new shapes must not grow a decision without bound).
@@ -45,7 +44,7 @@ _ROUTE_MEMORY = 4096
 _UNSEEN_KEPT = 64
 
 
-class _Route(enum.Enum):
+class _Route(TextEnum):
     PLAN = "plan"
     FALLBACK = "fallback"
     REFUSE = "refuse"

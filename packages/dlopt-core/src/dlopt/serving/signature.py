@@ -6,7 +6,7 @@ device. A compiled graph or an exported model was made for the signatures it rac
 call with another one is *unseen*. A shape *family* forgets the sizes and keeps each
 tensor's rank: a plan that serves dynamic shapes serves every signature of a raced
 case's family. Whether a tensor is an inference tensor is not part of a signature (the
-calling context handles it: :mod:`dlopt.serving.context`).
+calling context handles it: :mod:`dlopt.contract.calling`).
 
 :func:`signature_key` is computed on every served call, so it walks plain tuples, lists
 and dicts without the general tree walker; :func:`describe` writes a key as the text

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
-from dlopt.plugins.contract import BuiltPlan, PreparedCase, ProviderContext
+from dlopt.contract.provider import BuiltPlan, PreparedCase, ProviderContext
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.validation import CaseValidation, validate_outputs
 
 

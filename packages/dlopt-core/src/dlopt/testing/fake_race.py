@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dlopt.api.optimizer import InferenceOptimizer
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.contract.provider import Role
 from dlopt.measurement import FakeClock, MeasurementPolicy
-from dlopt.plugins.contract import Role
 from dlopt.plugins.discovery import PluginSettings, load_providers
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.testing.fakes import FakeProvider
 from dlopt.validation import QualityPolicy
 

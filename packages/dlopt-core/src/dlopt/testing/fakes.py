@@ -7,7 +7,6 @@ only on that clock, so races are exact and instant; without it the fake sleeps.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +14,7 @@ from typing import Any
 import torch
 from attrs import define, field
 
-from dlopt.errors import PlanNotApplicable
-from dlopt.platform.tree import map_tensors
-from dlopt.plugins.contract import (
+from dlopt.contract.provider import (
     BuiltPlan,
     ProviderAvailability,
     ProviderContext,
@@ -25,10 +22,13 @@ from dlopt.plugins.contract import (
     ServingTraits,
     _precision,
 )
+from dlopt.errors import PlanNotApplicable
+from dlopt.platform.tree import map_tensors
 from dlopt.precision import Precision
+from dlopt.vocabulary import TextEnum
 
 
-class FailingStage(str, enum.Enum):
+class FailingStage(TextEnum):
     """Where a fake provider fails on purpose."""
 
     NONE = "none"

@@ -17,8 +17,8 @@ import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from dlopt.plugins.contract import PLUGIN_API_VERSION
-from dlopt.plugins.hookspecs import hookimpl
+from dlopt.contract.hooks import hookimpl
+from dlopt.contract.provider import PLUGIN_API_VERSION
 
 
 def plugin_module(

@@ -23,7 +23,7 @@ the way fsspec's and SQLAlchemy's suites do it): :meth:`~ProviderContractSuite.m
 and 4), ``make_keyword_model``/``make_keyword_workload``, ``make_nested_model``/
 ``make_nested_workload``, ``make_unseen_workload`` (shapes the build never saw),
 :meth:`~ProviderContractSuite.make_options` (the plan's options; default: its defaults),
-and the class attribute ``target`` (an :class:`~dlopt.api.target.ExecutionTarget`).
+and the class attribute ``target`` (an :class:`~dlopt.settings.target.ExecutionTarget`).
 
 **Declared capabilities** (class attributes) switch checks on: ``supports_dynamic_shapes``,
 ``supports_keyword_inputs``, ``supports_nested_outputs`` (default off) and
@@ -67,25 +67,25 @@ import attrs
 import pytest
 import torch
 
-from dlopt.api.policy import OptimizationPolicy, structure_options
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase, WorkloadProfile
+from dlopt.contract.provider import (
+    BuiltPlan,
+    ProviderAvailability,
+    ProviderContext,
+    ProviderProtocol,
+    Role,
+    api_version_problem,
+)
 from dlopt.errors import ProviderBuildError
 from dlopt.pipeline.prepare import prepared_cases
 from dlopt.platform.probing import distribution_version, importlib_metadata
 from dlopt.platform.serialization import to_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.plugins.boundary import check_built_plan, is_plain_name, normalize_availability
-from dlopt.plugins.contract import (
-    BuiltPlan,
-    ExecutionProvider,
-    ProviderAvailability,
-    ProviderContext,
-    Role,
-    api_version_problem,
-)
 from dlopt.plugins.discovery import ENTRY_POINT_GROUP
 from dlopt.precision import Precision
+from dlopt.settings.policy import OptimizationPolicy, structure_options
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing.contexts import plan_gate
 from dlopt.testing.models import SmallConvNet, StructuredMLP
 from dlopt.validation import (
@@ -161,7 +161,7 @@ PLUGIN_SURFACE = ("dlopt.plugin", "dlopt.testing")
 
 
 def deep_core_imports(package: str) -> list[str]:
-    """``"file.py:12 imports dlopt.plugins.contract"`` for each import of a core module
+    """``"file.py:12 imports dlopt.contract.provider"`` for each import of a core module
     outside :data:`PLUGIN_SURFACE` in the sources of ``package`` (read, never run)."""
     import ast
     import importlib.util
@@ -271,7 +271,7 @@ class ProviderContractSuite:
     require_available: ClassVar[bool | None] = None
 
     # -- override points ------------------------------------------------------------
-    def make_provider(self) -> ExecutionProvider:
+    def make_provider(self) -> ProviderProtocol:
         """One provider instance to check (required)."""
         raise NotImplementedError("return one provider instance to check")
 
@@ -293,7 +293,7 @@ class ProviderContractSuite:
             ),
         )
 
-    def make_options(self, provider: ExecutionProvider) -> Any:
+    def make_options(self, provider: ProviderProtocol) -> Any:
         """The plan's options for every build: its ``options_type``'s defaults, built the
         way the race builds them (``None`` for a provider without options)."""
         options_type = getattr(provider, "options_type", None)
@@ -378,7 +378,7 @@ class ProviderContractSuite:
         return ProviderContext(target=self.target, artifact_dir=Path(tmp_path) / "artifacts")
 
     def available_or_skip(
-        self, provider: ExecutionProvider, context: ProviderContext
+        self, provider: ProviderProtocol, context: ProviderContext
     ) -> ProviderAvailability:
         """The probe's answer; skips (or fails, when availability is required) if the
         provider is unavailable."""
@@ -393,7 +393,7 @@ class ProviderContractSuite:
         self._unavailable(provider, availability)
 
     def _unavailable(
-        self, provider: ExecutionProvider, availability: ProviderAvailability
+        self, provider: ProviderProtocol, availability: ProviderAvailability
     ) -> NoReturn:
         message = f"{provider.name} is unavailable here: {availability.reason}"
         if availability.install_hint:

@@ -1,4 +1,4 @@
-"""A simulated machine for testing and benchmarking the kernel without a real clock.
+"""A simulated machine for testing and benchmarking the race engine without a real clock.
 
 Each simulated call advances a ``FakeClock`` by ``latency x factors``:
 
@@ -16,7 +16,7 @@ Each simulated call advances a ``FakeClock`` by ``latency x factors``:
   extra ``Exp(mean = preempt_delay)`` times its latency, as when another process takes a
   core from an OpenMP team on a shared 2-core machine.
 
-``run_simulated_race`` and ``run_simulated_fixed`` give the kernel and the fixed peer
+``run_simulated_race`` and ``run_simulated_fixed`` give the race engine and the fixed peer
 protocol the same machine, so tests and ``benchmarks/measurement_kernel.py`` share them.
 """
 
@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from attrs import evolve, frozen
 
 from dlopt.measurement.clock import FakeClock
-from dlopt.measurement.kernel import run_race
-from dlopt.measurement.policy import MeasurementPolicy
+from dlopt.measurement.race import run_race
 from dlopt.measurement.results import RaceResult
-from dlopt.testing.fixed import FixedProtocolResult, fixed_protocol
+from dlopt.settings.measurement import MeasurementPolicy
+from dlopt.testing.back_to_back import BackToBackResult, back_to_back_protocol
 
 
 @frozen
@@ -143,11 +143,11 @@ def run_simulated_fixed(
     warmup: int = 5,
     iterations: int = 20,
     repeats: int = 3,
-) -> FixedProtocolResult:
+) -> BackToBackResult:
     """The fixed back-to-back protocol on a fresh simulated machine."""
     machine = SimulatedMachine(noise, seed=seed)
     n_cases = len(next(iter(latencies.values())))
-    return fixed_protocol(
+    return back_to_back_protocol(
         machine.candidates(latencies),
         weights if weights is not None else [1.0] * n_cases,
         baseline,

@@ -15,6 +15,14 @@ Pipeline use::
 
 from __future__ import annotations
 
+from dlopt.settings.quality import (
+    DEFAULT_LIMITS,
+    LimitOverride,
+    QualityLimits,
+    QualityPolicy,
+    UserMetric,
+    default_limits,
+)
 from dlopt.validation.fingerprint import (
     FingerprintDiff,
     ModelFingerprint,
@@ -28,14 +36,6 @@ from dlopt.validation.inputs import (
     map_input_tensors,
     move_to_device,
     prepare_inputs,
-)
-from dlopt.validation.limits import (
-    DEFAULT_LIMITS,
-    LimitOverride,
-    QualityLimits,
-    QualityPolicy,
-    UserMetric,
-    default_limits,
 )
 from dlopt.validation.metrics import LeafMetrics, compute_leaf_metrics
 from dlopt.validation.reference import ReferenceCase, ReferenceOutputs, capture_reference

@@ -8,10 +8,10 @@ from typing import Any, Literal
 import torch
 from attrs import frozen
 
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadCase
 from dlopt.errors import WorkloadError
 from dlopt.platform.tree import key_path, map_with_paths
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadCase
 from dlopt.validation.fingerprint import hash_tensor
 
 CaseLike = WorkloadCase | tuple[tuple[Any, ...], Mapping[str, Any]]

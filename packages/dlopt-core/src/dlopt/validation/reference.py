@@ -10,11 +10,12 @@ from typing import Any
 import torch
 from attrs import define, field
 
-from dlopt.api.target import ExecutionTarget
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.calling import grad_mode_scope, inputs_of_kind
 from dlopt.errors import ConfigurationError, ReferenceCheckError, WorkloadError
 from dlopt.platform.tree import map_tensors
-from dlopt.serving.context import grad_mode_scope, inputs_of_kind
+from dlopt.settings.quality import QualityPolicy
+from dlopt.settings.target import ExecutionTarget
+from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation.fingerprint import ModelFingerprint, ModelGuard, ModelMutatedError
 from dlopt.validation.inputs import (
     CaseLike,
@@ -23,7 +24,6 @@ from dlopt.validation.inputs import (
     copy_inputs,
     prepare_inputs,
 )
-from dlopt.validation.limits import QualityPolicy
 from dlopt.validation.metrics import as_tensor
 from dlopt.validation.rounding import LeafRounding, measure_fp32_rounding
 from dlopt.validation.structure import iter_leaves, match_structure

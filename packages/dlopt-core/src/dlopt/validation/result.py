@@ -12,7 +12,7 @@ from attrs import field, frozen
 
 from dlopt.platform.serialization import finite_or_none
 from dlopt.precision import Precision
-from dlopt.validation.limits import Direction, QualityLimits, QualityPolicy, UserMetric
+from dlopt.settings.quality import Direction, QualityLimits, QualityPolicy, UserMetric
 from dlopt.validation.metrics import LeafMetrics, compute_leaf_metrics, fmt, pct
 from dlopt.validation.reference import ReferenceCase
 from dlopt.validation.rounding import LeafRounding

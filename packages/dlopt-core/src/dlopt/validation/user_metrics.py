@@ -1,6 +1,6 @@
 """Ready-made user metrics (top-1 agreement, PSNR), the metric registry, and JSON hooks.
 
-A :class:`~dlopt.validation.limits.UserMetric` holds a Python callable. JSON never names
+A :class:`~dlopt.settings.quality.UserMetric` holds a Python callable. JSON never names
 code: a metric is written by the name it is registered under, with its parameters as
 plain JSON values::
 
@@ -30,7 +30,7 @@ from attrs import frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.platform.serialization import NotJsonableError, converter, strict_jsonable
-from dlopt.validation.limits import Direction, UserMetric
+from dlopt.settings.quality import Direction, UserMetric
 from dlopt.validation.metric_registry import known_metrics, register_builtin
 
 

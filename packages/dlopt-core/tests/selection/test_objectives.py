@@ -1,4 +1,4 @@
-"""Serving strategies on the fake clock: min-latency at batch 1, max-throughput over batch
+"""The latency and throughput objectives on the fake clock: min_latency at batch 1, max_throughput over batch
 sizes, and the latency budget checked with an upper confidence bound."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dlopt import WorkloadProfile
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.evidence.report import report_from_json
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
 from dlopt.testing.models import StructuredMLP as SmallNet
 
 SIZES = (1, 2, 4, 8)
@@ -167,7 +167,7 @@ def test_a_budget_without_enough_measurements_for_its_bound_says_so(race, one_re
 def test_a_throughput_race_runs_the_rounds_its_decision_needs(constraints, expected):
     from types import SimpleNamespace
 
-    from dlopt.pipeline.race import _throughput_min_rounds
+    from dlopt.pipeline.measure import _throughput_min_rounds
 
     policy = OptimizationPolicy(
         objective="max_throughput", constraints=DeploymentConstraints(**constraints)

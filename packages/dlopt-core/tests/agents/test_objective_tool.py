@@ -1,4 +1,4 @@
-"""The optimize tool takes a serving strategy and a latency budget: max_throughput races
+"""The optimize tool takes an objective and a latency budget: max_throughput races
 one registered request at several batch sizes, the summary carries the served batch size
 and the throughput curves, and what cannot be batched is a structured error."""
 

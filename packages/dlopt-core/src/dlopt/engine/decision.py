@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, write_bundle
+from dlopt.contract.provider import BuiltPlan
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.fileio import TemporaryArtifacts
-from dlopt.plugins.contract import BuiltPlan
 from dlopt.serving.served import ServedPlan
 from dlopt.vocabulary import UnseenSignature
 

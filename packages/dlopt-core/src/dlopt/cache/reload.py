@@ -1,7 +1,7 @@
 """How a saved plan is served again: load its artifact, rebuild it, or rebuild it with
-torch's compile caches restored (:class:`dlopt.plugins.contract.Comeback`).
+torch's compile caches restored (:class:`dlopt.contract.provider.Reload`).
 
-:class:`ComebackProvider` wraps the plan's installed provider so that the pipeline's
+:class:`ReloadingProvider` wraps the plan's installed provider so that the pipeline's
 prepare stage (probe, build timed, first calls, validation) brings a saved plan back
 exactly as it builds a new one: its ``build`` loads, or rebuilds, as the provider
 declares.
@@ -9,7 +9,7 @@ declares.
 Torch's compile caches (``torch.compiler.save_cache_artifacts``) are torch's own
 serialized format, which torch unpickles when it loads them. They hold Inductor's
 generated code but not the C++ kernels compiled from it, which a fresh process would
-compile again (most of a CPU plan's compile time), so the kernel binaries torch loaded,
+compile again (most of a CPU plan's compile time), so the race engine binaries torch loaded,
 and the small library Inductor compiles to check the CPU's vector ISA, are saved beside
 them and put back into Inductor's cache directory, where torch finds them instead of
 compiling. dlopt hands both to torch only after every file's SHA-256
@@ -34,12 +34,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from dlopt.bundle.store import SavedProgram
+from dlopt.bundle.store import ARTIFACTS_DIR, PROGRAM_ARTIFACT, SavedProgram
+from dlopt.contract.provider import BuiltPlan, ProviderContext, Reload
 from dlopt.errors import ProviderBuildError
+from dlopt.pipeline.state import CandidateState
 from dlopt.platform.fileio import read_bytes_capped
 from dlopt.platform.serialization import (
     atomic_write_text,
@@ -47,10 +49,12 @@ from dlopt.platform.serialization import (
     parse_strict_json,
     strict_jsonable,
 )
-from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
+
+if TYPE_CHECKING:
+    from dlopt.cache.record_store import CacheRecord
 
 #: The artifact name (in a record's bundle) of torch's serialized compile caches: a
-#: directory holding :data:`COMPILE_CACHE_FILE` and the kernel binaries under
+#: directory holding :data:`COMPILE_CACHE_FILE` and the race engine binaries under
 #: :data:`KERNELS_DIR` (older records hold the file alone).
 COMPILE_CACHE_ARTIFACT = "torch_compile_cache"
 COMPILE_CACHE_FILE = "torch_compile_cache.bin"
@@ -272,7 +276,7 @@ def private_to_user(path: Path) -> bool:
 
 
 @attrs.define(eq=False)
-class ComebackProvider:
+class ReloadingProvider:
     """A saved plan's provider, whose ``build`` brings the saved plan back.
 
     ``plan_dir``: the plan's saved files (``artifacts/<plan>`` of a bundle). ``metadata``:
@@ -300,8 +304,8 @@ class ComebackProvider:
         return str(self.provider.name)
 
     @property
-    def comes_back(self) -> Comeback:
-        return Comeback.of(self.provider)
+    def reloads_by(self) -> Reload:
+        return Reload.of(self.provider)
 
     def __getattr__(self, name: str) -> Any:
         # role, precision, options_type, install_hint...: the provider's own.
@@ -317,8 +321,8 @@ class ComebackProvider:
             loaded = self._load_program(context)
             if loaded is not None:
                 return loaded
-        kind = self.comes_back
-        if kind is Comeback.LOAD:
+        kind = self.reloads_by
+        if kind is Reload.LOAD:
             directory = self.plan_dir
             if self.copy_to_plan_dir:
                 directory = context.plan_dir(self.name)
@@ -339,12 +343,12 @@ class ComebackProvider:
                 f"plan {self.name!r} comes back by rebuilding it from the model ({kind.value})"
                 f"{unserved}; pass the model: load_bundle(path, model=model)"
             )
-        if kind is Comeback.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
+        if kind is Reload.REBUILD_WITH_COMPILE_CACHE and self.compile_cache is not None:
             self.compile_cache_restored = restore_compile_cache(self.compile_cache)
         # What the plan saved when it was raced, for a build that reads it back.
         context = attrs.evolve(context, saved_plan_dir=self.plan_dir)
         plan = self.provider.build(model, context)
-        if isinstance(plan, BuiltPlan) and kind is Comeback.REBUILD_WITH_COMPILE_CACHE:
+        if isinstance(plan, BuiltPlan) and kind is Reload.REBUILD_WITH_COMPILE_CACHE:
             plan.metadata = {**plan.metadata, "compile_cache_restored": self.compile_cache_restored}
         if isinstance(plan, BuiltPlan) and self.program_error is not None:
             plan.metadata = {**plan.metadata, "saved_program_not_served": self.program_error}
@@ -353,7 +357,7 @@ class ComebackProvider:
     @property
     def serves_without_model(self) -> bool:
         """Whether this plan can come back with no model: loaded, or from a program."""
-        return self.comes_back is Comeback.LOAD or (
+        return self.reloads_by is Reload.LOAD or (
             self.program is not None and callable(getattr(self.provider, "load_program", None))
         )
 
@@ -374,3 +378,45 @@ class ComebackProvider:
             self.program_error = f"load_program() returned {type(plan).__name__}"
             return None
         return plan
+
+
+def bring_back(cand: CandidateState, record: CacheRecord | None) -> CandidateState:
+    """A fresh, unbuilt candidate for ``cand``'s plan that brings the plan a selection
+    chose back: from ``record`` (its program or artifacts, and torch's compile caches,
+    where the record's directory may be trusted), else built as a race builds it. The one
+    way a winner comes back: on a cache hit, and in the host after an isolated race.
+    Prepare it (:func:`dlopt.pipeline.prepare.prepare_plans`) to build and check it."""
+    fresh = CandidateState(info=cand.info, options=cand.options)
+    if record is None:
+        return fresh
+    fresh.info = attrs.evolve(cand.info, provider=_reloading(record, cand))
+    return fresh
+
+
+def _reloading(record: CacheRecord, cand: CandidateState) -> ReloadingProvider:
+    """``cand``'s provider wrapped to bring the record's saved plan back."""
+    provider = cand.info.provider
+    bundle = record.bundle
+    saved = bundle.manifest.get("artifacts", {})
+    # Torch's caches and a compiled program are executed when loaded: only from a
+    # directory nobody else can write (their hashes were checked when the record was read).
+    trusted = private_to_user(record.path)
+    compile_cache: Path | None = None
+    if (
+        Reload.of(provider) is Reload.REBUILD_WITH_COMPILE_CACHE
+        and COMPILE_CACHE_ARTIFACT in saved
+        and trusted
+    ):
+        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
+    program = (
+        bundle.artifact_path(PROGRAM_ARTIFACT) if PROGRAM_ARTIFACT in saved and trusted else None
+    )
+    metadata = dict(bundle.report.candidate(cand.name).metadata)
+    return ReloadingProvider(
+        provider,
+        bundle.path / ARTIFACTS_DIR / cand.name,
+        metadata,
+        compile_cache,
+        copy_to_plan_dir=True,
+        program=program,
+    )

@@ -1,4 +1,4 @@
-"""``MeasurementPolicy``: every knob of the measurement kernel, with defaults that work."""
+"""``MeasurementPolicy``: every knob of the race engine, with defaults that work."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ BURST_STATISTICS = ("min", "second_min", "median", "mean")
 @user_document
 @frozen
 class MeasurementPolicy:
-    """How the measurement kernel times candidates and when it stops.
+    """How the race engine times candidates and when it stops.
 
     docs/measurement.md explains every rule and the figures behind the defaults.
 

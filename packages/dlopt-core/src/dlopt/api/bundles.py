@@ -1,7 +1,7 @@
 """Serve a saved bundle again: :func:`load_bundle` returns a ready decision.
 
 It sits above :mod:`dlopt.bundle.store` (which writes and verifies bundles) and
-:mod:`dlopt.api.decision` (which writes them): loading needs the installed providers, writing
+:mod:`dlopt.engine.decision` (which writes them): loading needs the installed providers, writing
 does not.
 """
 
@@ -14,9 +14,6 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.decision import OptimizationDecision
-from dlopt.api.policy import structure_options
-from dlopt.api.target import ExecutionTarget
 from dlopt.bundle.store import (
     ARTIFACTS_DIR,
     PROGRAM_ARTIFACT,
@@ -25,15 +22,18 @@ from dlopt.bundle.store import (
     BundleLoadError,
     verify_bundle,
 )
-from dlopt.cache.comeback import COMPILE_CACHE_ARTIFACT, ComebackProvider
+from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ReloadingProvider
+from dlopt.contract.provider import BuiltPlan, ProviderContext, Reload
+from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.probe import probe_provider
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.names import is_plain_name
-from dlopt.plugins.contract import BuiltPlan, Comeback, ProviderContext
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.evidence import with_unseen_policy
+from dlopt.settings.policy import structure_options
+from dlopt.settings.target import ExecutionTarget
 from dlopt.vocabulary import UnseenSignature
 
 
@@ -48,7 +48,7 @@ def load_bundle(
     load_compiled_program: bool = False,
     on_unseen_signature: UnseenSignature | str | None = None,
 ) -> OptimizationDecision:
-    """Serve a saved bundle again: a ready :class:`~dlopt.api.decision.OptimizationDecision`.
+    """Serve a saved bundle again: a ready :class:`~dlopt.engine.decision.OptimizationDecision`.
 
     The bundle is verified first (:func:`verify_bundle`: every hash, before anything is
     loaded). Then the selected plan's provider is looked up by the plan's name in
@@ -56,7 +56,7 @@ def load_bundle(
     ``target`` (default: the target the report was raced on) with the options the plan
     raced with (read from the report), and asked to ``load`` the plan from
     ``<bundle>/artifacts/<plan>`` with the plan's recorded metadata. No model is needed
-    and nothing is rebuilt, for a provider that loads saved plans (``comes_back`` is
+    and nothing is rebuilt, for a provider that loads saved plans (``reloads_by`` is
     ``load``: ONNX Runtime, TensorRT). Plans that come back by rebuilding (native, fx,
     Inductor, TorchAO) are built again from ``model``, which must then be given (the
     error says so when it is not); ``restore_compile_cache=True`` first hands torch the
@@ -168,8 +168,8 @@ def _load_selected_plan(
             f"{evidence.version or ''}".rstrip()
         )
     provider = info.provider
-    comes_back = Comeback.of(provider)
-    if comes_back is Comeback.LOAD and not callable(getattr(provider, "load", None)):
+    reloads_by = Reload.of(provider)
+    if reloads_by is Reload.LOAD and not callable(getattr(provider, "load", None)):
         raise BundleLoadError(
             f"{where}: its provider declares that saved plans are loaded, but it has no load()"
         )
@@ -179,12 +179,12 @@ def _load_selected_plan(
         if load_compiled_program and PROGRAM_ARTIFACT in saved
         else None
     )
-    comeback = ComebackProvider(
+    comeback = ReloadingProvider(
         provider, bundle.path / ARTIFACTS_DIR / plan_name, dict(evidence.metadata), program=program
     )
     if model is None and not comeback.serves_without_model:
         raise BundleLoadError(
-            f"{where} is served again by rebuilding it from the model ({comes_back.value}): "
+            f"{where} is served again by rebuilding it from the model ({reloads_by.value}): "
             "the bundle holds no program that runs without it; pass the model: "
             "load_bundle(path, model=model)"
             + (
@@ -213,7 +213,7 @@ def _load_selected_plan(
     try:
         plan = comeback.build(model, context)
     except Exception as exc:
-        verb = "load" if comes_back is Comeback.LOAD else "rebuild"
+        verb = "load" if reloads_by is Reload.LOAD else "rebuild"
         raise BundleLoadError(
             f"{bundle.path}: {source} could not {verb} plan {plan_name!r} from {plan_dir}: "
             f"{type(exc).__name__}: {exc}"

@@ -1,6 +1,6 @@
-"""``dlopt select --strategy``: the serving strategies from the command line, their bad
-combinations refused before anything is built, and the throughput curves in the
-terminal table, the saved report and the HTML page."""
+"""``dlopt select --objective`` from the command line: its bad combinations refused before
+anything is built, the throughput curves in the terminal table, the saved report and the
+HTML page, and the retired ``--strategy`` still working with a warning."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def nothing_races(monkeypatch):
     [
         (
             ["--strategy", "max-throughput", "--objective", "lifecycle_latency"],
-            "give --strategy or --objective, not both",
+            "give --objective only: the deprecated --strategy max-throughput",
         ),
         (
             ["--max-latency-ms", "5", "--max-p99-latency-ms", "5"],
@@ -40,18 +40,18 @@ def nothing_races(monkeypatch):
         (["--max-latency-ms", "0"], "--max-latency-ms 0.0: give a finite number > 0"),
         (["--max-p99-latency-ms", "nan"], "--max-p99-latency-ms nan: give a finite number"),
         (
-            ["--strategy", "max-throughput", "--batch-sizes", "1,2", "--max-batch-size", "8"],
+            ["--objective", "max_throughput", "--batch-sizes", "1,2", "--max-batch-size", "8"],
             "give --batch-sizes or --max-batch-size, not both",
         ),
         (
-            ["--strategy", "max-throughput", "--batch-sizes", "1,x"],
+            ["--objective", "max_throughput", "--batch-sizes", "1,x"],
             "write whole numbers joined by commas, e.g. 1,2,4,8",
         ),
-        (["--strategy", "max-throughput", "--batch-sizes", "1,0"], "0 is out of range"),
-        (["--strategy", "max-throughput", "--batch-sizes", "2,2"], "repeats a size"),
-        (["--strategy", "max-throughput", "--max-batch-size", "0"], "--max-batch-size 0: give"),
-        (["--batch-sizes", "1,2"], "add --strategy max-throughput"),
-        (["--strategy", "min-latency", "--max-batch-size", "8"], "add --strategy max-throughput"),
+        (["--objective", "max_throughput", "--batch-sizes", "1,0"], "0 is out of range"),
+        (["--objective", "max_throughput", "--batch-sizes", "2,2"], "repeats a size"),
+        (["--objective", "max_throughput", "--max-batch-size", "0"], "--max-batch-size 0: give"),
+        (["--batch-sizes", "1,2"], "add --objective max_throughput"),
+        (["--objective", "min_latency", "--max-batch-size", "8"], "add --objective max_throughput"),
     ],
 )
 def test_bad_combinations_are_usage_errors_before_anything_runs(
@@ -64,11 +64,11 @@ def test_bad_combinations_are_usage_errors_before_anything_runs(
 
 
 def test_max_throughput_needs_one_request_at_batch_1(capsys, nothing_races, tmp_path):
-    base = ["select", MODEL, "--strategy", "max-throughput"]
+    base = ["select", MODEL, "--objective", "max_throughput"]
     assert main([*base, "--input", "4x16"]) == 2
     assert "ONE request, batch 1 along the first dimension (e.g. 1x16)" in capsys.readouterr().err
-    # --objective max_throughput is the same strategy, checked the same way.
-    assert main(["select", MODEL, "--objective", "max_throughput", "--input", "4x16"]) == 2
+    # The retired --strategy max-throughput is the same objective, checked the same way.
+    assert main(["select", MODEL, "--strategy", "max-throughput", "--input", "4x16"]) == 2
     assert "ONE request, batch 1 along the first dimension (e.g. 1x16)" in capsys.readouterr().err
     assert main([*base, "--case", "b1=1x16@1"]) == 2
     assert "give it as --input 1x... (batch 1), not --case" in capsys.readouterr().err
@@ -80,7 +80,7 @@ def test_max_throughput_needs_one_request_at_batch_1(capsys, nothing_races, tmp_
     assert "races one request at several batch sizes" in err and "has 2 cases" in err
 
 
-def _select_eager(report, strategy: str, *arguments: str) -> int:
+def _select_eager(report, objective: str, *arguments: str) -> int:
     """``dlopt select`` of the small MLP, one request of 1x16, eager fp32 alone."""
     return main(
         [
@@ -88,8 +88,8 @@ def _select_eager(report, strategy: str, *arguments: str) -> int:
             MODEL,
             "--input",
             "1x16",
-            "--strategy",
-            strategy,
+            "--objective",
+            objective,
             *arguments,
             "--include",
             "eager_fp32",
@@ -106,7 +106,7 @@ def test_max_throughput_from_the_command_line_shows_and_saves_the_curves(
     report = tmp_path / "r.json"
     code = _select_eager(
         report,
-        "max-throughput",
+        "max_throughput",
         "--batch-sizes",
         "4,1",
         "--max-latency-ms",
@@ -154,8 +154,21 @@ def test_max_throughput_from_the_command_line_shows_and_saves_the_curves(
 def test_min_latency_from_the_command_line_races_batch_1(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
     report = tmp_path / "r.json"
-    code = _select_eager(report, "min-latency", "--max-measure-time", "0.5")
+    code = _select_eager(report, "min_latency", "--max-measure-time", "0.5")
     assert code == 0, capsys.readouterr().err
     data = json.loads(report.read_text())
     assert data["objective"] == "min_latency" and data["batch_size"] == 1
     assert "throughput" not in data
+
+
+def test_the_retired_strategy_flag_still_selects_and_says_what_to_type(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    report = tmp_path / "r.json"
+    argv = ["select", MODEL, "--input", "1x16", "--strategy", "min-latency"]
+    argv += ["--include", "eager_fp32", "--max-measure-time", "0.5", "--report", str(report)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "--strategy is deprecated: use --objective min_latency" in err
+    assert json.loads(report.read_text())["objective"] == "min_latency"

@@ -1,9 +1,9 @@
 """A cache hit is checked before it is trusted.
 
-The record's selected plan comes back (:mod:`dlopt.cache.comeback`) through the
+The record's selected plan comes back (:mod:`dlopt.cache.reload`) through the
 pipeline's own prepare stage, so it is built (or loaded), called once per case and
 validated against the fresh eager reference exactly as in a race, with the build limits
-checked. Then a short paired, interleaved probe of the race kernel (two plans: the
+checked. Then a short paired, interleaved probe of the race engine (two plans: the
 baseline and the cached pick, :func:`probe_policy`) measures it again, its last outputs
 are validated again and the measured limits checked.
 
@@ -18,24 +18,16 @@ clock, tests/cache/test_revalidation_rates.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import attrs
 import torch
 
-from dlopt.api.workload import WorkloadProfile
-from dlopt.bundle.store import ARTIFACTS_DIR, PROGRAM_ARTIFACT, SavedProgram
-from dlopt.cache.comeback import (
-    COMPILE_CACHE_ARTIFACT,
-    ComebackProvider,
-    ProgramSaver,
-    private_to_user,
-)
+from dlopt.bundle.store import PROGRAM_ARTIFACT, SavedProgram
 from dlopt.cache.record_store import CacheRecord
-from dlopt.errors import ReferenceCheckError
+from dlopt.cache.reload import ProgramSaver, bring_back
+from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval
-from dlopt.pipeline import checks, constraints, prepare, race, state
-from dlopt.plugins.contract import Comeback, ProviderContext
+from dlopt.pipeline import checks, constraints, measure, prepare, state
 from dlopt.validation import ModelGuard, ReferenceOutputs
 
 #: The probe's rounds: at most this many paired rounds (it stops earlier once the gate
@@ -50,7 +42,7 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
     """The race's measurement policy, cut down to the revalidation probe: a few rounds
     within a small budget, no futility stop (the probe's interval decides).
 
-    The budget is the kernel's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
+    The budget is the race engine's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
     at the first round's pace, at least :data:`PROBE_MAX_TIME_S` and at most
     :data:`PROBE_CEILING_S`. A fast model's probe keeps its 3 s; a slow model's gets the
     rounds that make its interval tell (a fixed 3 s measured no interval at all for
@@ -79,7 +71,7 @@ def probe_keeps(interval: RatioInterval | None, min_speedup: float) -> bool:
 
 
 @attrs.define(eq=False)
-class Revalidation:
+class Recheck:
     """What revalidating a record found. ``plan``: the cached pick, built and checked
     (``None`` when the record is not reused: ``reason`` says why)."""
 
@@ -90,16 +82,15 @@ class Revalidation:
     probe: RatioInterval | None = None
 
 
-def revalidate_record(
+def recheck_record(
     record: CacheRecord,
     candidates: Sequence[state.CandidateState],
     model: torch.nn.Module,
-    workload: WorkloadProfile,
     context: ProviderContext,
     reference: ReferenceOutputs,
     guard: ModelGuard,
-    run: state.Run,
-) -> Revalidation:
+    run: state.SelectionContext,
+) -> Recheck:
     """Bring the record's plan back and check it (see the module docstring).
 
     ``candidates``: the plans this selection would race (reference first), not yet
@@ -109,27 +100,17 @@ def revalidate_record(
     chosen = report.selected_plan
     by_name = {c.name: c for c in candidates}
     if chosen not in by_name:
-        return Revalidation(False, f"the cached plan {chosen!r} is not among the plans raced now")
+        return Recheck(False, f"the cached plan {chosen!r} is not among the plans raced now")
     reference_cand = candidates[0]
     versus = report.baseline if report.baseline != chosen else reference_cand.name
     if versus not in by_name:
-        return Revalidation(
-            False, f"the cached baseline {versus!r} is not among the plans raced now"
-        )
+        return Recheck(False, f"the cached baseline {versus!r} is not among the plans raced now")
     names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
-    fresh = {
-        n: state.CandidateState(info=by_name[n].info, options=by_name[n].options) for n in names
-    }
-    fresh[chosen].info = attrs.evolve(
-        fresh[chosen].info, provider=comeback_from_record(record, by_name[chosen])
-    )
+    fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
     built = list(fresh.values())
     try:
-        for cand in built:  # the reference first
-            prepare.prepare(cand, model, context, reference, guard, run)
-            if cand.is_reference and not cand.alive:
-                raise ReferenceCheckError(state.reference_failure(cand))
-        outcome = _check(fresh[chosen], fresh[versus], model, workload, reference, guard, run)
+        prepare.prepare_plans(built, model, context, reference, guard, run)  # reference first
+        outcome = _check(fresh[chosen], fresh[versus], model, reference, guard, run)
     except BaseException:
         state.close_all(built)
         raise
@@ -141,36 +122,35 @@ def _check(
     selected: state.CandidateState,
     baseline: state.CandidateState,
     model: torch.nn.Module,
-    workload: WorkloadProfile,
     reference: ReferenceOutputs,
     guard: ModelGuard,
-    run: state.Run,
-) -> Revalidation:
+    run: state.SelectionContext,
+) -> Recheck:
     """The prepared cached pick, judged: it must have validated, then (unless it is the
     reference itself) survive a probe against ``baseline``."""
     chosen, versus = selected.name, baseline.name
     if not selected.alive:
-        return Revalidation(False, f"the cached plan {chosen!r} {_why_not(selected)}")
+        return Recheck(False, f"the cached plan {chosen!r} {_why_not(selected)}")
     if selected is baseline:  # the reference itself was served: nothing to race it against
-        return Revalidation(True, "the cached plan is the reference; it validated", selected)
+        return Recheck(True, "the cached plan is the reference; it validated", selected)
     if not baseline.alive:
-        return Revalidation(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
+        return Recheck(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
     pair = [baseline, selected]
     min_speedup = run.policy.constraints.min_speedup
     probe_run = attrs.evolve(
         run,
         policy=attrs.evolve(run.policy, measurement=probe_policy(run.policy.measurement)),
     )
-    raced = race.race(pair, reference, workload, probe_run)
+    raced = measure.race(pair, reference, probe_run)
     checks.check_model_after_race(model, guard)
     checks.revalidate(pair, raced, reference, run)
-    constraints.apply_measured_limits(pair, raced.result, run)
+    constraints.apply_measured_constraints(pair, raced.result, run)
     if not selected.alive:
-        return Revalidation(False, f"the cached plan {chosen!r} {_why_not(selected)}")
+        return Recheck(False, f"the cached plan {chosen!r} {_why_not(selected)}")
     interval = raced.result.candidate(chosen).speedup_vs_baseline
     shown = _interval_text(interval)
     if not probe_keeps(interval, min_speedup):
-        return Revalidation(
+        return Recheck(
             False,
             f"the revalidation probe says {chosen!r} no longer clears min_speedup "
             f"{min_speedup:g} over {versus!r} (speedup {shown})",
@@ -178,7 +158,7 @@ def _check(
             versus,
             interval,
         )
-    return Revalidation(
+    return Recheck(
         True,
         f"{chosen!r} validated on every case and the probe's speedup over {versus!r} "
         f"({shown}) does not fall below min_speedup {min_speedup:g}",
@@ -214,36 +194,6 @@ def _saved_program_of(record: CacheRecord | None) -> SavedProgram | None:
         return None
     return SavedProgram(
         record.bundle.artifact_path(PROGRAM_ARTIFACT), "saved with the plan cache record"
-    )
-
-
-def comeback_from_record(record: CacheRecord, cand: state.CandidateState) -> ComebackProvider:
-    """``cand``'s provider wrapped to bring the record's saved plan back: its program or
-    artifacts, and torch's compile caches, where the record's directory may be trusted."""
-    provider = cand.info.provider
-    bundle = record.bundle
-    saved = bundle.manifest.get("artifacts", {})
-    # Torch's caches and a compiled program are executed when loaded: only from a
-    # directory nobody else can write (their hashes were checked when the record was read).
-    trusted = private_to_user(record.path)
-    compile_cache: Path | None = None
-    if (
-        Comeback.of(provider) is Comeback.REBUILD_WITH_COMPILE_CACHE
-        and COMPILE_CACHE_ARTIFACT in saved
-        and trusted
-    ):
-        compile_cache = bundle.artifact_path(COMPILE_CACHE_ARTIFACT)
-    program = (
-        bundle.artifact_path(PROGRAM_ARTIFACT) if PROGRAM_ARTIFACT in saved and trusted else None
-    )
-    metadata = dict(bundle.report.candidate(cand.name).metadata)
-    return ComebackProvider(
-        provider,
-        bundle.path / ARTIFACTS_DIR / cand.name,
-        metadata,
-        compile_cache,
-        copy_to_plan_dir=True,
-        program=program,
     )
 
 

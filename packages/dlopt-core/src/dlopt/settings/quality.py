@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 from attrs import field, frozen
@@ -23,7 +23,17 @@ from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, text
 from dlopt.platform.serialization import user_document
 from dlopt.precision import Precision
-from dlopt.validation.rounding import LeafRounding
+
+
+class LeafRounding(Protocol):
+    """How far one eager fp32 output leaf is from float64 (measured by
+    :mod:`dlopt.validation.rounding`): what widens an fp32 plan's limits."""
+
+    rel_l2: float
+    max_abs_error: float
+
+    def describe(self) -> str: ...
+
 
 Direction = Literal["higher", "lower"]
 

@@ -1,4 +1,4 @@
-"""Stage 4, race: measure every surviving plan against the reference in interleaved rounds."""
+"""Stage 4, measure: race every surviving plan against the reference in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -8,19 +8,18 @@ from typing import Any
 import attrs
 import torch
 
-from dlopt.api.workload import WorkloadProfile
+from dlopt.contract.provider import (
+    BuiltPlan,
+    Role,
+)
 from dlopt.errors import PLAN_FAILURES, DloptError, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     RaceResult,
     run_race,
 )
-from dlopt.pipeline.state import CandidateState, Run, StageError
+from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import leaves_with_paths
-from dlopt.plugins.contract import (
-    BuiltPlan,
-    Role,
-)
 from dlopt.selection.throughput import P99, samples_for_quantile_bound
 from dlopt.validation import (
     ReferenceOutputs,
@@ -33,7 +32,7 @@ from dlopt.vocabulary import Objective, Stage, Verdict
 BUDGET_MIN_ROUNDS = 10
 
 
-def _throughput_min_rounds(run: Run, batch_sizes: int) -> int:
+def _throughput_min_rounds(run: SelectionContext, batch_sizes: int) -> int:
     """The rounds a throughput race runs before it may stop (within ``max_rounds``).
 
     Its stopping rule reads the race's aggregate, which is not the objective: the
@@ -77,7 +76,7 @@ def _nonfinite_counts(outputs: Any) -> dict[str, int]:
 class LastOutput:
     """One plan's call on one case, keeping the output of the latest call for revalidation.
 
-    :meth:`check` inspects the outputs of every raced call (the kernel hands them over
+    :meth:`check` inspects the outputs of every raced call (the race engine hands them over
     after the timer stopped): a plan that turns NaN or infinite on its tenth call fails
     the race there, named with the call number.
     """
@@ -131,8 +130,7 @@ class RaceOutcome:
 def race(
     candidates: list[CandidateState],
     reference: ReferenceOutputs,
-    workload: WorkloadProfile,
-    run: Run,
+    run: SelectionContext,
 ) -> RaceOutcome:
     """Measure every surviving plan against the reference (first and alive)."""
     alive = [c for c in candidates if c.alive]
@@ -173,13 +171,13 @@ def race(
             measurement,
             drop_worse_than_leader=False,
             warmup_leave_factor=None,
-            min_rounds=_throughput_min_rounds(run, len(workload.cases)),
+            min_rounds=_throughput_min_rounds(run, len(reference.cases)),
         )
     try:
         with reference.calling_context():
             result = run_race(
                 recorders,
-                weights=workload.weights,
+                weights=[case.weight for case in reference.cases],
                 baseline=alive[0].name,
                 min_speedup=run.policy.constraints.min_speedup,
                 policy=measurement,

@@ -6,18 +6,16 @@ import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attrs import field, frozen
 
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.platform.serialization import user_document
+from dlopt.settings.measurement import MeasurementPolicy
+from dlopt.settings.quality import QualityPolicy
 from dlopt.vocabulary import Objective, UnseenSignature
-
-if TYPE_CHECKING:
-    from dlopt.measurement import MeasurementPolicy
-    from dlopt.validation import QualityPolicy
 
 OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 #: Where a selection runs: in the caller's process, or in a supervised worker process.
@@ -100,30 +98,6 @@ class DeploymentConstraints:
     max_p99_latency_ms: float | None = field(default=None, validator=_positive_or_none)
 
 
-def _default_measurement() -> MeasurementPolicy:
-    from dlopt.measurement import MeasurementPolicy
-
-    return MeasurementPolicy()
-
-
-def _default_quality() -> QualityPolicy:
-    from dlopt.validation import QualityPolicy
-
-    return QualityPolicy()
-
-
-def _measurement_type() -> type:
-    from dlopt.measurement import MeasurementPolicy
-
-    return MeasurementPolicy
-
-
-def _quality_type() -> type:
-    from dlopt.validation import QualityPolicy
-
-    return QualityPolicy
-
-
 def _names(value: object) -> tuple[str, ...] | None:
     # Strings are checked by _check_names; anything else iterable is kept as given.
     if value is None:
@@ -157,14 +131,6 @@ def _check_names(instance: object, attribute: Any, value: Any) -> None:
             f"OptimizationPolicy.{name} must be plan names: a string or a list of strings "
             f"(e.g. ['onnxruntime_cpu']), got {value!r}"
         )
-
-
-def _lazy_policy_names() -> dict[str, Any]:
-    """The policy classes this module names only for type checking (they import torch)."""
-    from dlopt.measurement import MeasurementPolicy
-    from dlopt.validation import QualityPolicy
-
-    return {"MeasurementPolicy": MeasurementPolicy, "QualityPolicy": QualityPolicy}
 
 
 @frozen
@@ -211,9 +177,9 @@ class OptimizationPolicy:
         factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
     )
     measurement: MeasurementPolicy = field(
-        factory=_default_measurement, validator=instance_of(_measurement_type)
+        factory=MeasurementPolicy, validator=instance_of(MeasurementPolicy)
     )
-    quality: QualityPolicy = field(factory=_default_quality, validator=instance_of(_quality_type))
+    quality: QualityPolicy = field(factory=QualityPolicy, validator=instance_of(QualityPolicy))
     include: tuple[str, ...] | None = field(default=None, converter=_names, validator=_check_names)
     exclude: tuple[str, ...] = field(
         default=(), converter=lambda v: _names(v) or (), validator=_check_names
@@ -249,7 +215,7 @@ class OptimizationPolicy:
         return self.include is None or provider_name in self.include
 
 
-user_document(OptimizationPolicy, _lazy_policy_names)
+user_document(OptimizationPolicy)
 
 
 def check_plan_names(policy: OptimizationPolicy, registered: Iterable[str]) -> None:

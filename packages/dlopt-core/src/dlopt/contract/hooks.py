@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from dlopt.contract.provider import ProviderProtocol
     from dlopt.events import Event
-    from dlopt.plugins.contract import ExecutionProvider
 
 PROJECT_NAME = "dlopt"
 
@@ -36,7 +36,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def dlopt_register_providers(register: Callable[[ExecutionProvider], None]) -> None:
+def dlopt_register_providers(register: Callable[[ProviderProtocol], None]) -> None:
     """Offer providers: call ``register(provider)`` once per plan variant.
 
     ``register`` may grow keyword arguments in later API minors; call it positionally.

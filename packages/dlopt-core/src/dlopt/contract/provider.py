@@ -1,6 +1,6 @@
 """The provider contract: what a plugin implements and what it hands back.
 
-One :class:`ExecutionProvider` instance is one candidate plan. A plugin registers one
+One :class:`ProviderProtocol` instance is one candidate plan. A plugin registers one
 instance per plan variant it offers (TorchAO registers one per quantization scheme).
 """
 
@@ -9,21 +9,23 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from attrs import define, field, frozen
 
-from dlopt.api.target import ExecutionTarget
+from dlopt.platform.retired import retired_names
 from dlopt.precision import Precision
-from dlopt.vocabulary import Concurrency, GradMode
+from dlopt.settings.target import ExecutionTarget
+from dlopt.vocabulary import Concurrency, GradMode, TextEnum
 
 if TYPE_CHECKING:
     import torch
 
-    from dlopt.api.policy import OptimizationPolicy
-    from dlopt.api.workload import WorkloadCase, WorkloadProfile
+    from dlopt.settings.policy import OptimizationPolicy
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 PLUGIN_API_VERSION = "2.1"
 
 
-class Role(str, enum.Enum):
+class Role(TextEnum):
     """What a plan is to the selection; a plan's name carries no meaning.
 
     ``reference``: eager fp32, the ground truth and the first baseline (one per race).
@@ -52,7 +54,7 @@ class Role(str, enum.Enum):
         return _declared(cls, provider, "role", getattr(provider, "role", cls.CHALLENGER))
 
 
-class Comeback(str, enum.Enum):
+class Reload(TextEnum):
     """How a saved plan (a bundle, a cache record) is served again by its provider.
 
     ``load``: ``provider.load(directory, metadata, context)`` reads the plan's saved
@@ -68,13 +70,23 @@ class Comeback(str, enum.Enum):
     REBUILD_WITH_COMPILE_CACHE = "rebuild_with_compile_cache"
 
     @classmethod
-    def of(cls, provider: object) -> Comeback:
-        """What ``provider`` declares in ``comes_back``; undeclared: ``load`` when it has a
-        ``load`` method, else ``rebuild``."""
-        declared = getattr(provider, "comes_back", None)
+    def of(cls, provider: object) -> Reload:
+        """What ``provider`` declares in ``reloads_by``; undeclared: ``load`` when it has a
+        ``load`` method, else ``rebuild``. (``comes_back``, the name before plugin API 2.1,
+        is read too, with a ``DeprecationWarning``.)"""
+        declared = getattr(provider, "reloads_by", None)
+        if declared is None and getattr(provider, "comes_back", None) is not None:
+            warnings.warn(
+                f"provider {getattr(provider, 'name', provider)!r} declares comes_back, which "
+                "is deprecated: declare reloads_by (same values)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            declared = provider.comes_back  # type: ignore[attr-defined]
+            return _declared(cls, provider, "comes_back", declared)
         if declared is None:
             return cls.LOAD if callable(getattr(provider, "load", None)) else cls.REBUILD
-        return _declared(cls, provider, "comes_back", declared)
+        return _declared(cls, provider, "reloads_by", declared)
 
 
 _E = TypeVar("_E", bound=enum.Enum)
@@ -210,7 +222,7 @@ class ProviderContext:
         """Enter it to call a built plan the way the race will (a compile at build then
         serves the race): ``with context.calling_context(): runner(*args, **kwargs)``,
         with ``args, kwargs = context.call_inputs(case)``."""
-        from dlopt.serving.context import grad_mode_scope
+        from dlopt.contract.calling import grad_mode_scope
 
         return grad_mode_scope(self.grad_mode)
 
@@ -218,7 +230,7 @@ class ProviderContext:
         """``case``'s inputs as the race calls plans with them: made in the calling
         context (inference tensors under ``inference_mode``). ``case.args`` themselves
         are ordinary tensors, what exporters and quantizers trace with."""
-        from dlopt.serving.context import inputs_of_kind
+        from dlopt.contract.calling import inputs_of_kind
 
         return inputs_of_kind(self.grad_mode, case.args, case.kwargs)
 
@@ -358,7 +370,7 @@ def _closed_runner(*args: Any, **kwargs: Any) -> Any:
 
 
 @runtime_checkable
-class ExecutionProvider(Protocol):
+class ProviderProtocol(Protocol):
     """One candidate plan offered by a plugin.
 
     Implementations keep ``__init__`` and ``probe`` cheap and import their SDK inside
@@ -371,8 +383,8 @@ class ExecutionProvider(Protocol):
     ``OptimizationPolicy(plan_options=...)``), and ``load(directory, metadata, context)
     -> BuiltPlan`` for a provider that can serve a saved plan again without rebuilding it
     from the model (``directory`` holds the files of ``BuiltPlan.artifacts`` under their
-    file names, ``metadata`` is the plan's recorded metadata), and ``comes_back`` (a
-    :class:`Comeback`: how a bundle or cache record serves the plan again; default
+    file names, ``metadata`` is the plan's recorded metadata), and ``reloads_by`` (a
+    :class:`Reload`: how a bundle or cache record serves the plan again; default
     ``load`` with a ``load`` method, else ``rebuild``). A provider that rebuilds may also
     implement ``save_program(plan, directory, context) -> dict | None`` and
     ``load_program(directory, metadata, context) -> BuiltPlan``: the selected plan saved
@@ -403,7 +415,7 @@ class ExecutionProvider(Protocol):
 class ProviderInfo:
     """A registered provider and where it came from (plugin, distribution, version)."""
 
-    provider: ExecutionProvider
+    provider: ProviderProtocol
     plugin: str
     distribution: str | None = None
     version: str | None = None
@@ -420,36 +432,48 @@ class Register(Protocol):
     API 2.0; an unknown keyword is an error naming the plugin.
     """
 
-    def __call__(self, provider: ExecutionProvider, /) -> None: ...
+    def __call__(self, provider: ProviderProtocol, /) -> None: ...
 
 
 class Provider:
     """A base class with the common plumbing; implementing the protocol directly is fine.
 
     Subclasses set ``name``, ``precision`` (and ``role``, ``options_type`` when needed)
-    and implement :meth:`check` (the availability probe; it may raise) and ``build``.
-    :meth:`probe` guards ``check`` (an exception becomes "unavailable" with its message)
-    and caches the answer per target and options, so repeated probes cost nothing.
+    and implement :meth:`availability` (what the probe answers; it may raise) and
+    ``build``. :meth:`probe` guards ``availability`` (an exception becomes "unavailable"
+    with its message) and caches the answer per target and options, so repeated probes
+    cost nothing.
     """
 
     name: str
     precision: Precision = Precision.FP32
     role: Role = Role.CHALLENGER
     options_type: type | None = None
-    #: The install hint used when ``check`` raises.
+    #: The install hint used when ``availability`` raises.
     install_hint: str | None = None
 
-    def check(self, context: ProviderContext) -> ProviderAvailability:
+    def availability(self, context: ProviderContext) -> ProviderAvailability:
         """Whether this plan can be built on ``context.target``; may raise."""
-        raise NotImplementedError
+        retired = getattr(self, "check", None)
+        if callable(retired):
+            # A provider written before plugin API 2.1 names it ``check``.
+            warnings.warn(
+                f"provider {self.name!r} implements check(), which is deprecated: rename it "
+                "availability() (same arguments and answer)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return retired(context)  # type: ignore[no-any-return]
+        raise NotImplementedError(f"provider {self.name!r} implements no availability()")
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
+        """The guarded, cached :meth:`availability`: never raises."""
         # The workload is part of the key: a probe may judge it (expected calls, shapes).
         key = (context.target, repr(context.options), id(context.workload))
         cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
         if key not in cache:
             try:
-                cache[key] = self.check(context)
+                cache[key] = self.availability(context)
             except Exception as exc:
                 cache[key] = ProviderAvailability.unavailable(
                     f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
@@ -459,3 +483,9 @@ class Provider:
     def plan_dir(self, context: ProviderContext) -> Path:
         """This plan's own directory for artifacts (created)."""
         return context.plan_dir(self.name)
+
+
+#: Names this module had before the glossary gave each concept one word.
+__getattr__ = retired_names(
+    __name__, {"ExecutionProvider": "ProviderProtocol", "Comeback": "Reload"}, globals()
+)

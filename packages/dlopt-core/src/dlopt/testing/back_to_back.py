@@ -21,7 +21,7 @@ from dlopt.measurement.stats import t_interval
 
 
 @frozen
-class FixedProtocolResult:
+class BackToBackResult:
     """Per candidate: weighted mean (ms) with its marginal interval, speedup and verdict."""
 
     timed_calls: int
@@ -36,7 +36,7 @@ class FixedProtocolResult:
     verdict: dict[str, str]
 
 
-def fixed_protocol(
+def back_to_back_protocol(
     candidates: Mapping[str, Sequence[Callable[[], object]]],
     weights: Sequence[float],
     baseline: str,
@@ -48,7 +48,7 @@ def fixed_protocol(
     confidence: float = 0.95,
     clock: Clock | None = None,
     synchronize: Callable[[], None] | None = None,
-) -> FixedProtocolResult:
+) -> BackToBackResult:
     """Time every candidate back to back (in mapping order) and compare marginal intervals."""
     clock = clock if clock is not None else MonotonicClock()
     total_w = float(sum(weights))
@@ -97,7 +97,7 @@ def fixed_protocol(
             verdict[name] = "not_faster"
         else:
             verdict[name] = "unresolved"
-    return FixedProtocolResult(
+    return BackToBackResult(
         timed_calls=timed,
         untimed_calls=untimed,
         total_time_s=(clock.now_ns() - start) / 1e9,

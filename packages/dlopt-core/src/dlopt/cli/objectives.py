@@ -1,33 +1,36 @@
-"""``dlopt select --strategy``: the serving strategies on the command line.
+"""``dlopt select --objective`` and what goes with it: latency budgets and batch sizes.
 
-``--strategy min-latency`` races batch 1; ``--strategy max-throughput`` races one request
-at several batch sizes (``--batch-sizes 1,2,4,8`` or ``--max-batch-size 64``, default
-``1,2,4,8,16,32``) and serves the (plan, batch size) with the most items per second,
-within ``--max-latency-ms`` (mean) or ``--max-p99-latency-ms`` (p99) per call when one is
-given (docs/selection.md, "Serving strategies"). Bad combinations are refused before
-anything is imported or built, each with what to do instead.
+``--objective min_latency`` races batch 1; ``--objective max_throughput`` races one
+request at several batch sizes (``--batch-sizes 1,2,4,8`` or ``--max-batch-size 64``,
+default ``1,2,4,8,16,32``) and serves the (plan, batch size) with the most items per
+second, within ``--max-latency-ms`` (mean) or ``--max-p99-latency-ms`` (p99) per call when
+one is given (docs/selection.md, "Objectives"). Bad combinations are refused before
+anything is imported or built, each with what to do instead. ``--strategy min-latency``
+and ``--strategy max-throughput``, the spelling before the glossary gave the concept one
+word, still work and say they are deprecated.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from dlopt.cli.preflight import check_positive
 from dlopt.errors import ConfigurationError
 
-#: ``--strategy`` words and the objectives they select.
-STRATEGIES = {"min-latency": "min_latency", "max-throughput": "max_throughput"}
+#: The retired ``--strategy`` words and the objectives they name.
+RETIRED_STRATEGIES = {"min-latency": "min_latency", "max-throughput": "max_throughput"}
 
 
-def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    """``--strategy``, the latency budget and the batch sizes of ``dlopt select``."""
+def add_objective_arguments(p: argparse.ArgumentParser) -> None:
+    """The latency budget and the batch sizes of ``dlopt select`` (and the retired
+    ``--strategy``, which names an objective)."""
     p.add_argument(
         "--strategy",
-        choices=tuple(STRATEGIES),
+        choices=tuple(RETIRED_STRATEGIES),
         default=None,
-        help="min-latency: the fastest plan at batch 1; max-throughput: the (plan, batch "
-        "size) serving the most items per second (instead of --objective)",
+        help="deprecated: use --objective min_latency or --objective max_throughput",
     )
     p.add_argument(
         "--max-latency-ms",
@@ -48,21 +51,21 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-sizes",
         default=None,
         metavar="1,2,4,8",
-        help="with --strategy max-throughput: the batch sizes to race (default 1,2,4,8,16,32)",
+        help="with --objective max_throughput: the batch sizes to race (default 1,2,4,8,16,32)",
     )
     p.add_argument(
         "--max-batch-size",
         type=int,
         default=None,
         metavar="N",
-        help="with --strategy max-throughput: race powers of two up to N, dropping the sizes "
+        help="with --objective max_throughput: race powers of two up to N, dropping the sizes "
         "from the first the model runs out of memory at",
     )
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """``"1,2,4,8"`` -> ``(1, 2, 4, 8)``; anything else is a clear error."""
-    from dlopt.api.workload import MAX_BATCH_SIZE
+    from dlopt.settings.workload import MAX_BATCH_SIZE
 
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isdigit() for part in parts):
@@ -82,27 +85,39 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 
 def objective_of(args: argparse.Namespace, default: str) -> str:
-    """The objective ``--strategy`` or ``--objective`` names (``default`` when neither)."""
+    """The objective ``--objective`` (or the retired ``--strategy``) names (``default``
+    when neither)."""
     if args.strategy is not None:
-        return STRATEGIES[args.strategy]
+        return RETIRED_STRATEGIES[args.strategy]
     return args.objective if args.objective is not None else default
 
 
+def warn_retired(args: argparse.Namespace) -> None:
+    """One line on stderr for the retired ``--strategy``: what to type instead."""
+    if args.strategy is not None:
+        print(
+            f"dlopt: warning: --strategy is deprecated: use --objective "
+            f"{RETIRED_STRATEGIES[args.strategy]}",
+            file=sys.stderr,
+        )
+
+
 def races_batches(args: argparse.Namespace) -> bool:
-    """Whether the command races batch sizes: ``--strategy max-throughput`` (or
-    ``--objective max_throughput``, the same objective)."""
+    """Whether the command races batch sizes: ``--objective max_throughput``."""
     return objective_of(args, "") == "max_throughput"
 
 
-def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None = None) -> None:
+def check_objective_arguments(
+    args: argparse.Namespace, input_shape: tuple[int, ...] | None = None
+) -> None:
     """Refuse combinations that cannot mean what was typed, before anything is built
     (``input_shape``: the shape ``--input`` gives, when given)."""
-    from dlopt.api.workload import MAX_BATCH_SIZE
+    from dlopt.settings.workload import MAX_BATCH_SIZE
 
     if args.strategy is not None and args.objective is not None:
         raise ConfigurationError(
-            f"give --strategy or --objective, not both: --strategy {args.strategy} sets the "
-            f"objective {STRATEGIES[args.strategy]!r}"
+            f"give --objective only: the deprecated --strategy {args.strategy} sets the "
+            f"objective {RETIRED_STRATEGIES[args.strategy]!r} too"
         )
     if args.max_latency_ms is not None and args.max_p99_latency_ms is not None:
         raise ConfigurationError(
@@ -126,15 +141,15 @@ def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None
     sizes_given = args.batch_sizes is not None or args.max_batch_size is not None
     if sizes_given and not races_batches(args):
         raise ConfigurationError(
-            "--batch-sizes/--max-batch-size choose the batch sizes --strategy max-throughput "
-            "races; add --strategy max-throughput (min-latency and the latency objectives "
+            "--batch-sizes/--max-batch-size choose the batch sizes --objective "
+            "max_throughput races; add --objective max_throughput (the latency objectives "
             "serve batch 1 or the given shapes)"
         )
     if not races_batches(args):
         return
     if args.case:
         raise ConfigurationError(
-            "--strategy max-throughput races ONE request at several batch sizes: give it as "
+            "--objective max_throughput races ONE request at several batch sizes: give it as "
             "--input 1x... (batch 1), not --case signatures"
         )
     if input_shape is not None:
@@ -142,15 +157,15 @@ def check_strategy(args: argparse.Namespace, input_shape: tuple[int, ...] | None
         if shape[0] != 1:
             one = "x".join(map(str, (1, *shape[1:])))
             raise ConfigurationError(
-                f"--input {args.input}: with --strategy max-throughput the input is ONE "
+                f"--input {args.input}: with --objective max_throughput the input is ONE "
                 f"request, batch 1 along the first dimension (e.g. {one}); dlopt repeats it "
                 "to each batch size"
             )
 
 
 def batched(workload: Any, args: argparse.Namespace) -> Any:
-    """``workload`` as the batched profile ``--strategy max-throughput`` races: its one
-    request repeated to each batch size (``workload`` unchanged for other strategies)."""
+    """``workload`` as the batched profile ``--objective max_throughput`` races: its one
+    request repeated to each batch size (``workload`` unchanged for other objectives)."""
     if not races_batches(args):
         return workload
     sizes = parse_batch_sizes(args.batch_sizes) if args.batch_sizes is not None else None
@@ -158,6 +173,6 @@ def batched(workload: Any, args: argparse.Namespace) -> Any:
         return workload.as_batched(sizes, max_batch_size=args.max_batch_size)
     except ValueError as exc:
         raise ConfigurationError(
-            f"--strategy max-throughput races one request at several batch sizes: {exc}; on "
+            f"--objective max_throughput races one request at several batch sizes: {exc}; on "
             "the command line give --input 1x... or an inputs file with one entry"
         ) from None

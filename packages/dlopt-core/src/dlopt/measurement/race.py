@@ -19,7 +19,6 @@ from attrs import define, field, frozen
 from dlopt.errors import PLAN_FAILURES, ConfigurationError
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource, MonotonicClock, ProcessCpuTime
-from dlopt.measurement.policy import MeasurementPolicy
 from dlopt.measurement.results import (
     AllocatorRegime,
     CandidateMeasurement,
@@ -46,6 +45,7 @@ from dlopt.measurement.stats import (
     t_interval,
 )
 from dlopt.platform.serialization import finite_or_none
+from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.vocabulary import Gate, StopReason, Verdict
 
 #: What waits for queued device work: one callable for all plans, or one per plan name.

@@ -1,8 +1,8 @@
-"""Serving strategies: the (plan, batch size) dlopt picks against an exhaustive measurement.
+"""The latency and throughput objectives: the (plan, batch size) dlopt picks against an exhaustive measurement.
 
-    python benchmarks/strategies.py                 # MLP and demo conv net (a quiet machine)
-    python benchmarks/strategies.py --models mlp --plans onnxruntime_cpu
-    python benchmarks/strategies.py --quick         # a smoke run of a few seconds
+    python benchmarks/objectives.py                 # MLP and demo conv net (a quiet machine)
+    python benchmarks/objectives.py --models mlp --plans onnxruntime_cpu
+    python benchmarks/objectives.py --quick         # a smoke run of a few seconds
 
 Per model, one request (batch 1) is served at every batch size of ``--batch-sizes``. Each
 strategy is a selection as a user would run it (``InferenceOptimizer.select`` with the
@@ -21,7 +21,7 @@ the regret of the pick (throughput: ``1 - items/s of the pick / items/s of the b
 min-latency: ``latency of the pick / best latency - 1``, both from the exhaustive
 measurement), whether the pick meets the budget by the exhaustive figures, and the time
 to decision (wall clock of ``select``: builds, validation, race). The CPU ISA, thread
-count and load average frame every figure (docs/selection.md, "Serving strategies").
+count and load average frame every figure (docs/selection.md, "Objectives for latency and throughput").
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from _common import Mlp, load_average, measurement_policy, print_environment
 from attrs import frozen
 
 import dlopt
-from dlopt.api.policy import DeploymentConstraints, OptimizationPolicy
-from dlopt.api.workload import WorkloadProfile
 from dlopt.measurement import MeasurementPolicy
 from dlopt.platform.machine import cpu_info
+from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.workload import WorkloadProfile
 
 EAGER = "eager_fp32"
 

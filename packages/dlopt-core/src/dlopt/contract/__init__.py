@@ -1,0 +1,11 @@
+"""The plugin contract: what a provider implements, receives and hands back.
+
+``provider`` (``ProviderProtocol``, the ``Provider`` base class, ``BuiltPlan``,
+``ServingTraits``, ``ProviderContext``, ``PreparedCase``, ``ProviderAvailability``,
+``Role``, ``Reload`` and the plugin API version), ``hooks`` (the pluggy hook
+specifications a plugin implements), ``records`` (plain records of plugins loaded and
+failed) and ``calling`` (the calling context: the grad mode plans are judged and served
+in, and the kind of tensors a call gets).
+
+Provider authors import from :mod:`dlopt.plugin` only, which re-exports what they need.
+"""

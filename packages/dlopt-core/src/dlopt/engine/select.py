@@ -1,0 +1,220 @@
+"""One selection, from a ``WorkloadProfile`` to an ``OptimizationDecision``: the whole flow.
+
+Both ways of running a selection come here: :class:`~dlopt.api.optimizer.InferenceOptimizer`
+in process, and the isolated worker (:mod:`dlopt.isolation.worker`) on the host's behalf.
+The workload arrives as the public API made it (converted once, cut to the batch sizes
+the objective races); the stages are :mod:`dlopt.pipeline`'s, in this order::
+
+    ground truth -> [plan cache: a record of this key, rechecked, is the decision]
+    -> plans -> prepare (probe, build, first calls, validation, build limits)
+    -> measure (the race) -> checks -> measured limits -> choose -> serving check
+    -> report -> [plan cache: store] -> decision
+
+:func:`decision_in_host` is the other end of an isolated selection: the worker's winner
+brought back into the host (:func:`dlopt.cache.reload.bring_back`, as a cache hit brings a
+record's plan back) and validated against the host's own reference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import torch
+
+from dlopt.cache import lookup
+from dlopt.cache.recheck import Recheck, program_saver, recheck_record
+from dlopt.cache.record_store import CacheRecord
+from dlopt.cache.reload import bring_back
+from dlopt.contract.provider import ProviderContext, ProviderProtocol
+from dlopt.engine.decision import OptimizationDecision
+from dlopt.errors import DloptError
+from dlopt.events import Event, EventKind
+from dlopt.evidence.assembly import build_report
+from dlopt.evidence.report import OptimizationReport
+from dlopt.pipeline import checks, choose, constraints, ground_truth, measure, plans, prepare
+from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
+from dlopt.platform.fileio import TemporaryArtifacts
+from dlopt.plugins.registry import ProviderRegistry
+from dlopt.settings.workload import WorkloadProfile
+
+
+@attrs.frozen(eq=False)
+class Selection:
+    """What one selection runs: the model and its workload, the stages' context (policy,
+    target, clock, event sink, cancel check), the installed providers and those passed
+    in code, and where plans write (``None``: a temporary directory the decision owns)."""
+
+    model: torch.nn.Module
+    workload: WorkloadProfile
+    context: SelectionContext
+    #: ``None`` only in the host of an isolated selection until its race is over.
+    registry: ProviderRegistry | None
+    providers: Sequence[ProviderProtocol] = ()
+    artifact_dir: Path | None = None
+
+
+def select(selection: Selection) -> OptimizationDecision:
+    """Run ``selection``'s stages and return its decision (see the module docstring)."""
+    run, model, registry = selection.context, selection.model, selection.registry
+    assert registry is not None, "a selection runs with the providers loaded"
+    policy = run.policy
+    scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
+    candidates = plans.choose_plans(registry, selection.providers, policy)
+    run.emit(
+        Event(
+            EventKind.RACE_STARTED,
+            f"{len(candidates)} providers, {len(selection.workload.cases)} cases",
+            data={"providers": [c.name for c in candidates]},
+        )
+    )
+    try:
+        truth = ground_truth.capture(model, selection.workload, run)
+        workload, reference, guard = truth.workload, truth.reference, truth.guard
+        context = ProviderContext(
+            target=run.target, policy=policy, workload=workload, artifact_dir=artifact_dir
+        )
+        found, recheck, recheck_s = None, None, None
+        if policy.plan_cache_dir is not None:
+            found = lookup.look_up(
+                policy.plan_cache_dir, model, workload, policy, run.target, candidates
+            )
+            hit = _cache_hit(found, candidates, selection, context, truth, scratch)
+            if isinstance(hit, OptimizationDecision):
+                return hit
+            recheck, recheck_s = hit
+        prepare.prepare_plans(candidates, model, context, reference, guard, run)
+        raced = measure.race(candidates, reference, run)
+        checks.check_model_after_race(model, guard)
+        checks.revalidate(candidates, raced, reference, run)
+        constraints.apply_measured_constraints(candidates, raced.result, run)
+        expected_calls = _expected_calls(selection)
+        outcome = choose.choose_served(
+            candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
+        )
+        served = next(c for c in candidates if c.name == outcome.selected)
+        serving = checks.serving_check(served, model, reference, workload, run)
+        checks.check_model_after_race(model, guard)
+        report = build_report(
+            target=run.target,
+            policy=policy,
+            workload=workload,
+            plugin_failures=registry.failures,
+            candidates=candidates,
+            race=raced.result,
+            outcome=outcome,
+            expected_calls=expected_calls,
+            serving=serving,
+        )
+        if found is not None:
+            report = attrs.evolve(
+                report,
+                cache=lookup.miss_evidence(found, recheck, recheck_s, policy.reuse_cached_plan),
+            )
+    except BaseException:
+        close_all(candidates)  # no decision will own any plan
+        if scratch is not None:
+            scratch.release()
+        raise
+    assert served.plan is not None
+    program = program_saver(served, context, reference)
+    if found is not None:
+        report = lookup.store(found, report, served, program, context.artifact_dir)
+    close_all(candidates, keep=served)
+    run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
+    return OptimizationDecision(
+        served.plan, report, scratch=scratch, program=program, fallback=model
+    )
+
+
+def _cache_hit(
+    found: lookup.Lookup,
+    candidates: list[CandidateState],
+    selection: Selection,
+    context: ProviderContext,
+    truth: ground_truth.GroundTruth,
+    scratch: TemporaryArtifacts | None,
+) -> OptimizationDecision | tuple[Recheck | None, float | None]:
+    """The decision a record of this key gives once rechecked, or what the recheck found
+    (``(None, None)`` when there was nothing to recheck)."""
+    run = selection.context
+    if found.record is None or not run.policy.reuse_cached_plan:
+        return None, None
+    start = time.perf_counter()
+    recheck = recheck_record(
+        found.record, candidates, selection.model, context, truth.reference, truth.guard, run
+    )
+    seconds = time.perf_counter() - start
+    if not (recheck.reused and recheck.selected is not None):
+        return recheck, seconds
+    assert recheck.selected.plan is not None
+    report = lookup.hit_report(found, recheck, seconds, run.policy)
+    run.emit(Event(EventKind.DECISION_MADE, recheck.reason, candidate=report.selected_plan))
+    program = program_saver(recheck.selected, context, truth.reference, found.record)
+    return OptimizationDecision(
+        recheck.selected.plan, report, scratch=scratch, program=program, fallback=selection.model
+    )
+
+
+def decision_in_host(
+    selection: Selection, report: OptimizationReport, record: CacheRecord | None
+) -> OptimizationDecision:
+    """The decision of a selection raced elsewhere (an isolated worker): its winner brought
+    back into this process (from ``record``, the cache record the worker wrote or reused,
+    when there is one) and prepared against this process's own reference; raises
+    :class:`WinnerNotServed` naming the plan when it does not pass here."""
+    run, model, registry = selection.context, selection.model, selection.registry
+    assert registry is not None, "a winner is brought back with the providers loaded"
+    policy = attrs.evolve(run.policy, include=(report.selected_plan,), exclude=())
+    run = attrs.evolve(run, policy=policy)
+    candidates = plans.choose_plans(registry, selection.providers, policy)
+    chosen = next(c for c in candidates if c.name == report.selected_plan)
+    winner = bring_back(chosen, record)
+    scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
+    truth = ground_truth.capture(model, selection.workload, run)
+    context = ProviderContext(
+        target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
+    )
+    try:
+        prepare.prepare_plans([winner], model, context, truth.reference, truth.guard, run)
+    except BaseException:
+        close_all([winner])
+        if scratch is not None:
+            scratch.release()
+        raise
+    if not winner.alive:
+        close_all([winner])
+        if scratch is not None:
+            scratch.release()
+        why = winner.error.message if winner.error is not None else "it was not built"
+        raise WinnerNotServed(
+            f"the selected plan {report.selected_plan!r} passed in the worker but not when "
+            f"rebuilt in this process: {why}"
+        )
+    run.emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=winner.name))
+    assert winner.plan is not None
+    program = program_saver(winner, context, truth.reference, record)
+    return OptimizationDecision(
+        winner.plan, report, scratch=scratch, program=program, fallback=model
+    )
+
+
+class WinnerNotServed(DloptError):
+    """The plan a worker chose does not pass in the host (see :func:`decision_in_host`)."""
+
+
+def _expected_calls(selection: Selection) -> int | None:
+    limits = selection.context.policy.constraints
+    if limits.expected_calls is not None:
+        return limits.expected_calls
+    return selection.workload.expected_calls
+
+
+def _artifact_dir(named: Path | None) -> tuple[TemporaryArtifacts | None, Path]:
+    """A directory the caller named is theirs; otherwise the decision owns a temporary one."""
+    if named is not None:
+        return None, named
+    scratch = TemporaryArtifacts()
+    return scratch, scratch.path
