@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+import attrs
 from attrs import define, field, frozen
 
 from dlopt.platform.retired import retired_names
@@ -467,18 +468,41 @@ class Provider:
         raise NotImplementedError(f"provider {self.name!r} implements no availability()")
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
-        """The guarded, cached :meth:`availability`: never raises."""
-        # The workload is part of the key: a probe may judge it (expected calls, shapes).
+        """The guarded, cached :meth:`availability`: never raises.
+
+        Answers are cached in this process per target, options and workload, and kept
+        across processes per target, options and environment
+        (:mod:`dlopt.contract.probe_cache`): ``availability`` must not judge the workload
+        (an override of ``probe`` may, after calling this one)."""
         key = (context.target, repr(context.options), id(context.workload))
         cache: dict[Any, ProviderAvailability] = self.__dict__.setdefault("_probe_cache", {})
         if key not in cache:
-            try:
-                cache[key] = self.availability(context)
-            except Exception as exc:
-                cache[key] = ProviderAvailability.unavailable(
-                    f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
-                )
+            cache[key] = self._kept_or_probed(context)
         return cache[key]
+
+    def _kept_or_probed(self, context: ProviderContext) -> ProviderAvailability:
+        from dlopt.contract import probe_cache
+        from dlopt.platform.serialization import NotJsonableError, strict_jsonable
+
+        stored = probe_cache.entry_key(self, context.target, context.options)
+        kept = probe_cache.read(stored)
+        if kept is not None:
+            try:
+                return ProviderAvailability(**kept)
+            except TypeError:
+                pass  # another layout: probe again
+        try:
+            answer = self.availability(context)
+        except Exception as exc:  # not kept: the next process may not fail
+            return ProviderAvailability.unavailable(
+                f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
+            )
+        if isinstance(answer, ProviderAvailability):
+            try:
+                probe_cache.write(stored, strict_jsonable(attrs.asdict(answer)))
+            except NotJsonableError:
+                pass
+        return answer
 
     def plan_dir(self, context: ProviderContext) -> Path:
         """This plan's own directory for artifacts (created)."""

@@ -20,14 +20,19 @@ explains each piece with the figures behind the defaults.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from attrs import frozen
 
 from dlopt.measurement.stats import t_quantile
+from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).
 _GRID_STEP = 0.05
@@ -98,7 +103,39 @@ _CALIBRATION_SEED = 20261203
 def _min_tail_probabilities(first: int, last: int) -> np.ndarray:
     """Per simulated race, the smallest one-sided t tail probability over looks
     ``first..last`` of a mean-zero normal sequence (sorted): the level ``a`` at which a
-    fraction ``alpha`` of races cross any look is their ``alpha`` quantile."""
+    fraction ``alpha`` of races cross any look is their ``alpha`` quantile.
+
+    A few seconds per setting: computed once per machine and kept in the user cache
+    directory (:func:`dlopt.platform.fileio.user_cache_dir`); the fixed seed makes it the
+    same array everywhere, so a copy that cannot be read is simply computed again."""
+    path = (
+        user_cache_dir()
+        / "boundaries"
+        / (f"min-tails-{first}-{last}-{_CALIBRATION_PATHS}-{_CALIBRATION_SEED}.npy")
+    )
+    kept = _read_kept(path, _CALIBRATION_PATHS)
+    if kept is not None:
+        return kept
+    simulated = _simulate_min_tails(first, last)
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs time only
+        buffer = io.BytesIO()
+        np.save(buffer, simulated, allow_pickle=False)
+        atomic_write_bytes(path, buffer.getvalue())
+    return simulated
+
+
+def _read_kept(path: Path, length: int) -> np.ndarray | None:
+    """A kept calibration array, or ``None`` when there is none that can be trusted."""
+    try:
+        with path.open("rb") as handle:
+            kept = np.load(handle, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    ok = kept.shape == (length,) and kept.dtype == np.float64 and bool(np.all(np.diff(kept) >= 0))
+    return kept if ok and bool(np.all((kept >= 0) & (kept <= 1))) else None
+
+
+def _simulate_min_tails(first: int, last: int) -> np.ndarray:
     rng = np.random.default_rng(_CALIBRATION_SEED)
     n = np.arange(1, last + 1, dtype=float)
     chunk = 20_000
@@ -143,14 +180,69 @@ def _smallest_t_tails(t: np.ndarray, df: np.ndarray) -> np.ndarray:
 
 
 def prepare_boundary(first: int, last: int) -> None:
-    """Run the boundary's calibration for looks ``first..last`` now (a few seconds the
-    first time in a process, cached), so it is not charged to a race's time budget."""
-    if last > first:
+    """Run the boundary's calibration for looks ``first..last`` now (nothing for a
+    tabulated setting; a few seconds the first time on a machine otherwise), so it is not
+    charged to a race's time budget."""
+    if last > first and (first, last) not in tabulated_levels():
         _min_tail_probabilities(first, last)
+
+
+#: The levels of the settings the default race and a cache hit's recheck use, computed
+#: by ``tools/tables.py boundaries`` and shipped with the package: no race pays their
+#: calibration.
+TABLE_FILE = "boundary_levels.json"
+#: Ratio between neighbouring tabulated alphas; a level is read at the grid alpha just
+#: below the one asked for (a little stricter, never looser).
+ALPHA_GRID_RATIO = 1.05
+ALPHA_GRID_LOW = 1e-6
+
+
+def alpha_grid() -> np.ndarray:
+    """The alphas a setting's levels are tabulated at, ascending, up to 0.5."""
+    count = math.floor(math.log(0.5 / ALPHA_GRID_LOW) / math.log(ALPHA_GRID_RATIO)) + 1
+    return ALPHA_GRID_LOW * ALPHA_GRID_RATIO ** np.arange(count)
+
+
+@lru_cache(maxsize=1)
+def tabulated_levels() -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """``(first, last) -> (alphas, levels)`` of the shipped table (empty if unreadable)."""
+    from importlib.resources import files
+
+    try:
+        data = json.loads(files("dlopt.measurement").joinpath(TABLE_FILE).read_text("utf-8"))
+        return {
+            (int(entry["first"]), int(entry["last"])): (
+                np.asarray(entry["alphas"], dtype=float),
+                np.asarray(entry["levels"], dtype=float),
+            )
+            for entry in data["settings"]
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _tabulated_level(alpha: float, first: int, last: int) -> float | None:
+    entry = tabulated_levels().get((first, last))
+    if entry is None:
+        return None
+    alphas, levels = entry
+    index = int(np.searchsorted(alphas, alpha, side="right")) - 1
+    return float(levels[index]) if index >= 0 else None
 
 
 @lru_cache(maxsize=256)
 def per_look_level(alpha: float, first: int, last: int) -> float:
+    """Nominal one-sided level of each look, the same at every look (Pocock-type): from
+    the shipped table where it holds the setting (at the tabulated alpha just below
+    ``alpha``), else :func:`exact_per_look_level`."""
+    if last > first:
+        tabulated = _tabulated_level(alpha, first, last)
+        if tabulated is not None:
+            return tabulated
+    return exact_per_look_level(alpha, first, last)
+
+
+def exact_per_look_level(alpha: float, first: int, last: int) -> float:
     """Nominal one-sided level of each look, the same at every look (Pocock-type).
 
     Two calibrations, the stricter wins: the exact one for a known variance

@@ -240,3 +240,19 @@ def check_writable_file(path: str | os.PathLike[str], *, purpose: str) -> Path:
             )
     check_can_create_in(target.parent, purpose=purpose)
     return target
+
+
+#: Overrides where dlopt keeps what it computes once per machine (boundary tables, probe
+#: answers); default ``$XDG_CACHE_HOME/dlopt`` or ``~/.cache/dlopt``.
+USER_CACHE_ENV = "DLOPT_USER_CACHE_DIR"
+
+
+def user_cache_dir() -> Path:
+    """Where dlopt keeps what it computes once per machine and setting (created on first
+    write by the caller): ``$DLOPT_USER_CACHE_DIR``, else ``$XDG_CACHE_HOME/dlopt``, else
+    ``~/.cache/dlopt``. Never the plan cache: nothing here decides, it only saves time."""
+    named = os.environ.get(USER_CACHE_ENV)
+    if named:
+        return Path(named)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dlopt"

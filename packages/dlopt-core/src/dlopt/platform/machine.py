@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import suppress
 from functools import lru_cache
 
 from attrs import frozen
@@ -90,3 +91,55 @@ def cpu_info() -> CpuInfo:
         isa_flags=flags,
         torch_cpu_capability=capability,
     )
+
+
+def machine_class() -> str:
+    """The capability class of this CPU that decides which plans pay off: ``amx``,
+    ``avx512_bf16`` (native bf16 and VNNI), ``avx512_vnni`` (int8 dot products, no bf16),
+    ``avx2`` (neither). The priors of the plans are keyed by it."""
+    _, flags = cpu_model_and_flags()
+    found = set(flags)
+    if found & {"amx_bf16", "amx_int8"}:
+        return "amx"
+    if "avx512_bf16" in found:
+        return "avx512_bf16"
+    if found & {"avx512_vnni", "avx_vnni"}:
+        return "avx512_vnni"
+    return "avx2"
+
+
+@lru_cache(maxsize=1)
+def environment_fingerprint() -> str:
+    """A SHA-256 of what can change a provider's probe without dlopt knowing: the Python
+    and platform, every installed distribution and its version, the CPU's flags, and the
+    accelerator devices and driver the system shows. Computed once per process."""
+    import hashlib
+    import sys
+
+    # The installed distributions, by their metadata folders' names (name and version:
+    # "torch-2.13.0.dist-info"): listing the import path's folders is cheap, reading every
+    # distribution's metadata is not.
+    distributions = []
+    for entry in sys.path:
+        with suppress(OSError):
+            distributions += sorted(
+                name
+                for name in os.listdir(entry or ".")
+                if name.endswith((".dist-info", ".egg-info"))
+            )
+    devices = []
+    for folder in ("/dev/dri", "/dev/accel"):
+        with suppress(OSError):
+            devices += sorted(f"{folder}/{name}" for name in os.listdir(folder))
+    driver = ""
+    with suppress(OSError), open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+        driver = handle.readline().strip()
+    parts = [
+        platform.python_version(),
+        platform.platform(),
+        *distributions,
+        *sorted(cpu_flags() or ()),
+        *devices,
+        driver,
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -1,0 +1,81 @@
+"""Provider probes answered once per environment, kept in the user cache directory.
+
+A probe often imports its SDK to see what it offers (a second or two for TorchAO), and
+its answer changes only when the environment does: a package installed or upgraded, the
+CPU, a driver or device. So :meth:`dlopt.contract.provider.Provider.probe` keeps each
+answer under a key of the provider, the target, the plan's options and the
+:func:`~dlopt.platform.machine.environment_fingerprint`; a probe in a later process on an
+unchanged environment reads it back instead of probing (a plan that is then not built
+never imports its SDK). Any change of the environment is a new key: the probe runs again.
+
+``DLOPT_PROBE_CACHE=off`` probes every time (tests do). The entries are strict JSON,
+read with a size cap; an entry that cannot be read is probed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from dlopt.platform.fileio import atomic_write_bytes, read_bytes_capped, user_cache_dir
+from dlopt.platform.machine import environment_fingerprint
+
+#: Set to ``off`` (or ``0``) to probe every time.
+PROBE_CACHE_ENV = "DLOPT_PROBE_CACHE"
+#: The largest entry read back.
+MAX_ENTRY_BYTES = 256 * 1024
+#: The layout of an entry; another layout is probed again.
+ENTRY_FORMAT = 1
+
+
+def enabled() -> bool:
+    """Whether probe answers are kept and read back (``DLOPT_PROBE_CACHE``)."""
+    return os.environ.get(PROBE_CACHE_ENV, "on").strip().lower() not in ("off", "0", "no")
+
+
+def entry_key(provider: object, target: Any, options: Any) -> str:
+    """The key of one probe answer: the provider (its class and name), the target, the
+    plan's options and the environment."""
+    kind = type(provider)
+    parts = [
+        f"{kind.__module__}.{kind.__qualname__}",
+        str(getattr(provider, "name", "")),
+        repr(target),
+        repr(options),
+        environment_fingerprint(),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def read(key: str) -> dict[str, Any] | None:
+    """The kept answer of ``key`` as its JSON fields, or ``None``."""
+    if not enabled():
+        return None
+    try:
+        data = json.loads(
+            read_bytes_capped(user_cache_dir() / "probes" / f"{key}.json", MAX_ENTRY_BYTES),
+            parse_constant=_no_constant,
+        )
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != ENTRY_FORMAT:
+        return None
+    answer = data.get("availability")
+    return answer if isinstance(answer, dict) else None
+
+
+def write(key: str, availability: dict[str, Any]) -> None:
+    """Keep an answer (best effort: a cache that cannot be written only costs time)."""
+    if not enabled():
+        return
+    text = json.dumps({"format": ENTRY_FORMAT, "availability": availability}, allow_nan=False)
+    try:
+        atomic_write_bytes(user_cache_dir() / "probes" / f"{key}.json", text.encode())
+    except (OSError, ValueError):
+        pass
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")

@@ -1,0 +1,69 @@
+"""A provider's probe is answered once per environment: a later process on the same
+environment reads the answer back (and never imports the SDK for a plan it does not
+build); a change of the environment probes again."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlopt.contract import probe_cache
+from dlopt.plugin import ExecutionTarget, Provider, ProviderAvailability, ProviderContext
+
+
+class Counted(Provider):
+    name = "counted"
+    calls = 0
+    raises = False
+
+    def availability(self, context):
+        type(self).calls += 1
+        if type(self).raises:
+            raise RuntimeError("the SDK is half installed")
+        return ProviderAvailability.ok("fine", sdk_versions={"sdk": "1.2"}, details={"eps": "a,b"})
+
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLOPT_USER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(probe_cache.PROBE_CACHE_ENV, "on")
+    Counted.calls, Counted.raises = 0, False
+    return tmp_path
+
+
+def test_a_later_process_reads_the_answer_back(kept):
+    first = Counted().probe(ProviderContext())
+    again = Counted().probe(ProviderContext())  # a new instance: as in another process
+    assert Counted.calls == 1 and again == first
+    assert again.sdk_versions == {"sdk": "1.2"} and again.details == {"eps": "a,b"}
+    assert len(list((kept / "probes").glob("*.json"))) == 1
+
+
+def test_another_target_or_options_or_environment_probes_again(kept, monkeypatch):
+    Counted().probe(ProviderContext())
+    Counted().probe(ProviderContext(target=ExecutionTarget("cpu", threads=1)))
+    Counted().probe(ProviderContext(options={"x": 1}))
+    assert Counted.calls == 3
+    monkeypatch.setattr(probe_cache, "environment_fingerprint", lambda: "an upgrade")
+    Counted().probe(ProviderContext())
+    assert Counted.calls == 4
+
+
+def test_a_failed_probe_is_not_kept_and_off_means_off(kept, monkeypatch):
+    Counted.raises = True
+    assert Counted().probe(ProviderContext()).available is False
+    Counted.raises = False
+    assert Counted().probe(ProviderContext()).available is True  # probed again
+    assert Counted.calls == 2
+    monkeypatch.setenv(probe_cache.PROBE_CACHE_ENV, "off")
+    Counted().probe(ProviderContext())
+    assert Counted.calls == 3
+
+
+def test_an_unreadable_entry_is_probed_again(kept):
+    Counted().probe(ProviderContext())
+    (entry,) = (kept / "probes").glob("*.json")
+    entry.write_text('{"format": 1, "availability": {"available": NaN}}')
+    assert Counted().probe(ProviderContext()).reason == "fine"
+    entry.write_text('{"format": 1, "availability": {"surprise": 1}}')
+    assert Counted().probe(ProviderContext()).reason == "fine"
+    assert Counted.calls == 3
