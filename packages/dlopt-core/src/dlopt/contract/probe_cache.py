@@ -14,6 +14,7 @@ read with a size cap; an entry that cannot be read is probed again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -71,10 +72,8 @@ def write(key: str, availability: dict[str, Any]) -> None:
     if not enabled():
         return
     text = json.dumps({"format": ENTRY_FORMAT, "availability": availability}, allow_nan=False)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         atomic_write_bytes(user_cache_dir() / "probes" / f"{key}.json", text.encode())
-    except (OSError, ValueError):
-        pass
 
 
 def _no_constant(name: str) -> Any:

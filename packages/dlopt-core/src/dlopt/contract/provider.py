@@ -498,10 +498,8 @@ class Provider:
                 f"{self.name}: probe failed: {type(exc).__name__}: {exc}", self.install_hint
             )
         if isinstance(answer, ProviderAvailability):
-            try:
+            with contextlib.suppress(NotJsonableError):
                 probe_cache.write(stored, strict_jsonable(attrs.asdict(answer)))
-            except NotJsonableError:
-                pass
         return answer
 
     def plan_dir(self, context: ProviderContext) -> Path:
