@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from dlopt.platform.machine import machine_class_of
 
 CORE = Path(__file__).resolve().parents[1] / "packages" / "dlopt-core" / "src" / "dlopt"
 
@@ -49,19 +55,133 @@ def boundaries() -> Path:
     return path
 
 
+# -- priors ----------------------------------------------------------------------------
+# The shipped prior table, made from the benchmark suite's results.
+#
+# For every machine class the suite ran on, every operator-mix kind of its workloads and
+# every plan that passed validation there: the speedup over eager fp32 the oracle measured
+# (geometric mean over the workloads of that kind, the interval their spread widened by
+# WIDEN, more for a kind measured on one workload only) and the median seconds
+# dlopt's own runs spent building and first-calling it. The coverage of such intervals is
+# what the suite checks (``prior coverage`` in docs/benchmarks/results.md).
+
+
+#: How far beyond the measured spread an interval reaches (x/÷), and further still when
+#: one workload is all that was measured.
+WIDEN = 1.3
+WIDEN_ONE = 1.6
+#: The cheapest cost a prior claims (seconds): a plan is never free to build.
+MIN_COST_S = 0.05
+#: The mix kind of the suite's workloads whose results recorded none (older results):
+#: what :func:`dlopt.pipeline.ground_truth.operator_mix` gives for each.
+SUITE_MIX = {
+    "mlp": "linear",
+    "convnet": "conv",
+    "convnet_weighted": "conv",
+    "encoder": "attention",
+    "bert": "attention",
+    "mobilenet_v2": "conv",
+    "efficientnet_b0": "conv",
+    "resnet50": "conv",
+}
+DEFAULT_RESULTS = ("docs/benchmarks/results.json", "docs/benchmarks/avx2-only/results.json")
+
+
+def measured_speedups(result: Mapping[str, Any]) -> dict[str, float]:
+    """Per dlopt plan the oracle timed, its speedup over eager fp32: from the paired
+    ratios to the leader (eager's over the plan's; the leader's own is 1) where the
+    results hold them, else from the medians (results of the oracle before it paired)."""
+    plans = {
+        p["name"]: p
+        for p in (result.get("oracle") or {}).get("plans", [])
+        if not str(p.get("name", "")).startswith("peer_")
+    }
+    eager = plans.get("eager_fp32")
+    if eager is None:
+        return {}
+    paired = any(p.get("vs_leader") for p in plans.values())
+    if paired:
+        ratio = {name: float(p.get("vs_leader") or 1.0) for name, p in plans.items()}
+        return {name: ratio["eager_fp32"] / value for name, value in ratio.items()}
+    medians = {name: p.get("median_ms") for name, p in plans.items()}
+    if not medians.get("eager_fp32"):
+        return {}
+    return {name: float(medians["eager_fp32"]) / float(ms) for name, ms in medians.items() if ms}
+
+
+def plan_costs(result: Mapping[str, Any]) -> dict[str, float]:
+    """Per plan, the median over dlopt's runs of its build plus first-call seconds."""
+    seen: dict[str, list[float]] = {}
+    for run in result.get("dlopt") or []:
+        for name, seconds in (run.get("plan_costs_s") or {}).items():
+            if seconds is not None:
+                seen.setdefault(name, []).append(float(seconds))
+    return {name: statistics.median(values) for name, values in seen.items()}
+
+
+def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The table's entries from suite results documents (``results.json``)."""
+    grouped: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
+    for document in documents:
+        machine = machine_class_of(document.get("environment", {}).get("isa_flags", ()))
+        for result in document.get("results", []):
+            mix = result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
+            if mix is None:
+                continue
+            costs = plan_costs(result)
+            for plan, speedup in measured_speedups(result).items():
+                points, spent = grouped.setdefault((machine, mix, plan), ([], []))
+                points.append(speedup)
+                if plan in costs:
+                    spent.append(costs[plan])
+    entries = []
+    for (machine, mix, plan), (points, spent) in sorted(grouped.items()):
+        widen = WIDEN if len(points) > 1 else WIDEN_ONE
+        center = math.exp(statistics.fmean(math.log(p) for p in points))
+        entries.append(
+            {
+                "machine": machine,
+                "mix": mix,
+                "plan": plan,
+                "speedup": round(center, 4),
+                "low": round(min(points) / widen, 4),
+                "high": round(max(points) * widen, 4),
+                "cost_s": round(max(statistics.median(spent) if spent else 1.0, MIN_COST_S), 3),
+                "workloads": len(points),
+            }
+        )
+    return entries
+
+
+def priors(results: Sequence[Path] | None = None) -> Path:
+    """Write the shipped prior table from ``results`` (default: the suite's latest)."""
+    from dlopt.selection.prior_table import TABLE_FILE, TABLE_FORMAT
+
+    root = CORE.parents[3]
+    paths = list(results) if results else [root / p for p in DEFAULT_RESULTS]
+    documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
+    table = {
+        "format": TABLE_FORMAT,
+        "from": [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths],
+        "entries": prior_entries(documents),
+    }
+    path = CORE / "selection" / TABLE_FILE
+    path.write_text(json.dumps(table, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="table", required=True)
     sub.add_parser("boundaries", help="the sequential boundary's per-look levels")
-    priors = sub.add_parser("priors", help="the plans' priors from benchmark suite results")
-    priors.add_argument("results", nargs="*", help="results.json files (default: docs/benchmarks)")
+    prior_parser = sub.add_parser("priors", help="the plans' priors from benchmark suite results")
+    prior_parser.add_argument("results", nargs="*", help="results.json files (default: docs/benchmarks)")
     args = parser.parse_args(argv)
     if args.table == "boundaries":
         print(f"wrote {boundaries()}")
         return 0
-    from dlopt.selection.prior_table import write_prior_table
 
-    print(f"wrote {write_prior_table([Path(p) for p in args.results] or None)}")
+    print(f"wrote {priors([Path(p) for p in args.results] or None)}")
     return 0
 
 

@@ -20,6 +20,9 @@ class EventKind(TextEnum):
     CANDIDATE_BUILT = "candidate_built"
     CANDIDATE_VALIDATED = "candidate_validated"
     CANDIDATE_REJECTED = "candidate_rejected"
+    #: A plan is not built: its prior cannot beat the confirmed leader, or the time
+    #: budget has no room for it (the message says which, with the numbers).
+    CANDIDATE_SKIPPED = "candidate_skipped"
     #: Isolated mode: a plan's provider crashed or hung the worker (``data["stage"]``,
     #: ``data["signal"]`` or ``data["elapsed_s"]``); the selection resumes without it.
     CANDIDATE_CRASHED = "candidate_crashed"

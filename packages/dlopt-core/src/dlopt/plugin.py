@@ -23,13 +23,15 @@ move between releases, this module's names do not (they only grow). A plugin mod
         register(MyNpuProvider())
 
 Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implements 1.0,
-0.2.x implements 2.0, 0.3.x implements 2.1 (2.0 plus ``BuiltPlan.serving`` and
-``BuiltPlan.thread_runner``; require ``dlopt-core>=0.3,<0.4`` for 2.1).
+0.2.x implements 2.0, 0.3.x implements 2.1 (2.0 plus ``BuiltPlan.serving``,
+``BuiltPlan.thread_runner`` and the optional ``prior(context) -> Prior | None``;
+require ``dlopt-core>=0.3,<0.4`` for 2.1).
 """
 
 from __future__ import annotations
 
 from dlopt.contract.hooks import hookimpl
+from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import (
     EAGER_SERVING,
     PLUGIN_API_VERSION,
@@ -85,9 +87,11 @@ __all__ = [
     "DloptError",
     "ProviderProtocol",
     "ExecutionTarget",
+    "OperatorMix",
     "PlanNotApplicable",
     "Precision",
     "PreparedCase",
+    "Prior",
     "Provider",
     "ProviderAvailability",
     "ProviderBuildError",

@@ -53,6 +53,9 @@ class Status(TextEnum):
     UNAVAILABLE = "unavailable"
     #: The plan does not apply to this model or workload (its build said so).
     NOT_APPLICABLE = "not_applicable"
+    #: The plan was not built: its prior could not beat the confirmed leader, or the
+    #: time budget had no room for it (the report says which, with the numbers).
+    NOT_BUILT = "not_built"
 
 
 class Verdict(TextEnum):

@@ -48,6 +48,21 @@ def test_another_target_or_options_or_environment_probes_again(kept, monkeypatch
     assert Counted.calls == 4
 
 
+def test_an_upgraded_distribution_changes_the_environment_fingerprint(tmp_path, monkeypatch):
+    from dlopt.platform import machine
+
+    (tmp_path / "vendorsdk-1.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    machine.environment_fingerprint.cache_clear()
+    before = machine.environment_fingerprint()
+    (tmp_path / "vendorsdk-1.0.dist-info").rename(tmp_path / "vendorsdk-1.1.dist-info")
+    machine.environment_fingerprint.cache_clear()
+    try:
+        assert machine.environment_fingerprint() != before
+    finally:
+        machine.environment_fingerprint.cache_clear()
+
+
 def test_a_failed_probe_is_not_kept_and_off_means_off(kept, monkeypatch):
     Counted.raises = True
     assert Counted().probe(ProviderContext()).available is False

@@ -63,6 +63,20 @@ def test_a_calibration_is_kept_per_machine_and_a_bad_copy_is_computed_again(tmp_
     sequential._min_tail_probabilities.cache_clear()
 
 
+def test_another_dlopt_version_computes_its_own_calibration(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLOPT_USER_CACHE_DIR", str(tmp_path))
+    sequential._min_tail_probabilities.cache_clear()
+    first = sequential._min_tail_probabilities(3, 5)
+    monkeypatch.setattr(sequential, "__version__", "99.0")
+    sequential._min_tail_probabilities.cache_clear()
+    calls = []
+    monkeypatch.setattr(sequential, "_simulate_min_tails", lambda *a: calls.append(a) or first)
+    sequential._min_tail_probabilities(3, 5)
+    assert calls == [(3, 5)]  # the other version's copy was not read
+    assert len(list((tmp_path / "boundaries").glob("min-tails-3-5-*.npy"))) == 2
+    sequential._min_tail_probabilities.cache_clear()
+
+
 def test_the_shipped_table_is_strict_json():
     from importlib.resources import files
 

@@ -229,6 +229,7 @@ class InferenceOptimizer:
             self.clock,
             fan_out(*sinks, *self.observers),
             should_continue,
+            started_ns=self.clock.now_ns(),  # the time budget counts from here
         )
         return Selection(
             model,

@@ -14,6 +14,7 @@ from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,
     decision_lines,
+    decision_time_line,
     evidence_tables,
     headline,
     inputs_kind,
@@ -112,6 +113,9 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     serving = serving_line(report)
     if serving is not None:
         out.line(serving)
+    timing = decision_time_line(report)
+    if timing is not None:
+        out.line(timing)
 
 
 def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import re
 import sys
@@ -308,6 +309,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
         on_unseen_signature=args.on_unseen_signature,
+        time_budget_s=args.time_budget,
+        exhaustive=args.all_plans,
     )
     out = Output(plain=args.plain or None)
     progress = ProgressDisplay(plain=wants_plain(sys.stderr, args.plain))
@@ -475,6 +478,21 @@ def add_select_command(sub: Any) -> None:
         "no case raced: fall back to eager fp32 (default) or raise",
     )
     p.add_argument(
+        "--time-budget",
+        type=_time_budget,
+        default="auto",
+        metavar="SECONDS",
+        help="wall seconds from the start to the decision, builds and race included: when "
+        "they end, the best plan confirmed so far serves (default auto: about 12 s plus 600 "
+        "calls of the eager model; 'none': no budget)",
+    )
+    p.add_argument(
+        "--all-plans",
+        action="store_true",
+        help="build and race every plan, with no time budget: no plan is skipped on its "
+        "prior (docs/selection.md, 'Decision time')",
+    )
+    p.add_argument(
         "--expected-calls", type=int, default=None, help="calls the deployment will serve"
     )
     _add_policy_option(
@@ -547,3 +565,19 @@ def _add_policy_option(
     p.add_argument(
         flag, type=float, default=_default(policy, field), metavar=metavar, help=help_text
     )
+
+
+def _time_budget(text: str) -> float | str | None:
+    """``--time-budget``: seconds, ``auto`` or ``none``."""
+    word = text.strip().lower()
+    if word in ("auto", "none"):
+        return None if word == "none" else "auto"
+    try:
+        seconds = float(word)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time budget: give seconds (e.g. 20), auto or none"
+        ) from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"the time budget must be more than 0 seconds, got {text}")
+    return seconds

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from typing import Any
 
 from dlopt.platform.fileio import atomic_write_bytes, read_bytes_capped, user_cache_dir
 from dlopt.platform.machine import environment_fingerprint
+from dlopt.platform.serialization import dumps, parse_strict_json
 
 #: Set to ``off`` (or ``0``) to probe every time.
 PROBE_CACHE_ENV = "DLOPT_PROBE_CACHE"
@@ -55,9 +55,8 @@ def read(key: str) -> dict[str, Any] | None:
     if not enabled():
         return None
     try:
-        data = json.loads(
-            read_bytes_capped(user_cache_dir() / "probes" / f"{key}.json", MAX_ENTRY_BYTES),
-            parse_constant=_no_constant,
+        data = parse_strict_json(
+            read_bytes_capped(user_cache_dir() / "probes" / f"{key}.json", MAX_ENTRY_BYTES).decode()
         )
     except (OSError, ValueError):
         return None
@@ -71,10 +70,6 @@ def write(key: str, availability: dict[str, Any]) -> None:
     """Keep an answer (best effort: a cache that cannot be written only costs time)."""
     if not enabled():
         return
-    text = json.dumps({"format": ENTRY_FORMAT, "availability": availability}, allow_nan=False)
+    text = dumps({"format": ENTRY_FORMAT, "availability": availability}, indent=None)
     with contextlib.suppress(OSError, ValueError):
         atomic_write_bytes(user_cache_dir() / "probes" / f"{key}.json", text.encode())
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 import attrs
 from attrs import define, field, frozen
 
+from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.platform.retired import retired_names
 from dlopt.precision import Precision
 from dlopt.settings.target import ExecutionTarget
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 #: The plugin API this core implements, as "MAJOR.MINOR". A plugin declares the version
 #: it was written for; it is compatible when the majors match and its minor is not newer.
 #: dlopt-core 0.1.x implements 1.0; 0.2.0 implements 2.0; 0.2.1 implements 2.1, which adds
-#: ``BuiltPlan.serving`` and ``BuiltPlan.thread_runner`` (see the dlopt-core README).
+#: ``BuiltPlan.serving``, ``BuiltPlan.thread_runner`` and ``prior`` (dlopt-core README).
 PLUGIN_API_VERSION = "2.1"
 
 
@@ -194,6 +195,10 @@ class ProviderContext:
     ``BuiltPlan.artifacts``, by file name): a build may read what it recorded there (a
     static quantizer's calibration) instead of what it can no longer see. ``None`` in a
     race.
+
+    ``operator_mix``: where one reference call of the model spends its time (set from
+    the ground truth on in a race; ``None`` otherwise), what a provider's optional
+    ``prior(context)`` reads.
     """
 
     target: ExecutionTarget = field(factory=ExecutionTarget)
@@ -204,6 +209,7 @@ class ProviderContext:
     cases: tuple[PreparedCase, ...] = field(default=(), converter=_case_tuple)
     availability: ProviderAvailability | None = None
     saved_plan_dir: Path | None = None
+    operator_mix: OperatorMix | None = None
 
     def build_cases(self) -> tuple[PreparedCase, ...] | tuple[WorkloadCase, ...]:
         """The cases a build traces, compiles and calibrates for: the race's prepared
@@ -390,7 +396,11 @@ class ProviderProtocol(Protocol):
     implement ``save_program(plan, directory, context) -> dict | None`` and
     ``load_program(directory, metadata, context) -> BuiltPlan``: the selected plan saved
     as a program that serves without the model or a compile (an AOTInductor package),
-    loaded first on a cache hit (docs/writing-a-provider.md).
+    loaded first on a cache hit (docs/writing-a-provider.md). ``prior(context) ->
+    Prior | None`` (plugin API 2.1) says what the plan is expected to do before it is
+    built, for ``context.operator_mix`` on ``context.target``: the selection builds in
+    order of expected gain per second and skips a plan whose prior cannot win
+    (docs/selection.md, "Decision time"); ``None`` leaves it to dlopt's own priors.
     """
 
     @property
@@ -466,6 +476,11 @@ class Provider:
             )
             return retired(context)  # type: ignore[no-any-return]
         raise NotImplementedError(f"provider {self.name!r} implements no availability()")
+
+    def prior(self, context: ProviderContext) -> Prior | None:
+        """What this plan is expected to do for ``context.operator_mix`` on
+        ``context.target`` before it is built; ``None`` (default): dlopt's own priors."""
+        return None
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         """The guarded, cached :meth:`availability`: never raises.

@@ -6,7 +6,9 @@ The workload arrives as the public API made it (converted once, cut to the batch
 the objective races); the stages are :mod:`dlopt.pipeline`'s, in this order::
 
     ground truth -> [plan cache: a record of this key, rechecked, is the decision]
-    -> plans -> prepare (probe, build, first calls, validation, build limits)
+    -> time budget and priors (schedule)
+    -> plans -> prepare (probe, build, first calls, validation, build limits; in the
+       schedule's order, skipping what cannot win or has no time left)
     -> measure (the race) -> checks -> measured limits -> choose -> serving check
     -> report -> [plan cache: store] -> decision
 
@@ -28,16 +30,21 @@ from dlopt.cache import lookup
 from dlopt.cache.recheck import Recheck, program_saver, recheck_record
 from dlopt.cache.record_store import CacheRecord
 from dlopt.cache.reload import bring_back
+from dlopt.cache.user_priors import user_priors
+from dlopt.contract.priors import OperatorMix
 from dlopt.contract.provider import ProviderContext, ProviderProtocol
 from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import DloptError
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
-from dlopt.evidence.report import OptimizationReport
+from dlopt.evidence.report import DecisionTimeEvidence, OptimizationReport
 from dlopt.pipeline import checks, choose, constraints, ground_truth, measure, plans, prepare
+from dlopt.pipeline.schedule import Schedule, assign_priors
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.fileio import TemporaryArtifacts
+from dlopt.platform.machine import machine_class
 from dlopt.plugins.registry import ProviderRegistry
+from dlopt.settings.policy import budget_seconds
 from dlopt.settings.workload import WorkloadProfile
 
 
@@ -60,6 +67,8 @@ def select(selection: Selection) -> OptimizationDecision:
     """Run ``selection``'s stages and return its decision (see the module docstring)."""
     run, model, registry = selection.context, selection.model, selection.registry
     assert registry is not None, "a selection runs with the providers loaded"
+    if run.started_ns is None:
+        run = attrs.evolve(run, started_ns=run.clock.now_ns())
     policy = run.policy
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
     candidates = plans.choose_plans(registry, selection.providers, policy)
@@ -74,7 +83,11 @@ def select(selection: Selection) -> OptimizationDecision:
         truth = ground_truth.capture(model, selection.workload, run)
         workload, reference, guard = truth.workload, truth.reference, truth.guard
         context = ProviderContext(
-            target=run.target, policy=policy, workload=workload, artifact_dir=artifact_dir
+            target=run.target,
+            policy=policy,
+            workload=workload,
+            artifact_dir=artifact_dir,
+            operator_mix=truth.mix,
         )
         found, recheck, recheck_s = None, None, None
         if policy.plan_cache_dir is not None:
@@ -85,7 +98,8 @@ def select(selection: Selection) -> OptimizationDecision:
             if isinstance(hit, OptimizationDecision):
                 return hit
             recheck, recheck_s = hit
-        prepare.prepare_plans(candidates, model, context, reference, guard, run)
+        run, schedule, timing = _plan_the_time(run, candidates, context, truth)
+        prepare.prepare_plans(candidates, model, context, reference, guard, run, schedule)
         raced = measure.race(candidates, reference, run)
         checks.check_model_after_race(model, guard)
         checks.revalidate(candidates, raced, reference, run)
@@ -107,6 +121,7 @@ def select(selection: Selection) -> OptimizationDecision:
             outcome=outcome,
             expected_calls=expected_calls,
             serving=serving,
+            decision_time=timing.evidence(candidates, schedule, run),
         )
         if found is not None:
             report = attrs.evolve(
@@ -127,6 +142,53 @@ def select(selection: Selection) -> OptimizationDecision:
     return OptimizationDecision(
         served.plan, report, scratch=scratch, program=program, fallback=model
     )
+
+
+@attrs.frozen
+class _Timing:
+    """What the report's ``decision_time`` says, known before the builds."""
+
+    budget_s: float | None
+    rule: str
+    machine: str
+    mix: OperatorMix
+    call_s: float
+
+    def evidence(
+        self, candidates: Sequence[CandidateState], schedule: Schedule, run: SelectionContext
+    ) -> DecisionTimeEvidence:
+        assert run.started_ns is not None
+        return DecisionTimeEvidence(
+            budget_s=self.budget_s,
+            budget_rule=self.rule,
+            spent_s=(run.clock.now_ns() - run.started_ns) / 1e9,
+            exhaustive=run.policy.exhaustive,
+            machine_class=self.machine,
+            operator_mix=self.mix,
+            mix_kind=self.mix.kind,
+            reference_call_ms=self.call_s * 1e3,
+            cost_scale=schedule.cost_scale(),
+            not_built=tuple(c.name for c in schedule.order(candidates) if c.not_built),
+        )
+
+
+def _plan_the_time(
+    run: SelectionContext,
+    candidates: Sequence[CandidateState],
+    context: ProviderContext,
+    truth: ground_truth.GroundTruth,
+) -> tuple[SelectionContext, Schedule, _Timing]:
+    """The time budget's deadline on ``run``, every plan's prior, and the build schedule."""
+    policy = run.policy
+    budget_s, rule = budget_seconds(policy, truth.call_s)
+    assert run.started_ns is not None
+    if budget_s is not None:
+        run = attrs.evolve(run, deadline_ns=run.started_ns + int(budget_s * 1e9))
+    machine = machine_class(run.target.device)
+    evidence = user_priors(policy.plan_cache_dir, machine, truth.mix.kind)
+    assign_priors(candidates, context, machine, truth.mix, evidence)
+    schedule = Schedule(run, truth.call_s, len(truth.reference.cases), budget_s)
+    return run, schedule, _Timing(budget_s, rule, machine, truth.mix, truth.call_s)
 
 
 def _cache_hit(

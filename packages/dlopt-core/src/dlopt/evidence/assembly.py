@@ -18,11 +18,13 @@ from dlopt.evidence.report import (
     CandidateEvidence,
     CaseEvidence,
     CaseSignature,
+    DecisionTimeEvidence,
     LatencyEvidence,
     LifecycleEvidence,
     MemoryEvidence,
     ObjectiveEvidence,
     OptimizationReport,
+    PriorEvidence,
     RaceEvidence,
     ThroughputEvidence,
     ValidationEvidence,
@@ -53,6 +55,7 @@ def build_report(
     outcome: SelectionOutcome,
     expected_calls: int | None,
     serving: ServingEvidence | None = None,
+    decision_time: DecisionTimeEvidence | None = None,
 ) -> OptimizationReport:
     """The strict-JSON report of one selection: what ran where, every candidate's
     evidence, the race's figures, the decision with its reason and how it serves."""
@@ -92,6 +95,7 @@ def build_report(
         batch_size=outcome.batch_size,
         throughput=throughput_evidence(policy, workload, candidates, outcome),
         serving=serving,
+        decision_time=decision_time,
     )
 
 
@@ -193,6 +197,13 @@ def candidate_evidence(
     )
     if availability is not None and not availability.available:
         return CandidateEvidence(status=Status.UNAVAILABLE, **base)
+    if cand.not_built is not None:
+        return CandidateEvidence(
+            status=Status.NOT_BUILT,
+            prior=prior_evidence(cand, None),
+            not_built=cand.not_built,
+            **base,
+        )
     measured = None
     with contextlib.suppress(KeyError):  # not raced: rejected before the race
         measured = race.candidate(cand.name)
@@ -286,7 +297,27 @@ def candidate_evidence(
             final_check=cand.final_check,
         ),
         cases=cases,
+        prior=prior_evidence(cand, steady_eager),
         **base,
+    )
+
+
+def prior_evidence(cand: CandidateState, measured: RatioInterval | None) -> PriorEvidence | None:
+    """``cand``'s prior as reported, with its miss when ``measured`` (its speedup over
+    eager fp32 in the race) fell outside the prior's interval."""
+    prior = cand.prior
+    if prior is None:
+        return None
+    miss = None
+    point = measured.point if measured is not None else None
+    if point is not None and not prior.low <= point <= prior.high:
+        side = "above" if point > prior.high else "below"
+        miss = (
+            f"measured {point:.2f}x, {side} its prior's interval [{prior.low:.2f}, "
+            f"{prior.high:.2f}] ({prior.source})"
+        )
+    return PriorEvidence(
+        prior.speedup, prior.low, prior.high, prior.cost_s, prior.source, miss, cand.screening
     )
 
 

@@ -12,6 +12,7 @@ from attrs import field, frozen
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from dlopt._version import __version__
+from dlopt.contract.priors import OperatorMix
 from dlopt.contract.records import PluginFailure
 from dlopt.evidence.provenance import RuntimeInfo
 from dlopt.measurement import (
@@ -194,6 +195,24 @@ class ValidationEvidence:
 
 
 @frozen
+class PriorEvidence:
+    """What a plan was expected to do before it was built (docs/selection.md, "Decision
+    time"): a speedup over eager fp32 in ``[low, high]``, the seconds its build and first
+    calls were expected to take, where that came from, and how it held."""
+
+    speedup: float
+    low: float
+    high: float
+    cost_s: float
+    source: str
+    #: The measured speedup fell outside ``[low, high]``: by how much (``None``: inside,
+    #: or not measured).
+    miss: str | None = None
+    #: Its speedup in the short paired screening right after validation, when screened.
+    screening: RatioInterval | None = None
+
+
+@frozen
 class CandidateEvidence:
     """Everything known about one candidate: who it is, where it stands, and its evidence
     grouped by kind (``latency``, ``race``, ``memory``, ``lifecycle``, ``objective``,
@@ -228,6 +247,11 @@ class CandidateEvidence:
     #: An isolated selection only: the crash or hang that rejected this plan.
     fault: WorkerFault | None = None
     cases: tuple[CaseEvidence, ...] = ()
+    #: Before it was built: its prior (``None``: a report from before priors).
+    prior: PriorEvidence | None = None
+    #: Why it was not built: its prior could not beat the confirmed leader, or the time
+    #: budget had no room for it (status ``not_built``).
+    not_built: str | None = None
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
 
@@ -284,6 +308,8 @@ CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
     ("measurement_note", "race", "note"),
     ("eliminated_by", "race", "eliminated_by"),
     ("elimination_speedup", "race", "elimination_speedup"),
+    ("prior", None, "prior"),
+    ("not_built", None, "not_built"),
 )
 
 
@@ -319,7 +345,7 @@ def _structure_candidate(data: Any, _: object) -> CandidateEvidence:
 
 #: The isolated mode's fields are left out of a report that has none: a report written in
 #: process reads exactly as before they were added.
-_LEFT_OUT_WHEN_EMPTY = frozenset({"fault"})
+_LEFT_OUT_WHEN_EMPTY = frozenset({"fault", "prior", "not_built"})
 
 #: The evidence groups of a candidate, by attribute name.
 _GROUPS = ("latency", "race", "memory", "lifecycle", "objective", "validation")
@@ -434,6 +460,32 @@ class ThroughputEvidence:
 
 
 @frozen
+class DecisionTimeEvidence:
+    """How the decision's time was planned and spent (docs/selection.md, "Decision time")."""
+
+    #: The time budget in seconds (``None``: none: ``time_budget_s=None`` or exhaustive).
+    budget_s: float | None
+    #: How the budget was set: ``auto`` (from the reference's call time), ``policy``, or
+    #: ``none``.
+    budget_rule: str
+    #: Seconds from ``select`` to the report.
+    spent_s: float
+    #: Every plan was built and raced (``exhaustive=True``): no pruning, no budget.
+    exhaustive: bool
+    #: The machine class and operator mix the priors were read for.
+    machine_class: str
+    operator_mix: OperatorMix
+    mix_kind: str
+    #: The reference's traffic-weighted milliseconds per call (what ``auto`` scales by).
+    reference_call_ms: float
+    #: Actual over expected build and first-call seconds on this machine (later plans'
+    #: costs were read through it).
+    cost_scale: float
+    #: The plans not built, in build order (each candidate's ``not_built`` says why).
+    not_built: tuple[str, ...] = ()
+
+
+@frozen
 class OptimizationReport:
     """The whole decision and its evidence. ``dumps``/``load_report`` round-trip exactly."""
 
@@ -464,6 +516,9 @@ class OptimizationReport:
     #: How the decision serves its plan: the calling context it was judged in, threads,
     #: and what a call with an unseen signature gets (docs/serving.md).
     serving: ServingEvidence | None = None
+    #: How the decision's time was planned and spent: the budget, the priors' inputs and
+    #: the plans not built (``None``: a report from before decision time was recorded).
+    decision_time: DecisionTimeEvidence | None = None
 
     def candidate(self, name: str) -> CandidateEvidence:
         for cand in self.candidates:
@@ -497,7 +552,13 @@ def _omitting_default(cls: type, *names: str) -> Any:
 converter.register_unstructure_hook(
     OptimizationReport,
     _omitting_default(
-        OptimizationReport, "isolation", "cache", "batch_size", "throughput", "serving"
+        OptimizationReport,
+        "isolation",
+        "cache",
+        "batch_size",
+        "throughput",
+        "serving",
+        "decision_time",
     ),
 )
 

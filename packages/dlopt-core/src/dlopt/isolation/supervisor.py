@@ -52,7 +52,7 @@ from dlopt.isolation.transfer import (
     write_spec,
     write_workload,
 )
-from dlopt.pipeline.state import StageError
+from dlopt.pipeline.state import SelectionContext, StageError
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Stage, Status
 
@@ -143,6 +143,7 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
         artifact_dir=str(selection.artifact_dir or workdir / "artifacts"),
         providers=provider_refs,
         sys_path=tuple(p for p in sys.path if p),
+        started_at=_wall_time_of(selection.context),
     )
     reference: list[str] = []
 
@@ -556,3 +557,11 @@ def _tail(path: Path) -> tuple[str, ...]:
         return ()
     lines = data.decode("utf-8", errors="replace").splitlines()
     return tuple(line[:400] for line in lines[-STDERR_LINES:])
+
+
+def _wall_time_of(context: SelectionContext) -> float:
+    """When ``context``'s selection started, as ``time.time()`` (the worker's clock is
+    another process's; wall time is what both read)."""
+    if context.started_ns is None:
+        return time.time()
+    return time.time() - (context.clock.now_ns() - context.started_ns) / 1e9

@@ -92,6 +92,9 @@ class WorkerSpec:
     sys_path: tuple[str, ...] = ()
     #: Which worker of this selection this is (1 = the first).
     attempt: int = 1
+    #: When the host's ``select`` was called (``time.time()``; 0: unknown): the time
+    #: budget counts from there, the worker's start-up included.
+    started_at: float = 0.0
 
 
 def policy_to_json(policy: OptimizationPolicy) -> dict[str, Any]:

@@ -229,8 +229,18 @@ def run_selection(spec: WorkerSpec) -> None:
     # The plans lost to a fault stay chosen (the cache key stays the whole set's) and
     # answer their probe "unavailable" (Watched.lost): none of them runs again.
     policy = attrs.evolve(policy, isolation="in_process")
+    clock = MonotonicClock()
     context = SelectionContext(
-        policy, spec.target, MonotonicClock(), fan_out(registry.emit, watched.on_event)
+        policy,
+        spec.target,
+        clock,
+        fan_out(registry.emit, watched.on_event),
+        # The time budget counts from the host's select, this worker's start-up included.
+        started_ns=(
+            clock.now_ns() - int(max(time.time() - spec.started_at, 0.0) * 1e9)
+            if spec.started_at
+            else None
+        ),
     )
     artifact_dir = Path(spec.artifact_dir) if spec.artifact_dir else None
     decision = select(Selection(model, workload, context, registry, explicit, artifact_dir))

@@ -32,6 +32,7 @@ import numpy as np
 from attrs import frozen
 
 from dlopt.measurement.stats import t_quantile
+from dlopt._version import __version__
 from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).
@@ -107,11 +108,15 @@ def _min_tail_probabilities(first: int, last: int) -> np.ndarray:
 
     A few seconds per setting: computed once per machine and kept in the user cache
     directory (:func:`dlopt.platform.fileio.user_cache_dir`); the fixed seed makes it the
-    same array everywhere, so a copy that cannot be read is simply computed again."""
+    same array everywhere, so a copy that cannot be read is simply computed again. The
+    file is named by the dlopt version too: another release computes its own."""
     path = (
         user_cache_dir()
         / "boundaries"
-        / (f"min-tails-{first}-{last}-{_CALIBRATION_PATHS}-{_CALIBRATION_SEED}.npy")
+        / (
+            f"min-tails-{first}-{last}-{_CALIBRATION_PATHS}-{_CALIBRATION_SEED}"
+            f"-dlopt{__version__}.npy"
+        )
     )
     kept = _read_kept(path, _CALIBRATION_PATHS)
     if kept is not None:

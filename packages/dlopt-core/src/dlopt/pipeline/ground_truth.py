@@ -10,9 +10,13 @@ into the host of an isolated selection all start here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import attrs
 import torch
 
+from dlopt.contract.priors import OperatorMix
 from dlopt.errors import ConfigurationError
 from dlopt.pipeline.state import SelectionContext
 from dlopt.settings.workload import WorkloadProfile
@@ -21,12 +25,15 @@ from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
 
 @attrs.frozen(eq=False)
 class GroundTruth:
-    """The workload as raced (cut for memory), the guard on the model's weights and the
-    reference outputs."""
+    """The workload as raced (cut for memory), the guard on the model's weights, the
+    reference outputs, and where one reference call spends its time."""
 
     workload: WorkloadProfile
     guard: ModelGuard
     reference: ReferenceOutputs
+    mix: OperatorMix = attrs.field(factory=OperatorMix)
+    #: The reference's traffic-weighted seconds per call (one warm call per case).
+    call_s: float = 0.0
 
 
 def capture(
@@ -37,7 +44,91 @@ def capture(
     guard = ModelGuard(model, snapshot=quality.snapshot_weights)
     workload = fit_to_memory(model, workload, context.target.input_device)
     reference = capture_reference(model, workload, quality, target=context.target, guard=guard)
-    return GroundTruth(workload, guard, reference)
+    mix = operator_mix(model, reference)
+    return GroundTruth(workload, guard, reference, mix, reference_call_s(model, reference, context))
+
+
+#: Module classes by the kind of work they do; a module counts to the first kind whose
+#: words its class name contains (an attention block's own linear layers count to it).
+_MODULE_KINDS = (
+    ("attention", ("attention", "transformerencoderlayer", "transformerdecoderlayer")),
+    ("conv", ("conv",)),
+    ("linear", ("linear", "bilinear")),
+)
+
+
+def _kind_of(module: torch.nn.Module) -> str | None:
+    name = type(module).__name__.lower()
+    for kind, words in _MODULE_KINDS:
+        if any(word in name for word in words):
+            return kind
+    return None
+
+
+def operator_mix(model: torch.nn.Module, reference: ReferenceOutputs) -> OperatorMix:
+    """Where one reference call per case spends its time, by kind of layer (time inside
+    convolution, linear and attention modules, the outermost one counting; the rest is
+    ``other``): what a plan's prior is read for. Timed with forward hooks, so nothing but
+    the model runs; a model whose call fails here leaves the mix unknown (all ``other``)."""
+    import time
+
+    spent = {"conv": 0.0, "linear": 0.0, "attention": 0.0}
+    started: list[tuple[str, float]] = []  # the classified modules being called, outermost first
+    handles = []
+
+    def enter(kind: str) -> Callable[..., None]:
+        def hook(*_: Any) -> None:
+            started.append((kind, time.perf_counter()))
+
+        return hook
+
+    def leave(*_: Any) -> None:
+        kind, at = started.pop()
+        if not started:  # an inner module's time is already its outer module's
+            spent[kind] += time.perf_counter() - at
+
+    classified = [(m, _kind_of(m)) for m in model.modules()]
+    has_attention = any(kind == "attention" for _, kind in classified)
+    try:
+        for module, kind in classified:
+            if kind is not None:
+                handles.append(module.register_forward_pre_hook(enter(kind)))
+                handles.append(module.register_forward_hook(leave))
+        begin = time.perf_counter()
+        with reference.calling_context():
+            for case in reference.cases:
+                model(*case.args, **case.kwargs)
+        total = time.perf_counter() - begin
+    except Exception:
+        return OperatorMix(has_attention=has_attention)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if total <= 0:
+        return OperatorMix(has_attention=has_attention)
+    shares = {kind: min(value / total, 1.0) for kind, value in spent.items()}
+    return OperatorMix(
+        **shares, other=max(1.0 - sum(shares.values()), 0.0), has_attention=has_attention
+    )
+
+
+def reference_call_s(
+    model: torch.nn.Module, reference: ReferenceOutputs, context: SelectionContext
+) -> float:
+    """The reference's traffic-weighted seconds per call on the selection's clock, from one
+    warm call per case (the automatic time budget and the race's expected length scale by
+    it)."""
+    clock, sync = context.clock, context.synchronize(None)
+    total_weight = sum(case.weight for case in reference.cases) or 1.0
+    seconds = 0.0
+    with reference.calling_context():
+        for case in reference.cases:
+            start = clock.now_ns()
+            model(*case.args, **case.kwargs)
+            if sync is not None:
+                sync()
+            seconds += (clock.now_ns() - start) / 1e9 * case.weight / total_weight
+    return seconds
 
 
 def out_of_memory(exc: BaseException) -> bool:

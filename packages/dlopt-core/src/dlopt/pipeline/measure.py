@@ -18,6 +18,7 @@ from dlopt.measurement import (
     RaceResult,
     run_race,
 )
+from dlopt.pipeline.schedule import race_within_budget
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import leaves_with_paths
 from dlopt.selection.throughput import P99, samples_for_quantile_bound
@@ -162,7 +163,7 @@ def race(
             )
         )
 
-    measurement = run.policy.measurement
+    measurement = race_within_budget(run.policy.measurement, run)
     if run.policy.objective is Objective.MAX_THROUGHPUT:
         # The race's aggregate (summed cost per item over the batch sizes) is not the
         # objective: a plan behind on it may still have the best batch size, so no plan

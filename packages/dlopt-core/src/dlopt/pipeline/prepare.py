@@ -1,5 +1,7 @@
 """Stage 3, prepare: build each probed plan (timed), call it once per case (timed) and validate it.
 
+In the order :mod:`dlopt.pipeline.schedule` gives, skipping the plans it says cannot matter.
+
 A candidate ends alive, unavailable (its probe said so) or rejected (a :class:`StageError`).
 The user's model is checked after every plan's build and first calls; a change is undone.
 """
@@ -33,6 +35,7 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.constraints import build_violation
 from dlopt.pipeline.probe import probe_provider
+from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError, reference_failure
 from dlopt.platform.serialization import finite_or_none
 from dlopt.plugins.boundary import check_built_plan
@@ -58,32 +61,38 @@ def prepare_plans(
     reference: ReferenceOutputs,
     guard: ModelGuard,
     run: SelectionContext,
+    schedule: Schedule | None = None,
 ) -> None:
-    """Prepare every candidate in order (the reference first: if it cannot serve, nothing
-    more is built). ``run.should_continue`` is asked before each build; ``False`` raises
-    :class:`~dlopt.errors.SelectionCancelled` (the caller releases what was built).
+    """Prepare every candidate (the reference first: if it cannot serve, nothing more is
+    built). With a ``schedule`` the others go in its order, a plan it says cannot matter
+    is not built (``not_built`` says why), and a validated plan is screened when that can
+    spare later builds. ``run.should_continue`` is asked before each build; ``False``
+    raises :class:`~dlopt.errors.SelectionCancelled` (the caller releases what was built).
     """
-    for cand in candidates:
+    order = schedule.order(candidates) if schedule is not None else list(candidates)
+    for index, cand in enumerate(order):
         if run.should_continue is not None and not run.should_continue():
             raise SelectionCancelled(f"cancelled before {cand.name!r} was built; no plan was raced")
-        _prepare(cand, model, context, reference, guard, run)
+        context_of_plan = attrs.evolve(context, options=cand.options)
+        if not _available(cand, context_of_plan, run):
+            continue
+        why = schedule.skip_reason(cand, order) if schedule is not None else None
+        if why is not None:
+            cand.not_built = why
+            run.emit(Event(EventKind.CANDIDATE_SKIPPED, f"not built: {why}", candidate=cand.name))
+            continue
+        _prepare(cand, model, context_of_plan, reference, guard, run)
         if cand.is_reference and not cand.alive:
             raise ReferenceCheckError(reference_failure(cand))
+        if schedule is None:
+            continue
+        schedule.built(cand)
+        if schedule.worth_screening(cand, order[index + 1 :]):
+            schedule.screen(cand, order[0], reference)
 
 
-def _prepare(
-    cand: CandidateState,
-    model: torch.nn.Module,
-    context: ProviderContext,
-    reference: ReferenceOutputs,
-    guard: ModelGuard,
-    run: SelectionContext,
-) -> None:
-    """Probe, build (timed), first-call every case (timed), validate, check build limits.
-
-    The candidate ends alive, unavailable (``status``) or rejected (``error``).
-    """
-    context = attrs.evolve(context, options=cand.options)
+def _available(cand: CandidateState, context: ProviderContext, run: SelectionContext) -> bool:
+    """Probe ``cand`` (kept on it); an unavailable plan is said so and goes no further."""
     run.stage(cand, Stage.PROBE)
     cand.status = probe_provider(cand.info, context)
     availability = cand.status.availability
@@ -95,7 +104,22 @@ def _prepare(
                 candidate=cand.name,
             )
         )
-        return
+    return availability.available
+
+
+def _prepare(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    context: ProviderContext,
+    reference: ReferenceOutputs,
+    guard: ModelGuard,
+    run: SelectionContext,
+) -> None:
+    """Build (timed), first-call every case (timed), validate, check build limits: a
+    probed, available candidate ends alive or rejected (``error``).
+    """
+    assert cand.status is not None
+    availability = cand.status.availability
     # Build gets what core knows: the inputs as plans are called with them, the
     # reference outputs and the probe's answer (no second probe, no second eager run).
     context = attrs.evolve(context, cases=prepared_cases(reference), availability=availability)

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import torch
 
+from dlopt.contract.priors import Prior
 from dlopt.contract.provider import (
     BuiltPlan,
     ProviderInfo,
@@ -24,6 +25,7 @@ from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     Clock,
     PeakMemory,
+    RatioInterval,
 )
 from dlopt.pipeline.probe import ProbeRecord
 from dlopt.settings.policy import OptimizationPolicy
@@ -64,6 +66,14 @@ class CandidateState:
     error: StageError | None = None
     #: The build said the plan does not apply to this model or workload (``error`` holds why).
     not_applicable: bool = False
+    #: What the plan was expected to do before it was built (``dlopt.selection.prior_table``).
+    prior: Prior | None = None
+    #: Why it was not built: its prior could not beat the confirmed leader, or the time
+    #: budget had no room for it (``None``: it was built, or never got that far).
+    not_built: str | None = None
+    #: Its speedup over the reference in a short paired screening right after its
+    #: validation, when it was screened (what a confirmed leader prunes with).
+    screening: RatioInterval | None = None
 
     @property
     def name(self) -> str:
@@ -93,6 +103,16 @@ class SelectionContext:
     emit: Callable[[Event], None]
     #: Asked between warm-ups and rounds of the race; False ends the rounds.
     should_continue: Callable[[], bool] | None = None
+    #: When ``select`` was called, on ``clock`` (ns; ``None``: when the engine starts).
+    started_ns: int | None = None
+    #: When the selection must have decided, on ``clock`` (ns; ``None``: no time budget).
+    deadline_ns: int | None = None
+
+    def seconds_left(self) -> float | None:
+        """What is left of the time budget, in seconds (``None``: no budget)."""
+        if self.deadline_ns is None:
+            return None
+        return (self.deadline_ns - self.clock.now_ns()) / 1e9
 
     def synchronize(self, plan: BuiltPlan | None) -> Callable[[], None] | None:
         """What waits for a plan's queued work before a timer stops: the plan's own

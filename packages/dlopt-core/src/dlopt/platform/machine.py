@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterable
 from contextlib import suppress
 from functools import lru_cache
 
@@ -93,11 +94,24 @@ def cpu_info() -> CpuInfo:
     )
 
 
-def machine_class() -> str:
-    """The capability class of this CPU that decides which plans pay off: ``amx``,
-    ``avx512_bf16`` (native bf16 and VNNI), ``avx512_vnni`` (int8 dot products, no bf16),
-    ``avx2`` (neither). The priors of the plans are keyed by it."""
+def machine_class(device: str = "cpu") -> str:
+    """The capability class of the machine plans run on that decides which plans pay off.
+    On a CPU: ``amx``, ``avx512_bf16`` (native bf16 and VNNI), ``avx512_vnni`` (int8 dot
+    products, no bf16), ``avx2`` (neither); on a CUDA device: ``cuda_sm<major><minor>``
+    (its compute capability). The priors of the plans are keyed by it."""
+    if device.startswith("cuda"):
+        import torch
+
+        with suppress(Exception):
+            major, minor = torch.cuda.get_device_capability(torch.device(device))
+            return f"cuda_sm{major}{minor}"
+        return "cuda"
     _, flags = cpu_model_and_flags()
+    return machine_class_of(flags)
+
+
+def machine_class_of(flags: Iterable[str]) -> str:
+    """The CPU class :func:`machine_class` names for a CPU with ``flags``."""
     found = set(flags)
     if found & {"amx_bf16", "amx_int8"}:
         return "amx"

@@ -128,6 +128,9 @@ class ProgressState:
         elif kind is EventKind.PROVIDER_UNAVAILABLE:
             lines.append(f"{tag}: unavailable: {event.message}")
             self._finish(name)
+        elif kind is EventKind.CANDIDATE_SKIPPED:
+            lines.append(f"{tag}: {event.message}")
+            self._finish(name)
         elif kind is EventKind.CANDIDATE_VALIDATED:
             if name is not None and name not in self.validated:
                 self.validated.append(name)

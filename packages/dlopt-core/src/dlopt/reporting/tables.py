@@ -141,6 +141,8 @@ def notes_text(cand: CandidateEvidence) -> str:
         note = f"{error.stage}: {error.message}"
     elif cand.status == "unavailable":
         note = getattr(cand, "availability_reason", None) or ""
+    elif getattr(cand, "not_built", None):
+        note = f"not built: {cand.not_built}"
     elif verdict:
         note = str(verdict) + (" (noisy)" if cand.race.noisy else "")
         if cand.race.eliminated_by:
@@ -190,7 +192,7 @@ def row_style(cand: CandidateEvidence, report: OptimizationReport) -> str | None
     """The row's emphasis in a rendered table."""
     if cand.name == report.selected_plan:
         return "selected"
-    if cand.status in ("unavailable", "not_applicable"):
+    if cand.status in ("unavailable", "not_applicable", "not_built"):
         return "unavailable"
     if cand.status == "rejected" or getattr(cand, "error", None) is not None:
         return "failed"
@@ -336,6 +338,27 @@ def decision_lines(report: OptimizationReport) -> tuple[str, str]:
     return (
         f"selected: {report.selected_plan}{batch} (baseline {report.baseline})",
         f"reason: {report.selection_reason}",
+    )
+
+
+def decision_time_line(report: OptimizationReport) -> str | None:
+    """``decision time: ...``: the time spent against the budget and the plans not built
+    (``None`` for a report written before it was recorded)."""
+    timing = getattr(report, "decision_time", None)
+    if timing is None:
+        return None
+    if timing.exhaustive:
+        budget = "(exhaustive: every plan built, no budget)"
+    elif timing.budget_s is None:
+        budget = "(no budget)"
+    else:
+        rule = " (auto)" if timing.budget_rule == "auto" else ""
+        budget = f"of a {timing.budget_s:.0f} s budget{rule}"
+    skipped = len(timing.not_built)
+    plans = f"; {skipped} plan{'s' if skipped != 1 else ''} not built" if skipped else ""
+    return (
+        f"decision time: {timing.spent_s:.1f} s {budget}{plans}; priors for "
+        f"{timing.machine_class}, {timing.mix_kind} models"
     )
 
 

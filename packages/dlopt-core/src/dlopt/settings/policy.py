@@ -30,6 +30,46 @@ def _objective(value: object) -> object:
         return value
 
 
+#: The ``"auto"`` time budget: this many seconds, plus :data:`AUTO_BUDGET_PER_CALL`
+#: times the reference's traffic-weighted call time, at most :data:`AUTO_BUDGET_MAX_S`.
+#: The demo (1-2 ms calls) gets about 11 s; a model of 30 ms calls 20 s, of 100 ms 40 s.
+AUTO_BUDGET_BASE_S = 10.0
+AUTO_BUDGET_PER_CALL = 300.0
+AUTO_BUDGET_MAX_S = 300.0
+
+
+def auto_time_budget(reference_call_s: float) -> float:
+    """The ``"auto"`` time budget for a model whose eager calls take ``reference_call_s``."""
+    return min(
+        AUTO_BUDGET_BASE_S + AUTO_BUDGET_PER_CALL * max(reference_call_s, 0.0), AUTO_BUDGET_MAX_S
+    )
+
+
+def budget_seconds(policy: OptimizationPolicy, reference_call_s: float) -> tuple[float | None, str]:
+    """The time budget ``policy`` gives a model whose eager calls take ``reference_call_s``,
+    in seconds (``None``: none), and how it was set: ``auto``, ``policy`` or ``none``."""
+    if policy.exhaustive or policy.time_budget_s is None:
+        return None, "none"
+    if policy.time_budget_s == "auto":
+        return auto_time_budget(reference_call_s), "auto"
+    return float(policy.time_budget_s), "policy"
+
+
+def _check_budget(instance: object, attribute: Any, value: object) -> None:
+    if value is None or value == "auto":
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(
+            f'OptimizationPolicy.time_budget_s must be a number of seconds > 0, "auto" or '
+            f"None (no budget), got {value!r}"
+        )
+
+
 def _unseen(value: object) -> object:
     """The :class:`UnseenSignature` named by ``value``; anything else to the validator."""
     try:
@@ -163,6 +203,15 @@ class OptimizationPolicy:
     change them, and serve a matching one again after revalidating it (docs/cache.md);
     ``reuse_cached_plan=False`` races anyway and refreshes the record.
 
+    ``time_budget_s``: wall seconds from ``select`` to the decision, probes, builds, first
+    calls, validation and the race included (docs/selection.md, "Decision time"). When it
+    ends, the best plan confirmed so far serves (the confidence gate still applies); plans
+    it left no room for are reported with their expected value. ``"auto"`` (default):
+    :func:`auto_time_budget` of the reference's call time; ``None``: no budget. Plans are
+    built in order of expected gain per second (their priors), and a plan whose prior
+    cannot beat the confirmed leader is not built; ``exhaustive=True`` builds every plan
+    and races it, with no budget.
+
     ``on_unseen_signature``: what the decision does with a call whose signature (shapes,
     dtypes, devices, structure) no raced case had, unless its plan serves dynamic shapes
     and passed the held-out check: ``"fallback"`` (default) serves it with eager fp32
@@ -203,6 +252,8 @@ class OptimizationPolicy:
     )
     plan_cache_dir: str | None = field(default=None, converter=_cache_dir)
     reuse_cached_plan: bool = field(default=True, validator=boolean())
+    time_budget_s: float | str | None = field(default="auto", validator=_check_budget)
+    exhaustive: bool = field(default=False, validator=boolean())
     on_unseen_signature: UnseenSignature = field(
         default=UnseenSignature.FALLBACK,
         converter=_unseen,

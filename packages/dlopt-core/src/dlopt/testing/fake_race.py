@@ -57,9 +57,14 @@ class FakeRace:
         constraints: DeploymentConstraints | None = None,
         include: Sequence[str] | None = None,
         quality: QualityPolicy | None = None,
+        time_budget_s: float | str | None = None,
+        exhaustive: bool = False,
         **measurement: Any,
     ) -> InferenceOptimizer:
-        """An optimizer racing exactly ``providers`` (built-ins are loaded but not included)."""
+        """An optimizer racing exactly ``providers`` (built-ins are loaded but not included).
+
+        No time budget unless ``time_budget_s`` sets one: a fake race times the race, and
+        the automatic budget would read the real model's call time against a fake clock."""
         measurement.setdefault("seed", 7)
         measurement.setdefault("max_time_s", 20.0)
         measurement.setdefault("bootstrap_resamples", 0)
@@ -69,6 +74,8 @@ class FakeRace:
             measurement=MeasurementPolicy(**measurement),
             include=tuple(include) if include is not None else tuple(p.name for p in providers),
             quality=quality if quality is not None else QualityPolicy(),
+            time_budget_s=time_budget_s,
+            exhaustive=exhaustive,
         )
         registry = load_providers(PluginSettings(autoload=False))
         return InferenceOptimizer("cpu", policy, providers, registry=registry, clock=self.clock)

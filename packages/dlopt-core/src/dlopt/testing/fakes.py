@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from attrs import define, field
 
+from dlopt.contract.priors import Prior
 from dlopt.contract.provider import (
     BuiltPlan,
     ProviderAvailability,
@@ -64,6 +65,8 @@ class FakeProvider:
     per_batch_scale: dict[int, float] = field(factory=dict)
     #: What the built plan declares about being served.
     serving: ServingTraits = field(factory=ServingTraits)
+    #: The prior its ``prior(context)`` declares (``None``: dlopt's own).
+    declared_prior: Prior | None = None
     builds: int = field(default=0, init=False)
     closes: int = field(default=0, init=False)
     #: Per call: (inference mode on, autograd on, first tensor input is an inference tensor).
@@ -76,6 +79,9 @@ class FakeProvider:
             self.advance(seconds)
         else:
             time.sleep(seconds)
+
+    def prior(self, context: ProviderContext) -> Prior | None:
+        return self.declared_prior
 
     def probe(self, context: ProviderContext) -> ProviderAvailability:
         if self.fail is FailingStage.PROBE_RAISES:

@@ -1,0 +1,84 @@
+"""Priors, as a provider may declare them: a plan's expected speedup and cost before it
+is built, and the operator mix of the model they are read for.
+
+A provider may implement ``prior(context) -> Prior | None`` (optional, plugin API 2.1):
+``context.operator_mix`` says where the model's reference call spends its time and
+``context.target`` where it runs. ``None`` leaves the prior to dlopt (the user's own
+evidence, then the table shipped with dlopt-core; :mod:`dlopt.selection.prior_table`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+from attrs import field, frozen
+
+
+@frozen
+class OperatorMix:
+    """Where one reference call spends its time, as shares summing to 1: convolutions,
+    linear layers (matmuls), attention, and everything else."""
+
+    conv: float = 0.0
+    linear: float = 0.0
+    attention: float = 0.0
+    other: float = 1.0
+    #: The model has attention modules (their fused kernels may hide the share).
+    has_attention: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The mix a prior is keyed by: ``attention`` (a transformer), ``conv``,
+        ``linear`` or ``other``."""
+        if self.has_attention or self.attention >= 0.05:
+            return "attention"
+        if self.conv >= 0.2 and self.conv >= self.linear:
+            return "conv"
+        if self.linear >= 0.2:
+            return "linear"
+        return "other"
+
+    def describe(self) -> str:
+        return (
+            f"{self.kind} (conv {self.conv:.0%}, linear {self.linear:.0%}, attention "
+            f"{self.attention:.0%}, other {self.other:.0%})"
+        )
+
+
+def _positive(instance: object, attribute: Any, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ValueError(f"Prior.{attribute.name} must be a finite number > 0, got {value!r}")
+
+
+@frozen
+class Prior:
+    """A plan's expected speedup over eager fp32 (``speedup`` in ``[low, high]``), the
+    seconds its build and first calls are expected to take, and where that came from."""
+
+    speedup: float = field(validator=_positive)
+    low: float = field(validator=_positive)
+    high: float = field(validator=_positive)
+    cost_s: float = field(validator=_positive)
+    source: str = "no evidence"
+
+    def __attrs_post_init__(self) -> None:
+        if not self.low <= self.speedup <= self.high:
+            raise ValueError(
+                f"a prior's speedup {self.speedup:g} must lie in [low, high] = "
+                f"[{self.low:g}, {self.high:g}]"
+            )
+
+    @property
+    def value(self) -> float:
+        """Expected gain per second of cost: the log speedup a second of building buys
+        (a plan expected no faster than eager is worth nothing)."""
+        return math.log(max(self.speedup, 1.0)) / self.cost_s
+
+    def describe(self) -> str:
+        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}], ~{self.cost_s:.1f} s"
+
+    def scaled_cost(self, factor: float) -> Prior:
+        """This prior with its cost times ``factor`` (what this machine's builds take)."""
+        return attrs.evolve(self, cost_s=max(self.cost_s * factor, 1e-3))

@@ -1,0 +1,321 @@
+"""Stage 3's order and its cut: which plans are built, in what order, and which are not.
+
+Every plan gets a prior before anything is built (:func:`assign_priors`; where priors
+come from: :mod:`dlopt.selection.prior_table`). The reference is built first, the others in
+descending order of expected gain per second of cost. Before each build
+:meth:`Schedule.skip_reason` says whether the plan can still matter: not when its prior's
+optimistic bound cannot beat the confirmed leader by more than the indifference zone, nor
+when the time budget has no room for its build beside what the race needs. A validated
+plan is screened (:meth:`Schedule.screen`: a few paired rounds against the reference)
+when what it measures could spare the builds of plans after it: that is what confirms a
+leader. ``OptimizationPolicy(exhaustive=True)`` builds every plan, with no budget.
+
+docs/selection.md, "Decision time", explains the rules and their numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from dlopt.contract.priors import OperatorMix, Prior
+from dlopt.contract.provider import ProviderContext
+from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
+from dlopt.pipeline.state import CandidateState, SelectionContext
+from dlopt.selection.prior_table import table_prior, unknown_prior
+from dlopt.validation import ReferenceOutputs
+from dlopt.vocabulary import Objective
+
+log = logging.getLogger(__name__)
+
+#: The reference's own prior: it is the unit every speedup is measured in.
+REFERENCE_PRIOR = Prior(1.0, 1.0, 1.0, 0.05, "the reference")
+#: Seconds kept for what follows the race (checks, the serving check, the report).
+FINISH_RESERVE_S = 1.0
+#: Calls per plan and case the race is expected to need: its warm-up, and three rounds
+#: of a settling call and a burst of six (the rounds after which a plan clearly behind
+#: leaves); the two leading plans then race :data:`RACE_DECIDING_ROUNDS` rounds more.
+RACE_CALLS_PER_PLAN_CASE = 10 + 3 * 7
+RACE_DECIDING_ROUNDS = 6
+#: Seconds a burst costs beside its calls (the quiet-wait, the bookkeeping).
+RACE_BURST_OVERHEAD_S = 0.005
+#: The screening: this many paired rounds, each a burst of four calls per case.
+SCREEN_ROUNDS = 3
+SCREEN_CALLS_PER_CASE = 3 * 6 + 6
+#: What one screening may cost at most, as a share of the time budget.
+SCREEN_BUDGET_SHARE = 0.1
+#: Objectives whose winner is the fastest plan per call: a prior of speedup per call
+#: prunes only for these (a slower plan may still win on throughput or lifecycle).
+PRUNED_OBJECTIVES = (Objective.STEADY_STATE_LATENCY, Objective.MIN_LATENCY)
+#: The least share of the time budget the race gets, however long the builds took: enough
+#: for its first rounds, so a fast plan built late can still be confirmed.
+MIN_RACE_SHARE = 0.1
+#: Bounds on how far this machine's builds may be from the priors' costs.
+COST_SCALE_RANGE = (0.25, 4.0)
+
+
+def assign_priors(
+    candidates: Sequence[CandidateState],
+    context: ProviderContext,
+    machine: str,
+    mix: OperatorMix,
+    evidence: Mapping[str, Prior],
+) -> None:
+    """Give every candidate its prior: the provider's own, else the user's ``evidence``,
+    else the shipped table's for ``machine`` and ``mix``, else the unknown prior."""
+    for cand in candidates:
+        if cand.is_reference:
+            cand.prior = REFERENCE_PRIOR
+            continue
+        cand.prior = (
+            _declared(cand, attrs.evolve(context, options=cand.options))
+            or evidence.get(cand.name)
+            or table_prior(machine, mix.kind, cand.name)
+            or unknown_prior()
+        )
+
+
+def _declared(cand: CandidateState, context: ProviderContext) -> Prior | None:
+    """The provider's own ``prior(context)``, when it declares one that is a Prior."""
+    declare = getattr(cand.info.provider, "prior", None)
+    if not callable(declare):
+        return None
+    try:
+        prior = declare(context)
+    except Exception as exc:  # a plugin's bug must not stop the selection
+        log.warning(
+            "the prior of plan %r raised %s: %s; using dlopt's own",
+            cand.name,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    if prior is None or isinstance(prior, Prior):
+        return prior
+    log.warning(
+        "the prior of plan %r is a %s, not a dlopt.plugin.Prior; using dlopt's own",
+        cand.name,
+        type(prior).__name__,
+    )
+    return None
+
+
+@attrs.define
+class Schedule:
+    """The build order and the rules that cut it, for one selection."""
+
+    run: SelectionContext
+    #: The reference's traffic-weighted seconds per call and its number of cases.
+    call_s: float
+    cases: int
+    #: The whole budget in seconds (``None``: none), for the report's wording.
+    budget_s: float | None = None
+    #: (prior cost, actual cost) of every plan built so far but the reference.
+    costs: list[tuple[float, float]] = attrs.field(factory=list)
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.run.policy.exhaustive
+
+    def order(self, candidates: Sequence[CandidateState]) -> list[CandidateState]:
+        """The reference first, then by expected gain per second (the given order breaks
+        ties); as given when exhaustive."""
+        if self.exhaustive:
+            return list(candidates)
+        position = {id(c): i for i, c in enumerate(candidates)}
+        return sorted(
+            candidates,
+            key=lambda c: (not c.is_reference, -_prior(c).value, position[id(c)]),
+        )
+
+    def cost_scale(self) -> float:
+        """How much longer this machine's builds take than their priors say (geometric
+        mean of actual over expected, bounded): later costs are read through it."""
+        if not self.costs:
+            return 1.0
+        logs = [math.log(max(actual, 1e-3) / prior) for prior, actual in self.costs]
+        low, high = COST_SCALE_RANGE
+        return min(max(math.exp(sum(logs) / len(logs)), low), high)
+
+    def built(self, cand: CandidateState) -> None:
+        """Record what ``cand``'s build and first calls took against its prior."""
+        if cand.is_reference or cand.prior is None or cand.setup_s is None:
+            return
+        self.costs.append((cand.prior.cost_s, cand.setup_s + sum(cand.first_calls_s)))
+
+    def expected_cost_s(self, cand: CandidateState) -> float:
+        return _prior(cand).cost_s * self.cost_scale()
+
+    def race_reserve_s(self, plans: int) -> float:
+        """Seconds the race of ``plans`` plans (the reference's call time for each) and
+        what follows it are expected to need."""
+        deciding = 2 * RACE_DECIDING_ROUNDS
+        calls = plans * RACE_CALLS_PER_PLAN_CASE + deciding * 7
+        bursts = plans * 3 + deciding
+        per_case = calls * self.call_s + bursts * RACE_BURST_OVERHEAD_S
+        return FINISH_RESERVE_S + self.cases * per_case
+
+    def leader(self, candidates: Sequence[CandidateState]) -> CandidateState | None:
+        """The alive plan with the best confirmed speedup (the highest screened lower
+        bound; the reference's is exactly 1)."""
+        best: CandidateState | None = None
+        for cand in candidates:
+            if not cand.alive or confirmed(cand) is None:
+                continue
+            if best is None or confirmed(cand) > confirmed(best):  # type: ignore[operator]
+                best = cand
+        return best
+
+    def skip_reason(self, cand: CandidateState, candidates: Sequence[CandidateState]) -> str | None:
+        """Why ``cand`` is not built (``None``: build it)."""
+        if self.exhaustive or cand.is_reference:
+            return None
+        prior = _prior(cand)
+        leader = self.leader(candidates)
+        zone = self.run.policy.measurement.indifference_zone
+        low = confirmed(leader) if leader is not None else None
+        if (
+            leader is not None
+            and low is not None
+            and self.run.policy.objective in PRUNED_OBJECTIVES
+            and prior.high <= low * zone
+        ):
+            at = (
+                f"is confirmed at {_interval(leader.screening)}"
+                if leader.screening is not None
+                else "is the reference (1x)"
+            )
+            return (
+                f"its prior is at most {prior.high:.2f}x ({prior.source}), and {leader.name} {at}"
+            )
+        left = self.run.seconds_left()
+        if left is None:
+            return None
+        need = self.expected_cost_s(cand)
+        alive = sum(1 for c in candidates if c.alive)
+        reserve = self.race_reserve_s(alive + 1)
+        if need + reserve > left:
+            budget = f" of the {self.budget_s:.0f} s budget" if self.budget_s else ""
+            return (
+                f"no time left: its build and first calls are expected to take {need:.1f} s "
+                f"and the race about {reserve:.1f} s, with {max(left, 0.0):.1f} s{budget} left "
+                f"(its prior: {prior.describe()}, {prior.source})"
+            )
+        return None
+
+    def worth_screening(self, cand: CandidateState, waiting: Sequence[CandidateState]) -> bool:
+        """Whether a screening of ``cand`` could spare more build time than it costs: some
+        plan still ``waiting`` would be pruned if ``cand`` measured what its prior says."""
+        if self.exhaustive or not cand.alive or cand.is_reference:
+            return False
+        expected = _prior(cand).speedup
+        zone = self.run.policy.measurement.indifference_zone
+        spared = sum(
+            self.expected_cost_s(other)
+            for other in waiting
+            if _prior(other).high <= expected * zone
+        )
+        return spared > self.screen_cost_s()
+
+    def screen_cost_s(self) -> float:
+        """What one screening is expected to take (the reference and the plan)."""
+        return 2 * self.cases * SCREEN_CALLS_PER_CASE * self.call_s
+
+    def screen(
+        self, cand: CandidateState, reference_plan: CandidateState, reference: ReferenceOutputs
+    ) -> None:
+        """A few paired rounds of ``cand`` against the reference: its screened speedup.
+
+        A plan that fails here is left to the race (which judges it with its error)."""
+        assert cand.plan is not None and reference_plan.plan is not None
+        measurement = self.run.policy.measurement
+        cap = max(self.screen_cost_s() * 3, 0.5)
+        if self.budget_s is not None:
+            cap = min(cap, max(SCREEN_BUDGET_SHARE * self.budget_s, 0.5))
+        policy = MeasurementPolicy(
+            confidence=measurement.confidence,
+            min_rounds=SCREEN_ROUNDS,
+            max_rounds=SCREEN_ROUNDS,
+            max_time_s=cap,
+            warmup_max_calls=10,
+            warmup_max_time_s=min(measurement.warmup_max_time_s, 0.5),
+            warmup_leave_factor=None,
+            timed_calls_per_burst=4,
+            family_wise=False,
+            drop_worse_than_leader=False,
+            futility_confidence=None,
+            bootstrap_resamples=0,
+            record_page_faults=False,
+            seed=measurement.seed,
+            settle_allocator=measurement.settle_allocator,
+            quiesce_max_s=measurement.quiesce_max_s,
+        )
+        calls = {
+            plan.name: [_bound(plan, case.args, case.kwargs) for case in reference.cases]
+            for plan in (reference_plan, cand)
+        }
+        try:
+            with reference.calling_context():
+                result = run_race(
+                    calls,
+                    weights=[case.weight for case in reference.cases],
+                    baseline=reference_plan.name,
+                    min_speedup=1.0,
+                    policy=policy,
+                    clock=self.run.clock,
+                    synchronize={
+                        c.name: self.run.synchronize(c.plan) for c in (reference_plan, cand)
+                    },
+                    should_continue=self.run.should_continue,
+                )
+        except Exception as exc:
+            log.info("screening %r raised %s: %s", cand.name, type(exc).__name__, exc)
+            return
+        measured = result.candidate(cand.name).speedup_vs_baseline
+        if measured is not None and measured.low is not None and measured.point is not None:
+            cand.screening = measured
+
+
+def race_within_budget(measurement: MeasurementPolicy, run: SelectionContext) -> MeasurementPolicy:
+    """``measurement`` with its race budget no longer than what is left of the time budget
+    (less what follows the race), and never under :data:`MIN_RACE_SHARE` of it."""
+    left = run.seconds_left()
+    if left is None or run.deadline_ns is None or run.started_ns is None:
+        return measurement
+    budget_s = (run.deadline_ns - run.started_ns) / 1e9
+    cap = max(left - FINISH_RESERVE_S, MIN_RACE_SHARE * budget_s)
+    if measurement.max_time_s is not None:
+        return attrs.evolve(measurement, max_time_s=min(measurement.max_time_s, cap))
+    ceiling = min(measurement.auto_budget_max_s, cap)
+    return attrs.evolve(
+        measurement,
+        auto_budget_min_s=min(measurement.auto_budget_min_s, ceiling),
+        auto_budget_max_s=ceiling,
+    )
+
+
+def confirmed(cand: CandidateState) -> float | None:
+    """The speedup ``cand`` is confirmed at: its screened lower bound (1 for the
+    reference; ``None``: not screened)."""
+    if cand.is_reference:
+        return 1.0
+    if cand.screening is None:
+        return None
+    return cand.screening.low
+
+
+def _prior(cand: CandidateState) -> Prior:
+    return cand.prior if cand.prior is not None else unknown_prior()
+
+
+def _interval(interval: RatioInterval) -> str:
+    return f"{interval.point:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _bound(cand: CandidateState, args: tuple, kwargs: dict):  # type: ignore[type-arg, no-untyped-def]
+    plan = cand.plan
+    assert plan is not None
+    return lambda: plan(*args, **kwargs)

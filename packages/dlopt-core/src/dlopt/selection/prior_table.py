@@ -1,0 +1,81 @@
+"""The shipped prior table, and where a plan's prior comes from.
+
+A :class:`Prior` is an estimated speedup over eager fp32 with an interval, and an
+estimated cost: the seconds its build and first calls take. The selection builds plans
+in descending order of expected gain per second of cost, and does not build a plan
+whose optimistic bound cannot beat the confirmed leader (docs/selection.md, "Decision
+time").
+
+Where a prior comes from, the first that knows wins:
+
+1. the provider itself (an optional ``prior(context)`` method: a vendor knows its SDK);
+2. the user's own evidence: plan cache records of other selections on this machine class,
+   for a model of the same operator mix (:mod:`dlopt.cache.user_priors`);
+3. the table shipped with dlopt-core (``priors.json`` beside this module), keyed by the
+   machine class (:func:`dlopt.platform.machine.machine_class`), the operator mix's kind
+   and the plan, regenerated from the benchmark suite's results by
+   ``python tools/tables.py priors``;
+4. nothing known: a wide interval that prunes nothing, at a cost that puts the plan after
+   those whose value is known.
+
+Pure data and arithmetic: no torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from dlopt.contract.priors import Prior
+from dlopt.platform.serialization import parse_strict_json
+
+#: The shipped table's file, beside this module.
+TABLE_FILE = "priors.json"
+#: The layout of the table; a table of another layout is not read.
+TABLE_FORMAT = 1
+#: Speedups a prior claims nothing beyond: unknown plans get this interval.
+UNKNOWN_LOW = 0.25
+UNKNOWN_HIGH = 8.0
+#: Build and first-call seconds assumed for a plan nothing is known of.
+UNKNOWN_COST_S = 10.0
+
+
+def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
+    """The prior of a plan nothing is known of: it prunes nothing."""
+    return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, "no evidence")
+
+
+@lru_cache(maxsize=1)
+def shipped_table() -> dict[tuple[str, str, str], Prior]:
+    """``(machine class, mix kind, plan) -> Prior`` of the shipped table (empty when it
+    cannot be read)."""
+    from importlib.resources import files
+
+    try:
+        text = files("dlopt.selection").joinpath(TABLE_FILE).read_text("utf-8")
+        return table_from_json(parse_strict_json(text))
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior]:
+    """A prior table from its JSON form (``ValueError`` on another layout)."""
+    if data.get("format") != TABLE_FORMAT:
+        raise ValueError(f"a prior table of format {data.get('format')!r}, not {TABLE_FORMAT}")
+    table = {}
+    for entry in data["entries"]:
+        key = (str(entry["machine"]), str(entry["mix"]), str(entry["plan"]))
+        table[key] = Prior(
+            float(entry["speedup"]),
+            float(entry["low"]),
+            float(entry["high"]),
+            float(entry["cost_s"]),
+            f"table: {key[0]}, {key[1]} models, {int(entry['workloads'])} workload(s)",
+        )
+    return table
+
+
+def table_prior(machine: str, mix: str, plan: str) -> Prior | None:
+    """The shipped table's prior for ``plan`` on this machine class and mix, if any."""
+    return shipped_table().get((machine, mix, plan))

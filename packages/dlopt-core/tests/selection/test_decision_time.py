@@ -1,0 +1,165 @@
+"""Decision time on a fake clock: the time budget's end, priors, pruning and exhaustive.
+
+Every fake plan spends its build, first-call and call time on one fake clock, so the
+budget, the screening and the race run exactly as they would, without waiting.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dlopt.contract.priors import OperatorMix, Prior
+from dlopt.pipeline.schedule import FINISH_RESERVE_S
+from dlopt.settings.policy import OptimizationPolicy, auto_time_budget, budget_seconds
+from dlopt.testing.fake_race import FakeRace
+from dlopt.vocabulary import Status
+
+X = torch.randn(4, 16)
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+def prior(speedup: float, low: float, high: float, cost_s: float) -> Prior:
+    return Prior(speedup, low, high, cost_s, "the test's")
+
+
+def select(race: FakeRace, *providers, **policy):
+    return race.optimizer(*providers, **policy).select_signature(Tiny().eval(), X)
+
+
+def test_when_the_budget_ends_the_best_plan_confirmed_so_far_serves():
+    race = FakeRace()
+    fast = race.fake(
+        "fast", 1e-3, setup_time_s=2.0, declared_prior=prior(2.5, 1.5, 4.0, 2.0)
+    )
+    slow_build = race.fake(
+        "slow_build", 0.5e-3, setup_time_s=40.0, declared_prior=prior(2.0, 1.2, 8.0, 40.0)
+    )
+    decision = select(race, race.fake("eager_fp32", 3e-3), fast, slow_build, time_budget_s=10.0)
+    report = decision.report
+    assert report.selected_plan == "fast"
+    assert slow_build.builds == 0  # its 40 s could not fit in what was left of 10 s
+    skipped = report.candidate("slow_build")
+    assert skipped.status is Status.NOT_BUILT
+    assert skipped.not_built.startswith("no time left: its build and first calls are expected")
+    assert "2.00x [1.20, 8.00]" in skipped.not_built  # the plan's estimated value
+    assert skipped.prior.cost_s == 40.0
+    timing = report.decision_time
+    assert timing.budget_s == 10.0 and timing.budget_rule == "policy"
+    assert timing.not_built == ("slow_build",)
+    assert timing.spent_s <= 10.0 + FINISH_RESERVE_S
+    # The report says it in strict JSON too.
+    data = json.loads(report.to_json())
+    assert data["decision_time"]["not_built"] == ["slow_build"]
+    row = next(c for c in data["candidates"] if c["name"] == "slow_build")
+    assert row["status"] == "not_built" and row["prior"]["high"] == 8.0
+
+
+def test_a_budget_spent_before_the_race_still_races_and_keeps_the_gate():
+    race = FakeRace()
+    # Its build takes the whole budget: the race gets its floor share, no more.
+    late = race.fake("late", 1e-3, setup_time_s=9.5, declared_prior=prior(3.0, 2.0, 4.0, 1.0))
+    decision = select(race, race.fake("eager_fp32", 3e-3), late, time_budget_s=10.0)
+    report = decision.report
+    assert report.measurement is not None and report.measurement.rounds >= 1
+    assert report.decision_time.spent_s <= 10.0 + FINISH_RESERVE_S + 1.0
+    # Served only if the race confirmed it: the gate still applies to an anytime result.
+    if report.selected_plan == "late":
+        assert report.candidate("late").race.gate_passed is True
+    else:
+        assert report.selected_plan == "eager_fp32"
+
+
+def test_a_plan_whose_prior_cannot_beat_the_confirmed_leader_is_not_built():
+    race = FakeRace()
+    fast = race.fake("fast", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 0.5))
+    hopeless = race.fake("hopeless", 2.5e-3, declared_prior=prior(1.1, 0.9, 1.3, 5.0))
+    decision = select(race, race.fake("eager_fp32", 3e-3), fast, hopeless, time_budget_s=None)
+    report = decision.report
+    assert report.selected_plan == "fast"
+    assert hopeless.builds == 0
+    reason = report.candidate("hopeless").not_built
+    assert reason.startswith("its prior is at most 1.30x (the test's), and fast is confirmed at")
+    screened = report.candidate("fast").prior.screening
+    assert screened is not None and screened.low > 1.3 * 1.02
+
+
+def test_a_prior_below_the_reference_is_not_built_even_before_anything_is_screened():
+    race = FakeRace()
+    worse = race.fake("worse", 5e-3, declared_prior=prior(0.7, 0.5, 0.95, 1.0))
+    decision = select(race, race.fake("eager_fp32", 3e-3), worse, time_budget_s=None)
+    assert worse.builds == 0
+    assert "eager_fp32 is the reference (1x)" in decision.report.candidate("worse").not_built
+
+
+def test_a_wrong_prior_hides_a_fast_plan_which_exhaustive_finds_and_the_report_shows_the_miss():
+    def providers(race: FakeRace):
+        return (
+            race.fake("eager_fp32", 3e-3),
+            race.fake("fast", 1.5e-3, declared_prior=prior(2.0, 1.5, 2.5, 0.5)),
+            # Measured 6x, but its prior says at most 1.3x.
+            race.fake("surprise", 0.5e-3, declared_prior=prior(1.1, 0.9, 1.3, 0.5)),
+        )
+
+    race = FakeRace()
+    pruned = select(race, *providers(race), time_budget_s=None).report
+    assert pruned.candidate("surprise").status is Status.NOT_BUILT
+    assert pruned.selected_plan == "fast"
+
+    race = FakeRace()
+    found = select(race, *providers(race), exhaustive=True).report
+    assert found.selected_plan == "surprise"
+    assert found.decision_time.exhaustive and found.decision_time.budget_s is None
+    assert found.decision_time.not_built == ()
+    miss = found.candidate("surprise").prior.miss
+    assert miss is not None and "above its prior's interval [0.90, 1.30]" in miss
+    assert found.candidate("fast").prior.miss is None  # measured inside its interval
+
+
+def test_plans_are_built_in_order_of_expected_gain_per_second():
+    race = FakeRace()
+    order: list[str] = []
+    optimizer = race.optimizer(
+        race.fake("eager_fp32", 3e-3),
+        race.fake("cheap_small", 2.5e-3, declared_prior=prior(1.2, 1.0, 3.0, 0.5)),
+        race.fake("costly_big", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 20.0)),
+        race.fake("cheap_big", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 1.0)),
+        time_budget_s=None,
+    )
+    built = [lambda e: order.append(e.candidate) if e.kind.value == "candidate_built" else None]
+    optimizer.with_policy(optimizer.policy, observers=built).select_signature(Tiny().eval(), X)
+    assert order[:3] == ["eager_fp32", "cheap_big", "cheap_small"]
+
+
+def test_the_automatic_budget_grows_with_the_model_and_exhaustive_has_none():
+    assert budget_seconds(OptimizationPolicy(), 0.002) == (auto_time_budget(0.002), "auto")
+    assert auto_time_budget(0.1) > auto_time_budget(0.002) >= 10.0
+    assert auto_time_budget(100.0) == 300.0
+    assert budget_seconds(OptimizationPolicy(time_budget_s=20), 0.1) == (20.0, "policy")
+    assert budget_seconds(OptimizationPolicy(exhaustive=True), 0.1) == (None, "none")
+    assert budget_seconds(OptimizationPolicy(time_budget_s=None), 0.1) == (None, "none")
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), "soon", True])
+def test_a_time_budget_that_is_no_number_of_seconds_is_refused(bad):
+    from dlopt.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="time_budget_s must be a number of seconds"):
+        OptimizationPolicy(time_budget_s=bad)
+
+
+def test_the_operator_mix_names_its_kind():
+    assert OperatorMix(conv=0.7, other=0.3).kind == "conv"
+    assert OperatorMix(linear=0.6, other=0.4).kind == "linear"
+    assert OperatorMix(conv=0.3, linear=0.3, has_attention=True, other=0.4).kind == "attention"
+    assert OperatorMix().kind == "other"
