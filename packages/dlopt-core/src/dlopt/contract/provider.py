@@ -7,7 +7,6 @@ instance per plan variant it offers (TorchAO registers one per quantization sche
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import warnings
 from collections.abc import Callable, Iterable
@@ -89,19 +88,14 @@ class Reload(TextEnum):
         return _declared(cls, provider, "reloads_by", declared)
 
 
-_E = TypeVar("_E", bound=enum.Enum)
+_E = TypeVar("_E", bound=TextEnum)
 
 
 def _declared(kind: type[_E], provider: object, attribute: str, declared: object) -> _E:
     """``declared`` (a member or its value) as a member of ``kind``; a ``TypeError`` that
     names the provider, the attribute and the choices when it is none of them."""
-    try:
-        return kind(getattr(declared, "value", declared))
-    except ValueError:
-        raise TypeError(
-            f"provider {getattr(provider, 'name', provider)!r} declares {attribute} "
-            f"{declared!r}; use one of {', '.join(str(k.value) for k in kind)}"
-        ) from None
+    name = getattr(provider, "name", provider)
+    return kind.coerce(declared, f"provider {name!r} declares {attribute}", error=TypeError)
 
 
 def api_version_problem(declared: object) -> str | None:
@@ -261,13 +255,7 @@ class ProviderContext:
 
 
 def _concurrency(value: str | Concurrency) -> Concurrency:
-    try:
-        return Concurrency(getattr(value, "value", value))
-    except ValueError:
-        raise ValueError(
-            f"ServingTraits.concurrency {value!r}: use one of "
-            f"{', '.join(c.value for c in Concurrency)}"
-        ) from None
+    return Concurrency.coerce(value, "ServingTraits.concurrency")
 
 
 @frozen

@@ -22,22 +22,6 @@ OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 ISOLATION_MODES: tuple[str, ...] = ("in_process", "process")
 
 
-def _objective(value: object) -> object:
-    """The :class:`Objective` named by ``value``; anything else is left to the validator."""
-    try:
-        return Objective(value)
-    except ValueError:
-        return value
-
-
-def _unseen(value: object) -> object:
-    """The :class:`UnseenSignature` named by ``value``; anything else to the validator."""
-    try:
-        return UnseenSignature(value)
-    except ValueError:
-        return value
-
-
 #: How long one provider's probe may take before it is reported unavailable. Cold, the
 #: first probe of a distribution imports its SDK (``dlopt providers --json`` reports each
 #: ``probe_time_s``: about 1-1.5 s for torchao and 0.6 s for onnxruntime on a 2-core CPU
@@ -171,7 +155,9 @@ class OptimizationPolicy:
     """
 
     objective: Objective = field(
-        default=Objective.STEADY_STATE_LATENCY, converter=_objective, validator=one_of(OBJECTIVES)
+        default=Objective.STEADY_STATE_LATENCY,
+        converter=lambda v: Objective.lookup(v) or v,
+        validator=one_of(OBJECTIVES),
     )
     constraints: DeploymentConstraints = field(
         factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
@@ -205,7 +191,7 @@ class OptimizationPolicy:
     reuse_cached_plan: bool = field(default=True, validator=boolean())
     on_unseen_signature: UnseenSignature = field(
         default=UnseenSignature.FALLBACK,
-        converter=_unseen,
+        converter=lambda v: UnseenSignature.lookup(v) or v,
         validator=one_of(u.value for u in UnseenSignature),
     )
 
