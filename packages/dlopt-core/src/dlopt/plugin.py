@@ -51,6 +51,7 @@ from dlopt.errors import (
     ProviderBuildError,
     WorkloadError,
 )
+from dlopt.platform.arrays import NUMPY_DTYPES, numpy_view
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
 from dlopt.platform.names import is_plain_name
@@ -77,6 +78,7 @@ from dlopt.vocabulary import Concurrency, TextEnum
 
 __all__ = [
     "EAGER_SERVING",
+    "NUMPY_DTYPES",
     "PLUGIN_API_VERSION",
     "BuiltPlan",
     "CapturedOutput",
@@ -114,6 +116,7 @@ __all__ = [
     "is_plain_name",
     "iter_tensors",
     "map_tensors",
+    "numpy_view",
     "read_npz",
     "strict_jsonable",
     "strip_ansi",
