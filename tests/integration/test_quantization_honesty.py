@@ -11,6 +11,7 @@ sibling.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from dlopt.contract.provider import ProviderContext
 from dlopt.errors import ProviderBuildError
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadProfile
+from dlopt.testing.models import MLP
 
 pytestmark = pytest.mark.slow
 
@@ -68,19 +70,13 @@ class OneLinearOneConv(torch.nn.Module):
         return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(64, 256)
-        self.down = torch.nn.Linear(256, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
-
-
-def _model(cls: type[torch.nn.Module]) -> torch.nn.Module:
+def _model(make: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     torch.manual_seed(0)
-    return cls().eval()
+    return make().eval()
+
+
+def _mlp() -> torch.nn.Module:
+    return MLP(64, 256, 32, activation="relu")
 
 
 def _image() -> torch.Tensor:
@@ -175,7 +171,7 @@ def test_ort_int8_that_quantizes_nothing_is_refused_as_the_fp32_plan(tmp_path: P
 
 
 def test_ort_int8_on_an_mlp_quantizes_every_compute_op(tmp_path: Path) -> None:
-    plan = _ort_int8().build(_model(Mlp), _context(tmp_path, _vector()))
+    plan = _ort_int8().build(_model(_mlp), _context(tmp_path, _vector()))
     try:
         assert _assert_counts_match_the_graphs(plan) == (2, 2)
         assert plan.metadata["quantized_fraction"] == 1.0
@@ -256,7 +252,7 @@ def test_torchao_scheme_reports_the_fraction_it_quantized(tmp_path: Path, scheme
             assert not torch.equal(plan(_image()), _model(OneLinearOneConv)(_image()))
     finally:
         plan.close()
-    mlp = provider.build(_model(Mlp), _context(tmp_path, _vector()))
+    mlp = provider.build(_model(_mlp), _context(tmp_path, _vector()))
     try:
         assert (mlp.metadata["quantized_layers"], mlp.metadata["quantized_fraction"]) == (2, 1.0)
     finally:

@@ -1,16 +1,13 @@
 """``dlopt.testing.fresh_process`` runs a script in a fresh interpreter and reads what it
-reported; ``dlopt.testing.models.SlowEagerNet`` sleeps in eager calls only."""
+reported."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from dlopt.testing.fresh_process import printed_result, run_script
-from dlopt.testing.models import SlowEagerNet
 
 SCRIPT = """
 import json, os, sys
@@ -43,18 +40,3 @@ def test_a_script_that_reports_nothing_is_a_failure_showing_its_output(tmp_path:
     proc = run_script("print('only this')", directory=tmp_path)
     with pytest.raises(AssertionError, match=r"(?s)printed no RESULT line.*only this"):
         printed_result(proc)
-
-
-def test_the_slow_model_sleeps_in_eager_calls_on_contiguous_inputs_only(monkeypatch) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
-    model = SlowEagerNet(channels=16, convs=2, sleep_s=0.01, output="dict")
-    x = torch.randn(2, 3, 8, 8)
-    with torch.no_grad():
-        out = model(x)
-        assert slept == [0.01] and out["logits"].shape == (2, 32)
-        model(x.to(memory_format=torch.channels_last))
-        torch.jit.trace(SlowEagerNet(), (x,), check_trace=False)
-        torch.fx.symbolic_trace(SlowEagerNet())
-    assert slept == [0.01]
-    torch.testing.assert_close(SlowEagerNet(seed=3)(x), SlowEagerNet(seed=3)(x))

@@ -1,4 +1,4 @@
-"""Small models for tests: structured outputs, kwargs, masks, a slow eager model."""
+"""Small models for tests: structured outputs, kwargs, masks, an MLP, a slow eager model."""
 
 from __future__ import annotations
 
@@ -35,6 +35,28 @@ class StructuredMLP(torch.nn.Module):
         if self.output == "namedtuple":
             return LogitsAndFeatures(y, y.relu())
         return y
+
+
+class MLP(torch.nn.Module):
+    """Linear layers through ``widths`` (``MLP(64, 256, 32)``: 64 -> 256 -> 32) with an
+    ``activation`` (``"gelu"`` or ``"relu"``) between them, in eval mode: the model that
+    linear and int8 plans change (each Linear exports as one Gemm)."""
+
+    def __init__(self, *widths: int, activation: str = "gelu") -> None:
+        super().__init__()
+        if len(widths) < 2:
+            raise ValueError(f"an MLP needs at least two widths, got {widths}")
+        between = {"gelu": torch.nn.GELU, "relu": torch.nn.ReLU}[activation]
+        layers: list[torch.nn.Module] = []
+        for a, b in itertools.pairwise(widths):
+            if layers:
+                layers.append(between())
+            layers.append(torch.nn.Linear(a, b))
+        self.layers = torch.nn.Sequential(*layers)
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)  # type: ignore[no-any-return]
 
 
 class SmallConvNet(torch.nn.Module):
