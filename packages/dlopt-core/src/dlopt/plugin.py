@@ -52,6 +52,7 @@ from dlopt.errors import (
     WorkloadError,
 )
 from dlopt.platform.arrays import NUMPY_DTYPES, numpy_view
+from dlopt.platform.config_checks import one_of
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
 from dlopt.platform.names import is_plain_name
@@ -117,6 +118,7 @@ __all__ = [
     "iter_tensors",
     "map_tensors",
     "numpy_view",
+    "one_of",
     "read_npz",
     "strict_jsonable",
     "strip_ansi",
