@@ -98,7 +98,7 @@ def test_cases_with_reference_hands_the_races_prepared_cases_over_untouched() ->
         raise AssertionError("the race's reference is used, not the model")
 
     prepared = PreparedCase("b1", (torch.ones(1, 16),), {}, torch.zeros(1, 8))
-    cases = KnobPlan().cases_with_reference(never_called, ProviderContext(cases=(prepared,)))  # type: ignore[arg-type]
+    cases = KnobPlan().cases_with_reference(never_called, ProviderContext(cases=(prepared,)))
     assert cases == (prepared,)
 
 

@@ -38,15 +38,15 @@ def test_coerce_refuses_a_wrong_word_with_the_choices_and_the_error_asked_for() 
 
 def test_a_workload_names_its_grad_mode_with_a_word_or_refuses_it() -> None:
     cases = (WorkloadCase("one", args=(torch.ones(1),)),)
-    assert WorkloadProfile(cases=cases, grad_mode="no_grad").grad_mode is GradMode.NO_GRAD  # type: ignore[arg-type]
+    assert WorkloadProfile(cases=cases, grad_mode="no_grad").grad_mode is GradMode.NO_GRAD
     with pytest.raises(WorkloadError, match=r"grad_mode 'training'; use one of inference_mode"):
-        WorkloadProfile(cases=cases, grad_mode="training")  # type: ignore[arg-type]
+        WorkloadProfile(cases=cases, grad_mode="training")
 
 
 def test_serving_traits_read_their_concurrency_as_a_word() -> None:
-    assert ServingTraits(concurrency="per_thread").concurrency is Concurrency.PER_THREAD  # type: ignore[arg-type]
+    assert ServingTraits(concurrency="per_thread").concurrency is Concurrency.PER_THREAD
     with pytest.raises(ValueError, match=r"ServingTraits.concurrency 'many'; use one of"):
-        ServingTraits(concurrency="many")  # type: ignore[arg-type]
+        ServingTraits(concurrency="many")
 
 
 def test_a_provider_declaring_a_role_that_is_none_of_the_three_is_told_the_choices() -> None:

@@ -56,18 +56,21 @@ class MLP(torch.nn.Module):
         self.eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)  # type: ignore[no-any-return]
+        return self.layers(x)
 
 
 class SmallConvNet(torch.nn.Module):
-    """Conv (3 -> 8) + BatchNorm + ReLU, pooled, then a linear head (8 -> 5): the smallest
-    model that image plans (channels-last, int8 convolutions, Conv-BN folding) change."""
+    """Conv (3 -> ``channels``) + BatchNorm + ReLU, pooled, then a linear head
+    (``channels`` -> ``outputs``): the smallest model that image plans (channels-last,
+    int8 convolutions, Conv-BN folding) change. ``batch_norm=False`` leaves the
+    normalization out: one convolution and one Linear, the compute layers a quantizer
+    counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: int = 8, outputs: int = 5, batch_norm: bool = True) -> None:
         super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.head = torch.nn.Linear(8, 5)
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(channels) if batch_norm else torch.nn.Identity()
+        self.head = torch.nn.Linear(channels, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
