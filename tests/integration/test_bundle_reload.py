@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from dlopt import InferenceOptimizer, OptimizationPolicy, WorkloadCase, Workload
 from dlopt.bundle.store import BundleError, BundleLoadError
 from dlopt.measurement import MeasurementPolicy
 from dlopt.plugins.discovery import PluginSettings, load_providers
+from dlopt.testing.fresh_process import printed_result, run_script
 
 pytest.importorskip("dlopt_onnxruntime")
 pytestmark = pytest.mark.slow
@@ -123,7 +122,7 @@ LOADER = textwrap.dedent(
     x = torch.from_numpy(np.load(inputs))
     with torch.inference_mode():
         np.save(outputs, decision(x).numpy())
-    print(json.dumps({
+    print("RESULT " + json.dumps({
         "selected": decision.selected_plan,
         "export_source": decision.plan.metadata["export_source"],
         "session_options": decision.plan.metadata["session_options"],
@@ -140,14 +139,10 @@ def test_a_bundle_serves_again_in_a_fresh_process_without_an_export(saved: Any) 
     assert manifest["provider"]["name"] == "onnxruntime_cpu"
     assert manifest["provider"]["distribution"] == "dlopt-onnxruntime"
     assert manifest["provider"]["options"]["graph_optimization_level"] == "extended"
-    result = subprocess.run(
-        [sys.executable, "-c", LOADER, str(bundle), str(root / "x.npy"), str(root / "y.npy")],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_script(
+        LOADER, str(bundle), str(root / "x.npy"), str(root / "y.npy"), directory=root, timeout=300
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    info = json.loads(result.stdout.strip().splitlines()[-1])
+    info = printed_result(proc)
     assert info["selected"] == "onnxruntime_cpu"
     assert info["export_source"] == "loaded"
     assert info["models_built"] == []
@@ -217,22 +212,10 @@ def test_dlopt_select_bundle_is_loadable(
     x = torch.randn(4, 32)
     np.save(tmp_path / "x.npy", x.numpy())
     # A fresh process: a serving box that never saw the race, the model or its module.
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            LOADER,
-            str(bundle),
-            str(tmp_path / "x.npy"),
-            str(tmp_path / "y.npy"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+    proc = run_script(
+        LOADER, str(bundle), str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), directory=tmp_path
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    info = json.loads(result.stdout.strip().splitlines()[-1])
+    info = printed_result(proc)
     assert info["selected"] == "onnxruntime_cpu" and info["export_source"] == "loaded"
     assert info["models_built"] == []
     with torch.inference_mode():

@@ -4,8 +4,9 @@ serves again through ``load_bundle`` (loaded, or rebuilt from the model), for ea
 of first-party plan. An Inductor winner comes back from its AOTInductor package (the
 default) or, with ``aot_package=False``, rebuilt with torch's compile caches restored.
 
-The model sleeps 3 ms per eager call on contiguous inputs, but not while it is traced,
-exported or compiled, nor on channels-last inputs, so a traced, exported, compiled or
+The model (``dlopt.testing.models.SlowEagerNet``) sleeps 3 ms per eager call on
+contiguous inputs, but not while it is traced, exported or compiled, nor on channels-last
+inputs, so a traced, exported, compiled or
 channels-last plan wins by a wide margin whatever the machine; eager TorchAO races with
 ``min_speedup=0.01`` so the gate is its to clear. ``include=`` forces each race to one
 challenger.
@@ -14,59 +15,25 @@ challenger.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dlopt.testing.fresh_process import printed_result, run_script
+
 pytestmark = pytest.mark.slow
-
-MODEL_SOURCE = textwrap.dedent(
-    '''
-    import time
-
-    import torch
-
-
-    class SlowEagerNet(torch.nn.Module):
-        """A conv layer and a linear head; eager calls on contiguous inputs also sleep 3 ms."""
-
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.head = torch.nn.Linear(8 * 8 * 8, 16)
-
-        def forward(self, x):
-            if torch.fx._symbolic_trace.is_fx_symbolic_tracing():  # fx: no branching on a Proxy
-                return self.head(torch.relu(self.conv(x)).flatten(1))
-            if x.is_contiguous() and not (
-                torch.compiler.is_compiling()
-                or torch.compiler.is_exporting()
-                or torch.jit.is_tracing()
-            ):
-                time.sleep(0.003)
-            return self.head(torch.relu(self.conv(x)).flatten(1))
-
-
-    def build():
-        torch.manual_seed(0)
-        return SlowEagerNet().eval()
-    '''
-)
 
 WORKER = textwrap.dedent(
     """
     import json, os, sys
     import torch
-    import slow_model
     from dlopt import InferenceOptimizer, OptimizationPolicy, DeploymentConstraints, WorkloadProfile
     from dlopt.api.bundles import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.testing.models import SlowEagerNet
 
     from torch._inductor.cpp_builder import CppBuilder
 
@@ -80,7 +47,7 @@ WORKER = textwrap.dedent(
 
     CppBuilder.build = build_and_note
     mode, plan, cache_dir, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    model = slow_model.build()
+    model = SlowEagerNet(sleep_s=0.003)
     torch.manual_seed(1)
     x = torch.randn(2, 3, 8, 8)
     expected = model(x)
@@ -139,27 +106,13 @@ WORKER = textwrap.dedent(
 
 
 def run_worker(tmp_path: Path, *args: str, inductor_cache: str) -> dict[str, Any]:
-    (tmp_path / "slow_model.py").write_text(MODEL_SOURCE)
-    (tmp_path / "worker.py").write_text(WORKER)
+    # A fresh Inductor cache per process: a hit must not lean on the previous process's
+    # on-disk caches, only on what the record restores.
     env = {
-        **os.environ,
-        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        # A fresh Inductor cache per process: a hit must not lean on the previous
-        # process's on-disk caches, only on what the record restores.
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / inductor_cache),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, str(tmp_path / "worker.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    return printed_result(run_script(WORKER, *args, directory=tmp_path, name="worker.py", env=env))
 
 
 def miss_then_hit(tmp_path: Path, plan: str, options: dict[str, Any] | None = None) -> tuple:

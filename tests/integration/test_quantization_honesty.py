@@ -11,6 +11,7 @@ sibling.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from dlopt.contract.provider import ProviderContext
 from dlopt.errors import ProviderBuildError
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadProfile
+from dlopt.testing.models import MLP, SmallConvNet
 
 pytestmark = pytest.mark.slow
 
@@ -58,29 +60,17 @@ class ConvOnly(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
-class OneLinearOneConv(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 64, 3, padding=1)
-        self.head = torch.nn.Linear(64, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(64, 256)
-        self.down = torch.nn.Linear(256, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
-
-
-def _model(cls: type[torch.nn.Module]) -> torch.nn.Module:
+def _model(make: Callable[[], torch.nn.Module]) -> torch.nn.Module:
     torch.manual_seed(0)
-    return cls().eval()
+    return make().eval()
+
+
+def _mlp() -> torch.nn.Module:
+    return MLP(64, 256, 32, activation="relu")
+
+
+def _one_linear_one_conv() -> torch.nn.Module:
+    return SmallConvNet(channels=64, outputs=32, batch_norm=False)
 
 
 def _image() -> torch.Tensor:
@@ -175,7 +165,7 @@ def test_ort_int8_that_quantizes_nothing_is_refused_as_the_fp32_plan(tmp_path: P
 
 
 def test_ort_int8_on_an_mlp_quantizes_every_compute_op(tmp_path: Path) -> None:
-    plan = _ort_int8().build(_model(Mlp), _context(tmp_path, _vector()))
+    plan = _ort_int8().build(_model(_mlp), _context(tmp_path, _vector()))
     try:
         assert _assert_counts_match_the_graphs(plan) == (2, 2)
         assert plan.metadata["quantized_fraction"] == 1.0
@@ -186,7 +176,7 @@ def test_ort_int8_on_an_mlp_quantizes_every_compute_op(tmp_path: Path) -> None:
 def test_ort_int8_on_one_linear_and_one_conv_reports_half(tmp_path: Path) -> None:
     provider = _ort_int8()
     context = _context(tmp_path, _image())
-    plan = provider.build(_model(OneLinearOneConv), context)
+    plan = provider.build(_model(_one_linear_one_conv), context)
     try:
         assert _assert_counts_match_the_graphs(plan) == (1, 2)
         assert plan.metadata["quantized_fraction"] == 0.5
@@ -194,7 +184,7 @@ def test_ort_int8_on_one_linear_and_one_conv_reports_half(tmp_path: Path) -> Non
     finally:
         plan.close()
     # Built again from the saved plan directory (no quantization run): the same counts.
-    again = provider.build(_model(OneLinearOneConv), context)
+    again = provider.build(_model(_one_linear_one_conv), context)
     try:
         assert again.metadata["export_source"] == "manifest"
         assert {k: again.metadata[k] for k in first} == first
@@ -243,7 +233,7 @@ def test_torchao_scheme_whose_kernel_fits_no_layer_is_refused_by_the_same_rule(
 @pytest.mark.parametrize("scheme", ["int8_dynamic", "int8_weight_only"])
 def test_torchao_scheme_reports_the_fraction_it_quantized(tmp_path: Path, scheme: str) -> None:
     provider = _torchao(scheme)
-    plan = provider.build(_model(OneLinearOneConv), _context(tmp_path, _image()))
+    plan = provider.build(_model(_one_linear_one_conv), _context(tmp_path, _image()))
     try:
         meta = plan.metadata
         assert (meta["quantized_layers"], meta["quantizable_layers"]) == (1, 2)
@@ -253,10 +243,10 @@ def test_torchao_scheme_reports_the_fraction_it_quantized(tmp_path: Path, scheme
         assert meta["quantized_layer_names"] == ["head"]
         # Quantized, not a pass-through: the plan differs from eager.
         with torch.inference_mode():
-            assert not torch.equal(plan(_image()), _model(OneLinearOneConv)(_image()))
+            assert not torch.equal(plan(_image()), _model(_one_linear_one_conv)(_image()))
     finally:
         plan.close()
-    mlp = provider.build(_model(Mlp), _context(tmp_path, _vector()))
+    mlp = provider.build(_model(_mlp), _context(tmp_path, _vector()))
     try:
         assert (mlp.metadata["quantized_layers"], mlp.metadata["quantized_fraction"]) == (2, 1.0)
     finally:

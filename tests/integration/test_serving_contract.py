@@ -2,7 +2,7 @@
 
 Each plan is selected (``include=`` one challenger, ``min_speedup=0.01``: the model's eager
 calls sleep 10 ms on contiguous inputs, but not while traced, exported or compiled, nor on
-channels-last inputs, so the plan wins), then served as production code calls it: fresh
+channels-last inputs, so the plan wins: ``dlopt.testing.models.SlowEagerNet``), then served as production code calls it: fresh
 inputs made inside ``torch.inference_mode()``, under ``torch.no_grad()`` and in plain grad
 mode, from 4 threads at once, and at a batch size it never raced; every output is held to
 the plan's own validation limits against eager fp32 on the same inputs. The same again in
@@ -15,59 +15,20 @@ Each selection compiles or exports a model, so these tests run in their own sess
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dlopt.testing.fresh_process import printed_result, run_script
+
 pytestmark = pytest.mark.serving
-
-MODEL_SOURCE = textwrap.dedent(
-    '''
-    import time
-
-    import torch
-
-
-    class SlowEagerNet(torch.nn.Module):
-        """Two convolutions and a linear head; eager calls on contiguous inputs sleep 10 ms."""
-
-        def __init__(self):
-            super().__init__()
-            self.conv1 = torch.nn.Conv2d(3, 16, 3, padding=1)
-            self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
-            self.head = torch.nn.Linear(16 * 8 * 8, 32)
-
-        def forward(self, x):
-            if not torch.fx._symbolic_trace.is_fx_symbolic_tracing() and (
-                x.is_contiguous()
-                and not (
-                    torch.compiler.is_compiling()
-                    or torch.compiler.is_exporting()
-                    or torch.jit.is_tracing()
-                )
-            ):
-                time.sleep(0.01)
-            y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
-            return self.head(y.flatten(1))
-
-
-    def build():
-        torch.manual_seed(0)
-        return SlowEagerNet().eval()
-    '''
-)
 
 WORKER = textwrap.dedent(
     """
     import json, sys, threading, warnings
     import torch
-    import slow_model
     from dlopt import (
         DeploymentConstraints, InferenceOptimizer, OptimizationPolicy, ServingContextError,
         WorkloadCase, WorkloadProfile,
@@ -75,10 +36,11 @@ WORKER = textwrap.dedent(
     from dlopt.api.bundles import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.testing.models import SlowEagerNet
     from dlopt.validation import validate_outputs
 
     phase, plan, cache_dir, options = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-    model = slow_model.build()
+    model = SlowEagerNet(channels=16, convs=2, sleep_s=0.01)
 
     def image(batch, seed):
         return torch.randn(batch, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
@@ -210,25 +172,14 @@ DIFFERENTIABLE = {"native_channels_last", "native_bf16", "native_bf16_channels_l
 
 
 def _run(tmp_path: Path, phase: str, plan: str, cache: Path) -> dict[str, Any]:
-    (tmp_path / "slow_model.py").write_text(MODEL_SOURCE)
-    (tmp_path / "worker.py").write_text(WORKER)
     env = {
-        **os.environ,
-        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{phase}"),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, str(tmp_path / "worker.py"), phase, plan, str(cache), "{}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
+    proc = run_script(
+        WORKER, phase, plan, str(cache), "{}", directory=tmp_path, env=env, timeout=900
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    return printed_result(proc)
 
 
 def _check_served(plan: str, served: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from dlopt.settings.policy import structure_options
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing import ProviderContractSuite
+from dlopt.testing.models import MLP
 from dlopt.validation import validate_outputs
 from dlopt_onnxruntime import OnnxRuntimeProvider, clear_probe_cache, probe
 from dlopt_onnxruntime.effective import normalize_option
@@ -94,17 +95,6 @@ class NestedNet(torch.nn.Module):
         return {"logits": logits, "extra": (features, logits.argmax(dim=-1))}
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 32)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
 class Unexportable(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.special.zeta(x, x)
@@ -158,7 +148,7 @@ def nested(artifact_dir: Path) -> Any:
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory: pytest.TempPathFactory) -> Any:
     torch.manual_seed(0)
-    model = Mlp().eval()
+    model = MLP(64, 256, 32)
     workload = WorkloadProfile.single(
         torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
     )

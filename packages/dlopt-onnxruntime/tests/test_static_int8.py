@@ -14,6 +14,7 @@ from dlopt.errors import ConfigurationError, ProviderBuildError
 from dlopt.plugin import Precision, ProviderContext
 from dlopt.settings.policy import structure_options
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
+from dlopt.testing.models import MLP
 from dlopt.validation import validate_outputs
 from dlopt_onnxruntime import OnnxRuntimeProvider, OrtInt8StaticOptions
 from dlopt_onnxruntime.plugin import default_providers
@@ -46,21 +47,6 @@ class ConvNet(torch.nn.Module):
         x = torch.relu(self.conv1(x))
         x = torch.relu(self.conv2(x))
         return self.head(x.mean(dim=(2, 3)))
-
-
-class Mlp(torch.nn.Module):
-    """Three Linear layers (three Gemm nodes), no convolution."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(
-            [torch.nn.Linear(64, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 16)]
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers[:-1]:
-            x = torch.relu(layer(x))
-        return self.layers[-1](x)
 
 
 def _images(seed: int, *batches: int) -> WorkloadProfile:
@@ -197,7 +183,7 @@ def test_static_plan_on_an_mlp_is_rejected_as_changing_nothing(tmp_path: Path) -
     )
     context = ProviderContext(workload=workload, artifact_dir=tmp_path, options=_options())
     with pytest.raises(ProviderBuildError) as info:
-        _provider(STATIC).build(Mlp().eval(), context)
+        _provider(STATIC).build(MLP(64, 128, 128, 16, activation="relu"), context)
     message = str(info.value)
     assert "quantized no Conv node" in message and "Gemm x3" in message
     assert "onnxruntime_cpu_int8 computes" in message and "int8_static_op_types" in message
@@ -205,7 +191,7 @@ def test_static_plan_on_an_mlp_is_rejected_as_changing_nothing(tmp_path: Path) -
 
 def test_static_matmul_on_an_mlp_quantizes_and_passes_the_gate(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    model = Mlp().eval()
+    model = MLP(64, 128, 128, 16, activation="relu")
     workload = WorkloadProfile.single(
         torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
     )

@@ -1,57 +1,34 @@
 """Saved OpenVINO plans in a fresh process: a plan cache hit and ``load_bundle`` serve
 the winner from its IR and compiled-model cache, without converting or compiling again.
 
-The model sleeps 3 ms per eager call, but not while it is traced (OpenVINO's conversion
-traces it), so the OpenVINO plan wins its race whatever the machine.
+The model (``dlopt.testing.models.SlowEagerNet``) sleeps 3 ms per eager call on
+contiguous inputs, but not while it is traced (OpenVINO's conversion traces it), so the
+OpenVINO plan wins its race whatever the machine.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dlopt.testing.fresh_process import printed_result, run_script
+
 pytestmark = pytest.mark.slow
-
-MODEL = textwrap.dedent(
-    """
-    import time
-    import torch
-
-    class SlowEagerNet(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.head = torch.nn.Linear(8 * 8 * 8, 16)
-
-        def forward(self, x):
-            if not torch.jit.is_tracing():
-                time.sleep(0.003)
-            return {"logits": self.head(torch.relu(self.conv(x)).flatten(1))}
-
-    def build():
-        torch.manual_seed(0)
-        return SlowEagerNet().eval()
-    """
-)
 
 WORKER = textwrap.dedent(
     """
     import json, sys
     import openvino
     import torch
-    import slow_model
     from dlopt import DeploymentConstraints, InferenceOptimizer, OptimizationPolicy
     from dlopt import WorkloadCase, WorkloadProfile
     from dlopt import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.testing.models import SlowEagerNet
 
     mode, cache_dir = sys.argv[1], sys.argv[2]
     conversions = []
@@ -62,7 +39,7 @@ WORKER = textwrap.dedent(
         return convert_model(*args, **kwargs)
 
     openvino.convert_model = counted
-    model = slow_model.build()
+    model = SlowEagerNet(output="dict")
     gen = torch.Generator().manual_seed(1)
     workload = WorkloadProfile(cases=tuple(
         WorkloadCase(f"b{n}", args=(torch.randn(n, 3, 8, 8, generator=gen),)) for n in (1, 4)
@@ -107,20 +84,8 @@ WORKER = textwrap.dedent(
 
 
 def _run(tmp_path: Path, mode: str) -> dict[str, Any]:
-    (tmp_path / "slow_model.py").write_text(MODEL)
-    (tmp_path / "worker.py").write_text(WORKER)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run(
-        [sys.executable, str(tmp_path / "worker.py"), mode, str(tmp_path / "cache")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+    proc = run_script(WORKER, mode, str(tmp_path / "cache"), directory=tmp_path, timeout=300)
+    return printed_result(proc)
 
 
 def test_a_cache_hit_and_load_bundle_serve_without_converting_or_compiling(

@@ -13,19 +13,9 @@ import torch
 
 from dlopt.plugin import ExecutionTarget, ProviderContext, WorkloadCase, WorkloadError
 from dlopt.plugin import WorkloadProfile as Profile
+from dlopt.testing.models import MLP
 from dlopt_openvino import OpenVinoOptions
 from dlopt_openvino.plugin import default_providers
-
-
-class Mlp(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
 
 
 class RowSum(torch.nn.Module):
@@ -61,7 +51,7 @@ def _build(
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
     torch.manual_seed(0)
-    model = Mlp().eval()
+    model = MLP(16, 64, 8)
     plan = _build(model, tmp_path_factory.mktemp("serving"))
     yield model, plan
     plan.close()
@@ -110,7 +100,7 @@ def test_outputs_are_fresh_on_every_call(served: Any) -> None:
 @pytest.fixture(scope="module")
 def served_for_throughput(tmp_path_factory: pytest.TempPathFactory) -> Any:
     torch.manual_seed(0)
-    model = Mlp().eval()
+    model = MLP(16, 64, 8)
     options = OpenVinoOptions(performance_hint="throughput", num_streams=2)
     plan = _build(model, tmp_path_factory.mktemp("throughput"), options)
     yield model, plan
@@ -174,7 +164,7 @@ def test_unseen_batch_sizes_are_served_by_the_dynamic_batch(served: Any) -> None
 
 
 def test_threads_follow_the_target(tmp_path: Path) -> None:
-    with _build(Mlp().eval(), tmp_path, threads=1) as plan:
+    with _build(MLP(16, 64, 8), tmp_path, threads=1) as plan:
         assert plan.metadata["compile_config"]["INFERENCE_NUM_THREADS"] == "1"
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dlopt.plugin import ExecutionTarget, Precision, ProviderContext, WorkloadCase, WorkloadProfile
+from dlopt.testing.models import SmallConvNet
 from dlopt_tensorrt import TensorRTOptions, TensorRTProvider, load_engine
 
 pytestmark = pytest.mark.gpu
@@ -20,19 +21,9 @@ def _require(provider: TensorRTProvider) -> None:
         pytest.skip(f"{provider.name} unavailable here: {availability.reason}")
 
 
-class ConvNet(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.head = torch.nn.Linear(16, 10)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(images)).mean(dim=(2, 3)))
-
-
 def _setup(tmp_path: Path) -> tuple[torch.nn.Module, WorkloadProfile, ProviderContext]:
     torch.manual_seed(0)
-    model = ConvNet().eval().cuda()
+    model = SmallConvNet(channels=16, outputs=10, batch_norm=False).eval().cuda()
     workload = WorkloadProfile(
         (
             WorkloadCase("b1", args=(torch.randn(1, 3, 32, 32, device="cuda"),), weight=3),

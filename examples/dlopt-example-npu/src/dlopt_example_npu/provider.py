@@ -146,7 +146,7 @@ class ExampleNpuProvider(Provider):
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         """Compile for the prepared cases, save the program, open a device to run it."""
         sdk = _sdk()
-        options = self._options(context)
+        options: NpuOptions = self.plan_options(context)
         if not context.cases:
             raise ProviderBuildError(
                 f"{self.name}: no prepared cases to compile for; dlopt passes them in "
@@ -195,14 +195,9 @@ class ExampleNpuProvider(Provider):
         owned = self.plan_dir(context) / PROGRAM_FILE
         if not owned.exists() or not owned.samefile(path):
             shutil.copyfile(path, owned)
-        return self._serve(program, context.target, self._options(context), owned)
+        return self._serve(program, context.target, self.plan_options(context), owned)
 
     # -- shared plumbing ------------------------------------------------------------
-    def _options(self, context: ProviderContext) -> NpuOptions:
-        """This plan's options: what dlopt structured, or the defaults outside a race."""
-        options = context.options
-        return options if isinstance(options, self.options_type) else self.options_type()
-
     def _serve(
         self,
         program: tinynpu.Program,

@@ -53,6 +53,8 @@ from dlopt.errors import (
     ProviderBuildError,
     WorkloadError,
 )
+from dlopt.platform.arrays import NUMPY_DTYPES, numpy_view
+from dlopt.platform.config_checks import one_of
 from dlopt.platform.fileio import atomic_write_bytes
 from dlopt.platform.machine import cpu_flags, cpu_info
 from dlopt.platform.names import is_plain_name
@@ -79,6 +81,7 @@ from dlopt.vocabulary import Concurrency, TextEnum
 
 __all__ = [
     "EAGER_SERVING",
+    "NUMPY_DTYPES",
     "PLUGIN_API_VERSION",
     "BuiltPlan",
     "CapturedOutput",
@@ -118,6 +121,8 @@ __all__ = [
     "is_plain_name",
     "iter_tensors",
     "map_tensors",
+    "numpy_view",
+    "one_of",
     "read_npz",
     "strict_jsonable",
     "strip_ansi",

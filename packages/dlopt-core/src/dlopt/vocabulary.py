@@ -8,6 +8,9 @@ text in messages, and is written to JSON as that text (cattrs uses the value).
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
+
+_T = TypeVar("_T", bound="TextEnum")
 
 
 class TextEnum(str, enum.Enum):
@@ -18,6 +21,33 @@ class TextEnum(str, enum.Enum):
 
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
+
+    @classmethod
+    def lookup(cls: type[_T], value: object) -> _T | None:
+        """The member ``value`` names (a member, of this enum or of another with the same
+        text, or its text), or ``None`` when it names none."""
+        try:
+            return cls(getattr(value, "value", value))
+        except ValueError:
+            return None
+
+    @classmethod
+    def coerce(
+        cls: type[_T],
+        value: object,
+        what: str,
+        *,
+        error: type[Exception] = ValueError,
+        hint: str = "",
+    ) -> _T:
+        """The member ``value`` names (as :meth:`lookup` reads it); otherwise raises
+        ``error`` saying ``"{what} {value!r}; use one of {the choices}{hint}"``, so an
+        attrs converter or a loader refuses a wrong word with its choices."""
+        member = cls.lookup(value)
+        if member is None:
+            choices = ", ".join(str(m.value) for m in cls)
+            raise error(f"{what} {value!r}; use one of {choices}{hint}")
+        return member
 
 
 class Objective(TextEnum):

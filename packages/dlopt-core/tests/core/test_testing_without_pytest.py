@@ -14,6 +14,7 @@ sys.modules["_pytest"] = None
 import dlopt.testing
 from dlopt.testing import FailingStage, FakeProvider
 import dlopt.testing.fakes, dlopt.testing.models, dlopt.testing.plugins, dlopt.testing.fake_race
+import dlopt.testing.fresh_process
 print("imported")
 """
 

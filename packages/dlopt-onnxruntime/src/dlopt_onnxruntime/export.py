@@ -30,6 +30,7 @@ import torch
 from attrs import frozen
 
 from dlopt.plugin import (
+    NUMPY_DTYPES,
     ProviderBuildError,
     WorkloadError,
     atomic_write_text,
@@ -47,20 +48,9 @@ EXPORTERS = ("dynamo", "torchscript")
 #: Opset the TorchScript exporter is asked for when none is configured.
 TORCHSCRIPT_DEFAULT_OPSET = 17
 
-_NUMPY_DTYPES = {
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.int64,
-    torch.int32,
-    torch.int16,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-}
 #: Dtypes by name, for reading layouts and output templates back from JSON (never getattr).
 DTYPES_BY_NAME = {
-    str(d).removeprefix("torch."): d for d in (*_NUMPY_DTYPES, torch.bfloat16, torch.complex64)
+    str(d).removeprefix("torch."): d for d in (*NUMPY_DTYPES, torch.bfloat16, torch.complex64)
 }
 
 T = TypeVar("T")
@@ -165,7 +155,7 @@ def analyze_cases(cases: Sequence[Case]) -> InputLayout:
             "the workload passes no tensors; there is nothing to feed an ONNX model"
         )
     for index, tensor in enumerate(flats[0]):
-        if tensor.dtype not in _NUMPY_DTYPES:
+        if tensor.dtype not in NUMPY_DTYPES:
             raise WorkloadError(
                 f"input tensor {index} is {tensor.dtype}, which ONNX Runtime's Python API "
                 "cannot take; pass float32/float16/integer/bool inputs"

@@ -13,6 +13,8 @@ from typing import Any
 from attrs import field, frozen
 from attrs.validators import ge, optional
 
+from dlopt.plugin import one_of
+
 #: ``graph_optimization_level`` values -> ONNX Runtime's ``GraphOptimizationLevel`` names.
 OPTIMIZATION_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -34,14 +36,6 @@ CALIBRATION_SUFFIX = ".npz"
 
 def _text_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
-
-
-def _one_of(*choices: str) -> Any:
-    def check(_instance: object, attribute: Any, value: str) -> None:
-        if value not in choices:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}")
-
-    return check
 
 
 def _not_empty(_instance: object, attribute: Any, value: tuple[str, ...]) -> None:
@@ -74,7 +68,7 @@ class OrtOptions:
 
     graph_optimization_level: str = field(
         default="all",
-        validator=_one_of(*OPTIMIZATION_LEVELS),
+        validator=one_of(OPTIMIZATION_LEVELS),
         metadata={
             "help": "ONNX Runtime graph optimizations before the first run: "
             "disable, basic, extended or all"
@@ -99,7 +93,7 @@ class OrtOptions:
     )
     exporter: str = field(
         default="auto",
-        validator=_one_of(*EXPORTER_CHOICES),
+        validator=one_of(EXPORTER_CHOICES),
         metadata={
             "help": "ONNX exporter: auto (dynamo, then TorchScript when dynamo fails or its "
             "model does not serve every case), dynamo or torchscript"

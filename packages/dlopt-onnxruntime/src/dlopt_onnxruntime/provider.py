@@ -101,13 +101,6 @@ _PRECISIONS: Mapping[str, frozenset[Precision]] = {
     "OpenVINOExecutionProvider": frozenset({Precision.FP32}),
 }
 
-#: Modules that compute differently in training mode (exporting them would not match).
-_TRAINING_SENSITIVE = (
-    torch.nn.modules.dropout._DropoutNd,
-    torch.nn.modules.batchnorm._BatchNorm,
-    torch.nn.modules.instancenorm._InstanceNorm,
-)
-
 # Exported fp32 models of this process, by export signature: plans of one race share one
 # export (copied into each plan's directory) instead of exporting again.
 _SHARED_EXPORTS: dict[str, tuple[Path, ExportRecord]] = {}
@@ -221,19 +214,6 @@ class OnnxRuntimeProvider(Provider):
             return {"device_type": "CPU"}
         return {}
 
-    def _options(self, context: ProviderContext) -> OrtOptions:
-        """This plan's options from the context (the defaults when none were given)."""
-        options = context.options
-        if options is None:
-            return self.options_type()
-        if not isinstance(options, self.options_type):
-            raise ProviderBuildError(
-                f"{self.name}: its options must be a {self.options_type.__name__}, got "
-                f"{type(options).__name__}; pass them as OptimizationPolicy(plan_options="
-                f"{{{self.name!r}: {{...}}}})"
-            )
-        return options
-
     # ------------------------------------------------------------------------ probe
     def availability(self, context: ProviderContext) -> ProviderAvailability:
         """The layered probe (metadata, import, a tiny session with the EP); the base
@@ -304,22 +284,10 @@ class OnnxRuntimeProvider(Provider):
         and takes the output structure and shapes from their reference outputs. Uses the
         race's probe result (``context.availability``) when given.
         """
-        options = self._options(context)
-        availability = context.availability or self.probe(context)
-        if not availability.available:
-            raise ProviderBuildError(f"{self.name} is unavailable: {availability.reason}")
-        cases = _cases_with_reference(model, context, self.name)
-        training = [
-            name
-            for name, module in model.named_modules()
-            if module.training and isinstance(module, _TRAINING_SENSITIVE)
-        ]
-        if training:
-            raise ProviderBuildError(
-                f"{', '.join(training[:3]) or 'the model'} is in training mode (dropout or "
-                "batch statistics); an exported inference model would differ from it. "
-                "Call model.eval() first"
-            )
+        options: OrtOptions = self.plan_options(context)
+        self.require_available(context)
+        cases = self.cases_with_reference(model, context)
+        self.refuse_training_mode(model)
         import onnxruntime as ort
 
         try:
@@ -494,7 +462,7 @@ class OnnxRuntimeProvider(Provider):
         the reference outputs in ``context.cases`` (:meth:`_live_output_template`).
         Raises :class:`ProviderBuildError` naming what is missing or unreadable.
         """
-        options = self._options(context)
+        options: OrtOptions = self.plan_options(context)
         directory = Path(directory)
         live_template = None
         if metadata.get("load_problem"):
@@ -952,30 +920,6 @@ def _plan(
             dynamic_shapes=bool(metadata.get("dynamic_axes")),
         ),
     )
-
-
-def _cases_with_reference(
-    model: torch.nn.Module, context: ProviderContext, plan: str
-) -> tuple[PreparedCase, ...]:
-    """The cases the build exports for (``context.build_cases()``), each with its eager
-    outputs: the export takes the output structure and shapes from them. A race hands
-    prepared cases over with their reference; a direct build with only a workload runs
-    the model once per case here."""
-    cases = context.build_cases()
-    if not cases:
-        raise ProviderBuildError(
-            f"{plan} exports the model for the inputs it will be called with; build needs "
-            "context.cases (a race hands them over) or a workload"
-        )
-    with torch.no_grad():
-        return tuple(
-            case
-            if isinstance(case, PreparedCase)
-            else PreparedCase(
-                case.name, case.args, case.kwargs, model(*case.args, **case.kwargs), case.weight
-            )
-            for case in cases
-        )
 
 
 def weights_digest(model: torch.nn.Module) -> str:

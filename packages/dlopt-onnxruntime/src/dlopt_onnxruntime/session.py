@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from dlopt.plugin import WorkloadError, iter_tensors
+from dlopt.plugin import WorkloadError, iter_tensors, numpy_view
 from dlopt_onnxruntime.export import InputLayout, restore_outputs
 from dlopt_onnxruntime.options import OPTIMIZATION_LEVELS
 
@@ -107,14 +107,7 @@ def make_cpu_runner(
         flat = _flat_inputs(layout, args, kwargs)
         feeds = {}
         for index, name in feeds_for:
-            tensor = flat[index]
-            if tensor.device.type != "cpu":
-                tensor = tensor.cpu()
-            if tensor.requires_grad:
-                tensor = tensor.detach()
-            if not tensor.is_contiguous():
-                tensor = tensor.contiguous()
-            feeds[name] = tensor.numpy()  # a view: no copy
+            feeds[name] = numpy_view(flat[index])
         outputs = session.run(names, feeds)
         return restore_outputs(template, [torch.from_numpy(out) for out in outputs])
 

@@ -29,27 +29,20 @@ from typing import Any, Protocol
 import torch
 from attrs import frozen
 
-from dlopt.plugin import ProviderBuildError, capture_output, iter_tensors, map_tensors
+from dlopt.plugin import (
+    NUMPY_DTYPES,
+    ProviderBuildError,
+    capture_output,
+    iter_tensors,
+    map_tensors,
+)
 
 #: The converted model's file names in the plan directory (IR: graph and weights).
 IR_NAME = "model.xml"
 WEIGHTS_NAME = "model.bin"
 
 #: Input dtypes OpenVINO takes from numpy views of torch tensors, by their names in JSON.
-INPUT_DTYPES = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (
-        torch.float32,
-        torch.float64,
-        torch.float16,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    )
-}
+INPUT_DTYPES = {str(dtype).removeprefix("torch."): dtype for dtype in NUMPY_DTYPES}
 
 
 class ConversionFailed(ProviderBuildError):

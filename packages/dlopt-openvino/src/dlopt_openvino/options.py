@@ -8,10 +8,10 @@ with the same settings.
 
 from __future__ import annotations
 
-from typing import Any
-
 from attrs import field, frozen
 from attrs.validators import ge, optional
+
+from dlopt.plugin import one_of
 
 #: ``performance_hint`` values; ``auto`` follows the race's objective.
 PERFORMANCE_HINTS = ("auto", "latency", "throughput")
@@ -25,21 +25,13 @@ ACTIVATION_RANGES = ("minmax", "nncf")
 OVERFLOW_FIXES = ("enable", "first_layer_only", "disable")
 
 
-def _one_of(*choices: str) -> Any:
-    def check(_instance: object, attribute: Any, value: str) -> None:
-        if value not in choices:
-            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}, not {value!r}")
-
-    return check
-
-
 @frozen
 class OpenVinoOptions:
     """Options of every OpenVINO plan."""
 
     performance_hint: str = field(
         default="auto",
-        validator=_one_of(*PERFORMANCE_HINTS),
+        validator=one_of(PERFORMANCE_HINTS),
         metadata={
             "help": "OpenVINO's performance hint: latency (one stream, every thread on one "
             "call), throughput (several streams, a batched call split across them as "
@@ -86,7 +78,7 @@ class OpenVinoInt8Options(OpenVinoOptions):
 
     int8_preset: str = field(
         default="performance",
-        validator=_one_of(*PRESETS),
+        validator=one_of(PRESETS),
         metadata={
             "help": "NNCF quantization preset: performance (symmetric weights and "
             "activations) or mixed (asymmetric activations: closer on ReLU-free models)"
@@ -94,7 +86,7 @@ class OpenVinoInt8Options(OpenVinoOptions):
     )
     int8_model_type: str = field(
         default="auto",
-        validator=_one_of(*MODEL_TYPES),
+        validator=one_of(MODEL_TYPES),
         metadata={
             "help": "NNCF model type: transformer keeps the attention's softmax and "
             "normalizations in fp32 (more accurate on transformers); auto: transformer when "
@@ -103,7 +95,7 @@ class OpenVinoInt8Options(OpenVinoOptions):
     )
     int8_activation_ranges: str = field(
         default="minmax",
-        validator=_one_of(*ACTIVATION_RANGES),
+        validator=one_of(ACTIVATION_RANGES),
         metadata={
             "help": "how activation ranges are taken from the calibration cases: minmax (the "
             "smallest minimum and largest maximum over every case: a workload has few cases "
@@ -114,7 +106,7 @@ class OpenVinoInt8Options(OpenVinoOptions):
     )
     int8_overflow_fix: str | None = field(
         default=None,
-        validator=optional(_one_of(*OVERFLOW_FIXES)),
+        validator=optional(one_of(OVERFLOW_FIXES)),
         metadata={
             "help": "NNCF's overflow fix (weights kept to 7 bits so that int8 sums do not "
             "saturate): enable (every layer), first_layer_only (NNCF's default) or disable; "

@@ -72,13 +72,6 @@ _PRECISION_HINTS: Mapping[str, Mapping[Precision, str | None]] = {
     "NPU": {Precision.FP16: None},
 }
 
-#: Modules that compute differently in training mode (a converted graph would not match).
-_TRAINING_SENSITIVE = (
-    torch.nn.modules.dropout._DropoutNd,
-    torch.nn.modules.batchnorm._BatchNorm,
-    torch.nn.modules.instancenorm._InstanceNorm,
-)
-
 _BF16_HINT = (
     "bf16 needs a CPU with AVX512-BF16 or AMX (Intel Cooper Lake, Sapphire Rapids and newer; "
     "AMD Zen 4 and newer); openvino_cpu and openvino_cpu_int8 run on any x86 CPU"
@@ -186,37 +179,14 @@ class OpenVinoProvider(Provider):
                 )
         return ProviderAvailability.ok(sdk_versions=versions, details=details)
 
-    def _options(self, context: ProviderContext) -> OpenVinoOptions:
-        options = context.options
-        if options is None:
-            return self.options_type()
-        if not isinstance(options, self.options_type):
-            raise ProviderBuildError(
-                f"{self.name}: its options must be a {self.options_type.__name__}, got "
-                f"{type(options).__name__}; pass them as OptimizationPolicy(plan_options="
-                f"{{{self.name!r}: {{...}}}})"
-            )
-        return options
-
     # ------------------------------------------------------------------------ build
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         """Convert ``model`` for the prepared cases (every varying dimension dynamic),
         quantize it for int8, compile it, and check it on every case."""
-        options = self._options(context)
-        availability = context.availability or self.probe(context)
-        if not availability.available:
-            raise ProviderBuildError(f"{self.name} is unavailable: {availability.reason}")
-        cases = _cases_with_reference(model, context, self.name)
-        training = [
-            name or "the model"
-            for name, module in model.named_modules()
-            if module.training and isinstance(module, _TRAINING_SENSITIVE)
-        ]
-        if training:
-            raise ProviderBuildError(
-                f"{', '.join(training[:3])} is in training mode (dropout or batch statistics); "
-                "a converted inference model would differ from it. Call model.eval() first"
-            )
+        options: OpenVinoOptions = self.plan_options(context)
+        self.require_available(context)
+        cases = self.cases_with_reference(model, context)
+        self.refuse_training_mode(model)
         layout = analyze_cases(cases)
         if self.device_type == "NPU" and layout.dynamic_dims:
             raise PlanNotApplicable(
@@ -299,7 +269,7 @@ class OpenVinoProvider(Provider):
         cannot describe come from ``context.cases``' reference outputs (a plan cache hit
         has them). Raises :class:`ProviderBuildError` naming what is missing or unreadable.
         """
-        options = self._options(context)
+        options: OpenVinoOptions = self.plan_options(context)
         directory = Path(directory)
         for key, mine in (("device_type", self.device_type), ("precision", self.precision.value)):
             if metadata.get(key) != mine:
@@ -583,25 +553,3 @@ def _batch_splits(layout: InputLayout, cases: tuple[PreparedCase, ...]) -> bool:
         if len(sizes) != 1:
             return False
     return True
-
-
-def _cases_with_reference(
-    model: torch.nn.Module, context: ProviderContext, plan: str
-) -> tuple[PreparedCase, ...]:
-    """The cases to convert for (``context.build_cases()``), each with its eager
-    outputs. A race hands them over with the reference; a direct build with only a
-    workload runs the model once per case here."""
-    cases = context.build_cases()
-    if not cases:
-        raise ProviderBuildError(
-            f"{plan} converts the model for the inputs it will be called with; build needs "
-            "context.cases (a race hands them over) or a workload"
-        )
-    prepared = []
-    for case in cases:
-        if not isinstance(case, PreparedCase):
-            with torch.no_grad():
-                outputs = model(*case.args, **case.kwargs)
-            case = PreparedCase(case.name, case.args, case.kwargs, outputs, case.weight)
-        prepared.append(case)
-    return tuple(prepared)

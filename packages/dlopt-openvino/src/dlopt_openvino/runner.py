@@ -26,20 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dlopt.plugin import WorkloadError, iter_tensors
+from dlopt.plugin import WorkloadError, iter_tensors, numpy_view
 from dlopt_openvino.convert import INPUT_DTYPES, InputLayout
 from dlopt_openvino.outputs import OutputStructure
-
-
-def _array(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of ``tensor`` OpenVINO can read (a copy only where it must be)."""
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()
-    if tensor.requires_grad:
-        tensor = tensor.detach()
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    return tensor.numpy()
 
 
 class Runner:
@@ -120,7 +109,7 @@ class Runner:
                         f"plan was converted for shape {shape}: only the dimensions that "
                         "varied between the raced cases are dynamic"
                     )
-        arrays = [_array(t) for t in flat]
+        arrays = [numpy_view(t) for t in flat]
         requests = self._requests()
         batch = arrays[0].shape[0] if arrays[0].ndim else 0
         if self.split_batch and batch > 1 and all(a.shape[0] == batch for a in arrays):

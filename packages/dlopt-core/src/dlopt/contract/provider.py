@@ -7,7 +7,6 @@ instance per plan variant it offers (TorchAO registers one per quantization sche
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import warnings
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ import attrs
 from attrs import define, field, frozen
 
 from dlopt.contract.priors import OperatorMix, Prior
+from dlopt.errors import ProviderBuildError
 from dlopt.platform.retired import retired_names
 from dlopt.precision import Precision
 from dlopt.settings.target import ExecutionTarget
@@ -91,19 +91,14 @@ class Reload(TextEnum):
         return _declared(cls, provider, "reloads_by", declared)
 
 
-_E = TypeVar("_E", bound=enum.Enum)
+_E = TypeVar("_E", bound=TextEnum)
 
 
 def _declared(kind: type[_E], provider: object, attribute: str, declared: object) -> _E:
     """``declared`` (a member or its value) as a member of ``kind``; a ``TypeError`` that
     names the provider, the attribute and the choices when it is none of them."""
-    try:
-        return kind(getattr(declared, "value", declared))
-    except ValueError:
-        raise TypeError(
-            f"provider {getattr(provider, 'name', provider)!r} declares {attribute} "
-            f"{declared!r}; use one of {', '.join(str(k.value) for k in kind)}"
-        ) from None
+    name = getattr(provider, "name", provider)
+    return kind.coerce(declared, f"provider {name!r} declares {attribute}", error=TypeError)
 
 
 def api_version_problem(declared: object) -> str | None:
@@ -268,13 +263,7 @@ class ProviderContext:
 
 
 def _concurrency(value: str | Concurrency) -> Concurrency:
-    try:
-        return Concurrency(getattr(value, "value", value))
-    except ValueError:
-        raise ValueError(
-            f"ServingTraits.concurrency {value!r}: use one of "
-            f"{', '.join(c.value for c in Concurrency)}"
-        ) from None
+    return Concurrency.coerce(value, "ServingTraits.concurrency")
 
 
 @frozen
@@ -520,6 +509,94 @@ class Provider:
     def plan_dir(self, context: ProviderContext) -> Path:
         """This plan's own directory for artifacts (created)."""
         return context.plan_dir(self.name)
+
+    def plan_options(self, context: ProviderContext) -> Any:
+        """This plan's options: ``context.options``, or an ``options_type()`` of defaults
+        when none were given (a ``build`` or ``load`` called outside a race).
+
+        Options of another type raise :class:`~dlopt.errors.ProviderBuildError` saying how
+        to pass them; a provider without ``options_type`` gets ``context.options`` as is.
+        """
+        options = context.options
+        kind = self.options_type
+        if kind is None:
+            return options
+        if options is None:
+            return kind()
+        if not isinstance(options, kind):
+            raise ProviderBuildError(
+                f"{self.name}: its options must be a {kind.__name__}, got "
+                f"{type(options).__name__}; pass them as OptimizationPolicy(plan_options="
+                f"{{{self.name!r}: {{...}}}})"
+            )
+        return options
+
+    def require_available(self, context: ProviderContext) -> ProviderAvailability:
+        """The probe's answer for this build: the race's (``context.availability``), or a
+        probe now for a ``build`` called outside a race. Raises
+        :class:`~dlopt.errors.ProviderBuildError` with the probe's reason when the plan
+        cannot be built here."""
+        availability = context.availability or self.probe(context)
+        if not availability.available:
+            raise ProviderBuildError(f"{self.name} is unavailable: {availability.reason}")
+        return availability
+
+    def refuse_training_mode(self, model: torch.nn.Module) -> None:
+        """Raise :class:`~dlopt.errors.ProviderBuildError` when a module of ``model`` that
+        computes differently in training mode (dropout, batch or instance normalization)
+        is in it.
+
+        For plans that trace, export or convert the model into a graph of their own: that
+        graph computes as in eval mode, so it would not reproduce the model as it is. A
+        plan that calls the model itself needs no such check.
+        """
+        import torch
+
+        sensitive = (
+            torch.nn.modules.dropout._DropoutNd,
+            torch.nn.modules.batchnorm._BatchNorm,
+            torch.nn.modules.instancenorm._InstanceNorm,
+        )
+        training = [
+            name or "the model"
+            for name, module in model.named_modules()
+            if module.training and isinstance(module, sensitive)
+        ]
+        if training:
+            raise ProviderBuildError(
+                f"{self.name}: {', '.join(training[:3])} is in training mode (dropout or "
+                "batch statistics); the plan computes as in eval mode, so it would differ "
+                "from the model. Call model.eval() first"
+            )
+
+    def cases_with_reference(
+        self, model: torch.nn.Module, context: ProviderContext
+    ) -> tuple[PreparedCase, ...]:
+        """The cases a build traces, exports, compiles or calibrates for
+        (``context.build_cases()``), each with its eager outputs as ``reference``, for a
+        build that takes the output structure and shapes from them.
+
+        A race hands its prepared cases over with their reference; a ``build`` called
+        directly with only a workload runs ``model`` once per case here (under
+        ``torch.no_grad()``). Raises :class:`~dlopt.errors.ProviderBuildError` when the
+        context has neither.
+        """
+        cases = context.build_cases()
+        if not cases:
+            raise ProviderBuildError(
+                f"{self.name} builds the model for the inputs it will be called with; build "
+                "needs context.cases (a race hands them over) or a workload"
+            )
+        import torch
+
+        prepared = []
+        for case in cases:
+            if not isinstance(case, PreparedCase):
+                with torch.no_grad():
+                    outputs = model(*case.args, **case.kwargs)
+                case = PreparedCase(case.name, case.args, case.kwargs, outputs, case.weight)
+            prepared.append(case)
+        return tuple(prepared)
 
 
 #: Names this module had before the glossary gave each concept one word.

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from attrs import frozen
 
-from dlopt.measurement.stats import t_quantile
 from dlopt._version import __version__
+from dlopt.measurement.stats import t_quantile
 from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).

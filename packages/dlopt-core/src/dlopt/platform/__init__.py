@@ -3,6 +3,7 @@
 ``machine`` (CPU facts: ISA flags, bf16 support), ``probing`` (SDK probing helpers:
 installed versions, guarded imports, output capture of what an SDK prints),
 ``tree`` (the walker over nested outputs: tuples, dicts, dataclasses, pytrees),
+``arrays`` (tensors handed to runtimes that read numpy arrays),
 ``serialization`` (strict JSON through cattrs: never NaN), ``fileio`` (atomic, capped,
 permission-aware file writes), ``names`` (plan names that can never become paths) and
 ``config_checks`` (attrs validators for configuration values).

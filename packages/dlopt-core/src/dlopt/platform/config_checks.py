@@ -117,7 +117,8 @@ def text(*, optional: bool = False, error: type[Exception] = ConfigurationError)
 
 
 def one_of(choices: Iterable[str], *, error: type[Exception] = ConfigurationError) -> Validator:
-    """One of the given strings."""
+    """One of the given strings: an attrs validator whose error names the class, the
+    field, the choices and the value given (``dlopt.plugin.one_of`` for plan options)."""
     allowed = tuple(choices)
 
     def check(instance: object, attribute: Any, value: object) -> None:

@@ -22,14 +22,6 @@ OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 ISOLATION_MODES: tuple[str, ...] = ("in_process", "process")
 
 
-def _objective(value: object) -> object:
-    """The :class:`Objective` named by ``value``; anything else is left to the validator."""
-    try:
-        return Objective(value)
-    except ValueError:
-        return value
-
-
 #: The ``"auto"`` time budget: this many seconds, plus :data:`AUTO_BUDGET_PER_CALL`
 #: times the reference's traffic-weighted call time, at most :data:`AUTO_BUDGET_MAX_S`.
 #: The demo (1-2 ms calls) gets about 11 s; a model of 30 ms calls 20 s, of 100 ms 40 s.
@@ -68,14 +60,6 @@ def _check_budget(instance: object, attribute: Any, value: object) -> None:
             f'OptimizationPolicy.time_budget_s must be a number of seconds > 0, "auto" or '
             f"None (no budget), got {value!r}"
         )
-
-
-def _unseen(value: object) -> object:
-    """The :class:`UnseenSignature` named by ``value``; anything else to the validator."""
-    try:
-        return UnseenSignature(value)
-    except ValueError:
-        return value
 
 
 #: How long one provider's probe may take before it is reported unavailable. Cold, the
@@ -220,7 +204,9 @@ class OptimizationPolicy:
     """
 
     objective: Objective = field(
-        default=Objective.STEADY_STATE_LATENCY, converter=_objective, validator=one_of(OBJECTIVES)
+        default=Objective.STEADY_STATE_LATENCY,
+        converter=lambda v: Objective.lookup(v) or v,
+        validator=one_of(OBJECTIVES),
     )
     constraints: DeploymentConstraints = field(
         factory=DeploymentConstraints, validator=instance_of(DeploymentConstraints)
@@ -256,7 +242,7 @@ class OptimizationPolicy:
     exhaustive: bool = field(default=False, validator=boolean())
     on_unseen_signature: UnseenSignature = field(
         default=UnseenSignature.FALLBACK,
-        converter=_unseen,
+        converter=lambda v: UnseenSignature.lookup(v) or v,
         validator=one_of(u.value for u in UnseenSignature),
     )
 

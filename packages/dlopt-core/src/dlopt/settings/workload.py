@@ -104,14 +104,13 @@ def _tensor_shapes(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str,
 
 
 def _grad_mode(value: GradMode | str) -> GradMode:
-    try:
-        return GradMode(getattr(value, "value", value))
-    except ValueError:
-        raise WorkloadError(
-            f"grad_mode {value!r} is not a calling context; use one of "
-            f"{', '.join(m.value for m in GradMode)} (the grad mode your serving code calls "
-            "the model in: inference_mode for `with torch.inference_mode():`)"
-        ) from None
+    return GradMode.coerce(
+        value,
+        "grad_mode",
+        error=WorkloadError,
+        hint=" (the calling context your serving code calls the model in: inference_mode "
+        "for `with torch.inference_mode():`)",
+    )
 
 
 @frozen(eq=False)
