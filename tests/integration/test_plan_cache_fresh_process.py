@@ -25,6 +25,9 @@ from dlopt.testing.fresh_process import printed_result, run_script
 
 pytestmark = pytest.mark.slow
 
+#: TorchAO's static int8 plan (PT2E), offered where the CPU has VNNI or AMX-INT8.
+PT2E = "torchao_pt2e_int8_static"
+
 WORKER = textwrap.dedent(
     """
     import json, os, sys
@@ -33,7 +36,9 @@ WORKER = textwrap.dedent(
     from dlopt.api.bundles import load_bundle
     from dlopt.cache.record_store import PlanCache
     from dlopt.measurement import MeasurementPolicy
+    from dlopt.plugin import Precision
     from dlopt.testing.models import SlowEagerNet
+    from dlopt.validation import validate_outputs
 
     from torch._inductor.cpp_builder import CppBuilder
 
@@ -51,6 +56,17 @@ WORKER = textwrap.dedent(
     torch.manual_seed(1)
     x = torch.randn(2, 3, 8, 8)
     expected = model(x)
+
+
+    def close(decision, out):
+        # Within the plan's limits of eager: an int8 plan's as the race gates it, else 1e-2.
+        if decision.plan.precision is Precision.INT8:
+            return validate_outputs(
+                out, expected, precision=Precision.INT8, case_name="x"
+            ).passed
+        return bool(torch.allclose(out, expected, rtol=1e-2, atol=1e-2))
+
+
     policy = OptimizationPolicy(
         include=(plan,),
         constraints=DeploymentConstraints(min_speedup=0.01),
@@ -72,7 +88,7 @@ WORKER = textwrap.dedent(
             served_as=decision.plan.metadata.get("served_as"),
             saved_program=cache.saved_program,
             revalidation_s=cache.revalidation_time_s,
-            close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
+            close=close(decision, decision(x)),
             problems={
                 c.name: c.error.message if c.error else c.availability_reason
                 for c in decision.report.candidates
@@ -89,15 +105,14 @@ WORKER = textwrap.dedent(
             result["without_model"] = f"{type(exc).__name__}: {exc}"
         try:
             served = load_bundle(bundle, load_compiled_program=True)
-            result["program_without_model"] = bool(
-                torch.allclose(served(x), expected, rtol=1e-2, atol=1e-2)
-            )
+            result["program_without_model"] = close(served, served(x))
+            result["program_served_as"] = served.plan.metadata.get("served_as")
         except Exception as exc:
             result["program_without_model"] = f"{type(exc).__name__}: {exc}"
         decision = load_bundle(bundle, model=model, restore_compile_cache=True)
         result.update(
             selected=decision.selected_plan,
-            close=bool(torch.allclose(decision(x), expected, rtol=1e-2, atol=1e-2)),
+            close=close(decision, decision(x)),
         )
     result["kernels_built"] = kernels_built
     print("RESULT " + json.dumps(result))
@@ -116,7 +131,7 @@ def run_worker(tmp_path: Path, *args: str, inductor_cache: str) -> dict[str, Any
 
 
 def miss_then_hit(tmp_path: Path, plan: str, options: dict[str, Any] | None = None) -> tuple:
-    pytest.importorskip("dlopt_fx" if "inductor" in plan or plan == "fx" else "dlopt")
+    pytest.importorskip("dlopt_fx" if "inductor" in plan or plan in ("fx", PT2E) else "dlopt")
     cache = str(tmp_path / "cache")
     opts = json.dumps(options or {})
     first = run_worker(tmp_path, "select", plan, cache, opts, inductor_cache="inductor-1")
@@ -186,3 +201,25 @@ def test_inductor_winner_hits_with_torchs_compile_caches_restored(tmp_path):
     assert rebuilt <= {"header.i"}, (first["kernels_built"], second["kernels_built"])
     assert "load_bundle(path, model=model)" in loaded["without_model"]
     assert "load_compiled_program" not in loaded["without_model"]  # it holds no program
+
+
+def test_pt2e_static_int8_winner_hits_from_its_aotinductor_package(tmp_path):
+    """The converted int8 graph is saved as an AOTInductor package with the record; the
+    hit loads it (no calibration, no Dynamo, no C++ compile) and revalidates it."""
+    pytest.importorskip("dlopt_torchao")
+    pytest.importorskip("torchao")
+    pytest.importorskip("dlopt_fx")
+    from dlopt.plugin import ProviderContext
+    from dlopt_torchao.pt2e import PT2EStaticInt8Provider
+
+    availability = PT2EStaticInt8Provider().probe(ProviderContext())
+    if not availability.available:
+        pytest.skip(f"{PT2E} is not offered here: {availability.reason}")
+    first, second, loaded = miss_then_hit(tmp_path, PT2E)
+    assert first["saved_program"].startswith("saved in"), first
+    assert first["kernels_built"], "the race compiled nothing: the test proves nothing"
+    assert second["served_as"] == "aotinductor_package", second
+    assert second["kernels_built"] == [], second["kernels_built"]
+    assert loaded["program_without_model"] is True, loaded
+    assert loaded["program_served_as"] == "aotinductor_package", loaded
+    assert "load_compiled_program=True" in loaded["without_model"], loaded

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ import torch
 from torch import nn
 
 from dlopt.plugin import (
+    BuiltPlan,
     ExecutionTarget,
     Precision,
     PreparedCase,
@@ -271,6 +276,128 @@ def test_static_int8_plan_comes_back_from_its_recorded_calibration(
             with torch.inference_mode():
                 out = rebuilt(*case.args)
             assert torch.allclose(out, first, atol=1e-6), (out - first).abs().max()
+
+
+# -- the selected plan saved as a program (an AOTInductor package) ---------------------
+@pytest.fixture(scope="module")
+def packaged(built: Any, tmp_path_factory: Any) -> dict[str, Any]:
+    """The built plan's int8 graph packaged once for the module (an ahead-of-time
+    compile: tens of seconds)."""
+    directory = tmp_path_factory.mktemp("program")
+    metadata = PT2EStaticInt8Provider().save_program(built["plan"], directory, built["context"])
+    assert metadata is not None
+    return {"directory": directory, "metadata": metadata}
+
+
+def _package_sources(path: Path) -> str:
+    """The C++ the package was generated as (its wrapper and kernels), concatenated."""
+    with zipfile.ZipFile(path) as archive:
+        return "".join(
+            archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp")
+        )
+
+
+@pytest.mark.slow
+def test_the_program_is_the_int8_graph_lowered_as_the_compiled_plan_lowers_it(
+    packaged: Any,
+) -> None:
+    from dlopt_torchao.pt2e import _import_quantizer
+
+    metadata = packaged["metadata"]
+    assert json.loads(json.dumps(metadata)) == metadata  # strict JSON, as records hold it
+    expected = {"freezing": True}
+    if _import_quantizer()[2] is not None:
+        expected["pre_grad_custom_pass"] = "QuantLiftUp"
+    assert metadata["inductor_options"] == expected
+    assert metadata["dynamic_dims"] == {"0": [0]}  # the cases' batch sizes differ
+    # Frozen weights, prepacked for oneDNN's int8 convolution and linear kernels: what the
+    # x86 lowering makes of the quantized conv and linear (without freezing it would not).
+    code = _package_sources(packaged["directory"] / metadata["file"])
+    assert "qconv_pointwise" in code and "qlinear_pointwise" in code
+
+
+@pytest.mark.slow
+def test_the_loaded_program_serves_what_the_compiled_plan_served(built: Any, packaged: Any) -> None:
+    from dlopt_fx.compiled import COMPILED_SERVING
+
+    provider = PT2EStaticInt8Provider()
+    plan = provider.load_program(
+        packaged["directory"], packaged["metadata"], ProviderContext(options=PT2EOptions())
+    )
+    assert plan.precision is Precision.INT8 and plan.serving == COMPILED_SERVING
+    assert plan.metadata["served_as"] == "aotinductor_package"
+    cases = built["context"].cases
+    # On inference tensors in inference mode (the compiled plan copies such inputs first:
+    # its compile fails on them; the package compiles nothing), and on ordinary ones.
+    with torch.inference_mode():
+        inference = [tuple(t.clone() for t in case.args) for case in cases]
+        assert all(t.is_inference() for args in inference for t in args)
+        served = [plan(*args) for args in inference]
+    with torch.no_grad():
+        ordinary = [plan(*case.args) for case in cases]
+    for case, out, again, compiled in zip(cases, served, ordinary, built["outputs"]):
+        assert torch.allclose(out, compiled, atol=1e-5), (out - compiled).abs().max()
+        assert torch.equal(out, again)
+        result = validate_outputs(
+            out, case.reference, precision=plan.precision, output_dtype=None, case_name=case.name
+        )
+        assert result.passed, result.reason
+
+
+@pytest.mark.slow
+def test_a_fresh_process_serves_the_program_without_model_torchao_or_compiler(
+    built: Any, packaged: Any, tmp_path: Path
+) -> None:
+    cases = built["context"].cases
+    torch.save(
+        {"inputs": [case.args for case in cases], "expected": built["outputs"]},
+        tmp_path / "cases.pt",
+    )
+    (tmp_path / "metadata.json").write_text(json.dumps(packaged["metadata"]))
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from pathlib import Path
+        import torch
+        from dlopt.plugin import ProviderContext
+        from dlopt_torchao.pt2e import PT2EStaticInt8Provider
+        data = torch.load({str(tmp_path / "cases.pt")!r})
+        metadata = json.loads(Path({str(tmp_path / "metadata.json")!r}).read_text())
+        plan = PT2EStaticInt8Provider().load_program(
+            Path({str(packaged["directory"])!r}), metadata, ProviderContext()
+        )
+        with torch.inference_mode():
+            worst = max(
+                (plan(*args) - want).abs().max().item()
+                for args, want in zip(data["inputs"], data["expected"])
+            )
+        print(json.dumps({{
+            "worst": worst,
+            "imported": [m for m in ("torchao", "torch._dynamo", "torch._inductor")
+                         if m in sys.modules],
+        }}))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["worst"] < 1e-5
+    assert result["imported"] == []
+
+
+def test_a_plan_without_its_source_is_not_packaged_and_says_why(tmp_path: Path) -> None:
+    pytest.importorskip("dlopt_fx")
+    from dlopt_torchao.pt2e import OrdinaryTensorInputs
+
+    closed = BuiltPlan(runner=OrdinaryTensorInputs(object()), precision=Precision.INT8)
+    context = ProviderContext(options=PT2EOptions())
+    with pytest.raises(
+        ProviderBuildError, match="torchao_pt2e_int8_static: the plan was closed, or not built"
+    ):
+        PT2EStaticInt8Provider().save_program(closed, tmp_path, context)
+    off = ProviderContext(options=PT2EOptions(aot_package=False))
+    assert PT2EStaticInt8Provider().save_program(closed, tmp_path, off) is None
 
 
 def test_a_calibration_record_that_does_not_fit_is_refused(tmp_path: Path) -> None:

@@ -101,17 +101,18 @@ class FastPlan(FaultyPlan):
 
 class SavedProgramPlan(FaultyPlan):
     """``fast`` that also saves itself as a program (its weights as JSON) and serves it
-    without the model: what a plan cache record brings back into the host."""
+    without the model: what a plan cache record brings back into the host. It saves what
+    its own runner holds, as the Inductor plans save the module their runner compiled."""
 
     name = "fast_program"
 
     def save_program(self, plan: BuiltPlan, directory: Path, context: Any) -> dict[str, Any]:
-        return {"weight": plan.metadata["weight"], "bias": plan.metadata["bias"]}
+        return dict(plan.runner.weights)
 
     def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
         plan = super().build(model, context)
         linear = model.linear
-        plan.metadata = {"weight": linear.weight.tolist(), "bias": linear.bias.tolist()}
+        plan.runner.weights = {"weight": linear.weight.tolist(), "bias": linear.bias.tolist()}
         return plan
 
     def load_program(self, directory: Path, metadata: dict[str, Any], context: Any) -> BuiltPlan:

@@ -16,6 +16,10 @@ as the compiled plan marks them.
 Loading executes the package's compiled code: the caller decides whether the file may be
 trusted (dlopt loads one only from a hash-checked record in a directory only its user
 can write).
+
+:func:`save_plan_package` and :func:`load_package_plan` are what a provider's
+``save_program`` and ``load_program`` call: the Inductor plans and TorchAO's PT2E static
+int8 plan (whose converted int8 graph is packaged with its own Inductor options) share them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from dlopt.plugin import BuiltPlan, Precision, ProviderBuildError, ProviderContext
 
 #: The package's file name in the program directory.
 PACKAGE_FILE = "plan.pt2"
@@ -166,3 +172,60 @@ class PackageRunner:
             )
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return tree_unflatten(self._loader.boxed_run(tensors), self._out_spec)
+
+
+def save_plan_package(
+    plan: str,
+    runner: Any,
+    cases: Sequence[Any],
+    inductor_options: dict[str, Any],
+    directory: Path,
+) -> dict[str, Any]:
+    """Package a built compiled plan: :func:`save_package` of what its runner was compiled
+    from (``runner.source``: the module and the callable that runs it, set by the provider
+    when it built the plan), with the Inductor options it compiled with.
+
+    Raises :class:`~dlopt.plugin.ProviderBuildError` naming ``plan`` when the runner has no
+    source (closed, or built elsewhere), and :class:`PackageUnsupported` when the cases
+    cannot share one program.
+    """
+    source = getattr(runner, "source", None)
+    if source is None:
+        raise ProviderBuildError(f"{plan}: the plan was closed, or not built here")
+    module, call = source
+    return save_package(module, call, cases, inductor_options, directory)
+
+
+def load_package_plan(
+    directory: Path,
+    metadata: dict[str, Any],
+    context: ProviderContext,
+    *,
+    plan: str,
+    precision: Precision,
+    output_dtype: torch.dtype | None = None,
+) -> BuiltPlan:
+    """Plan ``plan`` served from the package :func:`save_plan_package` wrote in
+    ``directory`` (``metadata``: what it returned), on ``context``'s target: no model, no
+    Dynamo, no compile.
+
+    Served as the compiled plan it was saved from is (:data:`COMPILED_SERVING`): one thread
+    at a time, in the grad mode it was judged in, at the cases' input signatures. The
+    package's C++ runtime takes inference tensors and ordinary ones alike.
+    """
+    from dlopt_fx.compiled import COMPILED_SERVING
+
+    device = torch.device(context.target.device)
+    index = -1 if device.type == "cpu" else (device.index or 0)
+    runner = PackageRunner(directory / str(metadata["file"]), metadata, index)
+    return BuiltPlan(
+        runner=runner,
+        precision=precision,
+        output_dtype=output_dtype,
+        metadata={
+            "plan": plan,
+            "served_as": "aotinductor_package",
+            "package": {k: v for k, v in metadata.items() if k != "constants"},
+        },
+        serving=COMPILED_SERVING,
+    )

@@ -369,34 +369,27 @@ class InductorProvider(Provider):
         options: InductorOptions = context.options or InductorOptions()
         if not options.aot_package:
             return None
-        source = getattr(plan.runner, "source", None)
-        if source is None:
-            raise ProviderBuildError(f"{self.name}: the plan was closed, or not built here")
-        from dlopt_fx.package import save_package
+        from dlopt_fx.package import save_plan_package
 
-        module, call = source
         inductor_options = self.options_for(context.target.device_type, options)
-        return save_package(module, call, context.build_cases(), inductor_options, directory)
+        return save_plan_package(
+            self.name, plan.runner, context.build_cases(), inductor_options, directory
+        )
 
     def load_program(
         self, directory: Path, metadata: dict[str, Any], context: ProviderContext
     ) -> BuiltPlan:
         """The plan served from the package :meth:`save_program` wrote: no model, no
         compile."""
-        from dlopt_fx.package import PackageRunner
+        from dlopt_fx.package import load_package_plan
 
-        device = torch.device(context.target.device)
-        index = -1 if device.type == "cpu" else (device.index or 0)
-        runner = PackageRunner(directory / str(metadata["file"]), metadata, index)
-        return BuiltPlan(
-            runner=runner,
+        return load_package_plan(
+            directory,
+            metadata,
+            context,
+            plan=self.name,
             precision=self.precision,
             output_dtype=self.autocast_dtype,
-            metadata={
-                "plan": self.name,
-                "served_as": "aotinductor_package",
-                "package": {k: v for k, v in metadata.items() if k != "constants"},
-            },
         )
 
     def _check_reduced_precision(

@@ -87,6 +87,16 @@ class PT2EOptions:
         },
     )
 
+    aot_package: bool = field(
+        default=True,
+        metadata={
+            "help": "when this plan is selected with the plan cache on, also save its "
+            "converted int8 graph as an AOTInductor package (torch.export, compiled ahead "
+            "of time with the plan's Inductor options: about as long as the plan's own "
+            "compile), so a cache hit loads it instead of compiling again; False skips it"
+        },
+    )
+
     def __attrs_post_init__(self) -> None:
         if (
             not isinstance(self.calibration_passes, int)
@@ -150,6 +160,16 @@ def _import_quantizer() -> tuple[Any, Any, Any]:
         )
     passes, _ = try_import("torchao.quantization.pt2e.inductor_passes.x86")
     return quantize_pt2e, x86, getattr(passes, "quant_lift_up", None)
+
+
+def _inductor_options(lift_up: Any) -> dict[str, Any]:
+    """The Inductor options the converted int8 graph compiles with, compiled plan and
+    package alike: freezing (oneDNN's int8 weight prepacking and the x86 lowering patterns
+    run on frozen weights) and torchao's pre-grad pass where this torchao has it."""
+    options: dict[str, Any] = {"freezing": True}
+    if lift_up is not None:
+        options["pre_grad_custom_pass"] = lift_up
+    return options
 
 
 def _dynamic_shapes(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -357,12 +377,11 @@ class PT2EStaticInt8Provider(Provider):
             )
         from dlopt_fx.compiled import COMPILED_SERVING, compile_lazily
 
-        compile_options: dict[str, Any] = {"freezing": True}
-        if lift_up is not None:
-            compile_options["pre_grad_custom_pass"] = lift_up
         runner, compile_metadata = compile_lazily(
-            converted, tag=self.name, options=compile_options, cases=cases
+            converted, tag=self.name, options=_inductor_options(lift_up), cases=cases
         )
+        # What save_program packages: the converted graph, which is also what it calls.
+        runner.source = (converted, converted)
         coverage = layer_coverage(layers, [])
         metadata: dict[str, Any] = {
             "plan": self.name,
@@ -391,6 +410,40 @@ class PT2EStaticInt8Provider(Provider):
             serving=COMPILED_SERVING,
         )
 
+    def save_program(
+        self, plan: BuiltPlan, directory: Path, context: ProviderContext
+    ) -> dict[str, Any] | None:
+        """Save ``plan``'s converted int8 graph as an AOTInductor package in ``directory``
+        (:func:`dlopt_fx.package.save_plan_package`, with the compiled plan's Inductor
+        options: freezing, so oneDNN's int8 kernels and weight prepacking are lowered as
+        the compiled plan lowers them, and torchao's pre-grad pass); its metadata, or
+        ``None`` when the options say not to. Raises with the reason when the plan cannot
+        be packaged."""
+        options: PT2EOptions = context.options or PT2EOptions()
+        if not options.aot_package:
+            return None
+        from dlopt_fx.package import save_plan_package
+
+        # Registers torchao's x86 lowering patterns in this process (a plan built here has).
+        _, _, lift_up = _import_quantizer()
+        return save_plan_package(
+            self.name, plan.runner, context.build_cases(), _inductor_options(lift_up), directory
+        )
+
+    def load_program(
+        self, directory: Path, metadata: dict[str, Any], context: ProviderContext
+    ) -> BuiltPlan:
+        """The plan served from the package :meth:`save_program` wrote: no model, no
+        calibration, no compile, and no torchao import (the package calls oneDNN's int8
+        kernels through torch's C++ runtime). It serves as the compiled plan does
+        (``COMPILED_SERVING``); inference-tensor inputs need no copy, since nothing
+        compiles at serving time."""
+        from dlopt_fx.package import load_package_plan
+
+        return load_package_plan(
+            directory, metadata, context, plan=self.name, precision=self.precision
+        )
+
 
 class OrdinaryTensorInputs:
     """Calls the compiled int8 graph with ordinary tensors only.
@@ -406,6 +459,12 @@ class OrdinaryTensorInputs:
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
+
+    @property
+    def source(self) -> Any:
+        """What the compiled graph was compiled from (``None`` once closed): what
+        :meth:`PT2EStaticInt8Provider.save_program` packages."""
+        return getattr(self.compiled, "source", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(t.is_inference() for t in iter_tensors((args, kwargs))):

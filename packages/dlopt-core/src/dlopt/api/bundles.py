@@ -63,7 +63,7 @@ def load_bundle(
     compile caches saved in the bundle (hash-checked; torch unpickles them, so only for a
     bundle you trust). ``load_compiled_program=True`` serves the plan from the compiled
     program saved with it, where there is one (a plan cache record's bundle holds an
-    AOTInductor package of an Inductor winner): no model and no compile are needed; the
+    AOTInductor package of an Inductor or PT2E static int8 winner): no model and no compile are needed; the
     program's compiled code runs in this process, so again only for a bundle you trust.
     ``artifact_dir``: scratch space the provider may write to (engine
     caches; default: a new temporary directory), never the bundle itself.

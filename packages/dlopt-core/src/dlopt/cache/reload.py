@@ -18,8 +18,8 @@ matches the manifest, and only from a directory that nobody but this user can wr
 else is rebuilt from scratch (compiled again).
 
 A provider may also save the selected plan as a program that serves without the model
-and without compiling (``save_program``; the Inductor plans write an AOTInductor
-package): the record keeps it under ``dlopt.bundle.store.PROGRAM_ARTIFACT`` with the
+and without compiling (``save_program``; the Inductor plans and the PT2E static int8
+plan write an AOTInductor package): the record keeps it under ``dlopt.bundle.store.PROGRAM_ARTIFACT`` with the
 metadata the provider returned, and a hit loads it (``load_program``) under the same
 checks as the kernels, falling back to the rebuild above when it cannot.
 """

@@ -111,7 +111,12 @@ class Watched:
 
 
 class WatchedProvider:
-    """A provider whose probe, build and every call are announced before they run."""
+    """A provider whose probe, build and every call are announced before they run.
+
+    Its ``save_program`` (where the provider has one) is given the plan as the provider
+    built it, its own runner in place of the announcing one: a provider saves a program
+    from what its runner holds (the Inductor plans, the module they compiled).
+    """
 
     def __init__(self, inner: ProviderProtocol, watched: Watched) -> None:
         self._inner = inner
@@ -121,7 +126,10 @@ class WatchedProvider:
         self.__wrapped__ = inner
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        attribute = getattr(self._inner, name)
+        if name == "save_program" and callable(attribute):
+            return _saving_as_built(attribute)
+        return attribute
 
     @property
     def name(self) -> str:
@@ -157,6 +165,16 @@ class WatchedProvider:
         return plan
 
 
+def _saving_as_built(save_program: Any) -> Any:
+    """``save_program`` called with the plan's runner as its provider built it."""
+
+    def save(plan: BuiltPlan, directory: Path, context: Any) -> Any:
+        own = getattr(plan.runner, "__wrapped__", plan.runner)
+        return save_program(attrs.evolve(plan, runner=own), directory, context)
+
+    return save
+
+
 def _watched_runner(plan_name: str, runner: Any, watched: Watched) -> Any:
     heartbeat = watched.heartbeat
 
@@ -173,6 +191,7 @@ def _watched_runner(plan_name: str, runner: Any, watched: Watched) -> Any:
             if elapsed < watched.fastest_call.get(plan_name, float("inf")):
                 watched.fastest_call[plan_name] = elapsed
 
+    call.__wrapped__ = runner  # type: ignore[attr-defined]
     return call
 
 
