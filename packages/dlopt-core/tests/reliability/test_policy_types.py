@@ -279,7 +279,9 @@ def test_a_bare_string_where_a_list_of_plan_names_goes_is_refused_not_split(fiel
     assert '["eager_fp32"]' in message
     with pytest.raises(ConfigurationError, match=r"quality\.user_metrics: expected a list"):
         from_jsonable({"quality": {"user_metrics": "top1"}}, OptimizationPolicy)
-    with pytest.raises(ConfigurationError, match=r"include\[1\]: expected a name \(text\), got int 3"):
+    with pytest.raises(
+        ConfigurationError, match=r"include\[1\]: expected a name \(text\), got int 3"
+    ):
         from_jsonable({"include": ["eager_fp32", 3]}, OptimizationPolicy)
     # The list itself, and null for "every plan", are what a document takes.
     assert getattr(from_jsonable({field: ["eager_fp32"]}, OptimizationPolicy), field) == (

@@ -14,6 +14,7 @@ outside (plugin metadata, probe details): whatever it returns can be dumped stri
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -234,64 +235,108 @@ def _field_types(cls: type) -> dict[str, Any]:
     (strings otherwise: postponed annotations of names imported for type checking)."""
     entry = _DOCUMENT_TYPES.get(cls.__name__)
     local = entry[1]() if entry is not None and entry[0] is cls and entry[1] else None
-    try:
+    # A name only a type checker sees leaves the strings, which are read as such.
+    with contextlib.suppress(Exception):
         attrs.resolve_types(cls, localns=local)
-    except Exception:  # a name only a type checker sees: keep the strings
-        pass
     return {a.name: a.type for a in attrs.fields(cls)}
 
 
-def _document_problems(data: Any, cls: type, path: str) -> list[str]:
-    """What in ``data`` cannot be the registered document ``cls``: not a mapping (a JSON
-    object, a TOML table), a key the class does not know, or a bare string (or a number)
-    where the class takes a list of names."""
+def check_document(data: Any, cls: type) -> tuple[list[str], Any]:
+    """Every problem of shape in ``data`` as the registered document ``cls`` (see
+    :func:`from_jsonable`), by path, and ``data`` with each problem taken out (unknown
+    keys dropped, a bare string or a non-list where a list goes emptied, a nested document
+    that is not a mapping emptied), so that structuring what is left finds the other
+    problems (wrong types, values out of range) in the same pass."""
+    return _document_problems(data, cls, "")
+
+
+def _document_problems(data: Any, cls: type, path: str) -> tuple[list[str], Any]:
     label = path or f"{cls.__name__} document"
     if not isinstance(data, Mapping):
         return [
             f"{label}: expected a mapping of {cls.__name__}'s fields (a JSON object or TOML "
             f"table), got {_shown(data)}"
-        ]
+        ], {}
     if _document_type(cls.__name__) is not cls:
-        return []
+        return [], data
     fields = _field_types(cls)
-    problems = []
+    problems: list[str] = []
+    cleaned: dict[Any, Any] = {}
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
-        annotation = fields.get(key) if isinstance(key, str) else None
-        if annotation is None and not (isinstance(key, str) and key in fields):
+        if not (isinstance(key, str) and key in fields):
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(f"{where}: unknown key{hint}; {cls.__name__} takes {', '.join(fields)}")
             continue
-        if value is None and _is_optional(annotation):
-            continue
-        nested = _document_type(annotation)
-        if nested is not None:
-            problems.extend(_document_problems(value, nested, where))
-            continue
-        is_list, item = _list_of(annotation)
-        if is_list:
-            problems.extend(_list_problems(value, item, where))
-    return problems
+        found, cleaned[key] = _value_problems(value, fields[key], where)
+        problems.extend(found)
+    return problems, cleaned
 
 
-def _list_problems(value: Any, item: Any, where: str) -> list[str]:
+def _value_problems(value: Any, annotation: Any, where: str) -> tuple[list[str], Any]:
+    """The problems of one field's value (a nested document, a list, a table of
+    documents) and the value with them taken out."""
+    if value is None and _is_optional(annotation):
+        return [], value
+    nested = _document_type(annotation)
+    if nested is not None:
+        return _document_problems(value, nested, where)
+    is_list, item = _list_of(annotation)
+    if is_list:
+        return _list_problems(value, item, where)
+    table_of = _table_of(annotation)
+    if table_of is not None and isinstance(value, Mapping):
+        problems: list[str] = []
+        cleaned = {}
+        for key, entry in value.items():
+            found, cleaned[key] = _document_problems(entry, table_of, f"{where}.{key}")
+            problems.extend(found)
+        return problems, cleaned
+    return [], value
+
+
+def _table_of(annotation: Any) -> type | None:
+    """The registered document class of a ``dict[str, Document]`` annotation's values."""
+    annotation = _without_none(annotation)
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        if text.startswith("dict[str,") and text.endswith("]"):
+            return _document_type(text.removeprefix("dict[str,").removesuffix("]"))
+        return None
+    if typing.get_origin(annotation) not in (dict, Mapping):
+        return None
+    args = typing.get_args(annotation)
+    return _document_type(args[1]) if len(args) == 2 else None
+
+
+def _list_problems(value: Any, item: Any, where: str) -> tuple[list[str], Any]:
     """A list is a JSON array (TOML array): never a bare string, whose letters would
-    become the items; for a list of names, every item is text."""
+    become the items; for a list of names, every item is text; a list of documents is
+    checked item by item."""
     if isinstance(value, (str, bytes)):
         return [
             f"{where}: expected a list, got the string {value!r}; write it as a list, e.g. "
             f"[{value!r}]".replace("'", '"')
-        ]
+        ], []
     if isinstance(value, Mapping) or not isinstance(value, (list, tuple)):
-        return [f"{where}: expected a list, got {_shown(value)}"]
+        return [f"{where}: expected a list, got {_shown(value)}"], []
     if item is str:
         return [
             f"{where}[{index}]: expected a name (text), got {_shown(entry)}"
             for index, entry in enumerate(value)
             if not isinstance(entry, str)
-        ]
-    return []
+        ], value
+    document = _document_type(item)
+    if document is None:
+        return [], value
+    problems: list[str] = []
+    cleaned = []
+    for index, entry in enumerate(value):
+        found, kept = _document_problems(entry, document, f"{where}[{index}]")
+        problems.extend(found)
+        cleaned.append(kept)
+    return problems, cleaned
 
 
 def _shown(value: Any) -> str:
@@ -316,8 +361,8 @@ def from_jsonable(data: Any, cls: type[T]) -> T:
     would otherwise become the list of its letters).
     """
     if attrs.has(cls) and not isinstance(data, Mapping):
-        raise JsonTypeError(_document_problems(data, cls, "")[0])
-    problems = _document_problems(data, cls, "") if cls in _registered_documents() else []
+        raise JsonTypeError(_document_problems(data, cls, "")[0][0])
+    problems = check_document(data, cls)[0] if cls in _registered_documents() else []
     if problems:
         raise ConfigurationError(
             f"{cls.__name__} document: {'; '.join(problems)}. Correct or remove each"
