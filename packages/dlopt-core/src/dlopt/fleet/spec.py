@@ -369,7 +369,7 @@ def _parse(data: Any) -> tuple[FleetSpec | None, list[str], list[_JobModel]]:
     structure_problems: list[str] = []
     kinds = _parse_kinds(cleaned.get("kinds", {}), structure_problems)
     declared = list(cleaned["kinds"]) if isinstance(cleaned.get("kinds"), Mapping) else []
-    raw_jobs = data.get("jobs") if isinstance(data.get("jobs"), list) else []
+    raw_jobs: list[Any] = data["jobs"] if isinstance(data.get("jobs"), list) else []
     if "jobs" in data and isinstance(data["jobs"], list) and not raw_jobs:
         problems.append("jobs: the spec has no [[jobs]]")
     jobs: list[FleetJob] = []
