@@ -108,6 +108,77 @@ def test_artifacts_that_cannot_be_a_directory_are_refused_before_the_race(
     assert ("is not a directory" in err) or ("exists and is not a directory" in err)
 
 
+# -- the plan cache directory --------------------------------------------------------------
+def _cache_dir(tmp_path: Path, kind: str) -> str:
+    (tmp_path / "f").write_text("mine")
+    return {
+        "file": str(tmp_path / "f"),
+        "under-a-file": str(tmp_path / "f" / "cache"),
+        "proc": "/proc/dlopt-cache",
+        "empty": "",
+    }[kind]
+
+
+CACHE_DIR_PROBLEMS = {
+    "file": "is a regular file, not a directory",
+    "under-a-file": "is not a directory, so",
+    "proc": "cannot write plan cache records: /proc is not writable",
+    "empty": "is empty: give the plan cache directory",
+}
+
+
+@pytest.mark.parametrize("kind", list(CACHE_DIR_PROBLEMS))
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_cache_dir_that_cannot_hold_records_is_refused_before_the_race(
+    tmp_path, capsys, no_work, monkeypatch, kind, where
+):
+    cache_dir = _cache_dir(tmp_path, kind)
+    if where == "environment":
+        if kind == "empty":
+            pytest.skip("an empty DLOPT_CACHE_DIR means no cache, as an unset one does")
+        monkeypatch.setenv("DLOPT_CACHE_DIR", cache_dir)
+        extra = []
+        named = f"$DLOPT_CACHE_DIR {cache_dir}"
+    else:
+        monkeypatch.delenv("DLOPT_CACHE_DIR", raising=False)
+        extra = ["--cache-dir", cache_dir]
+        named = "--cache-dir" if kind == "empty" else f"--cache-dir {cache_dir}"
+    err = refused(["select", MODEL, "--case", "b=1x16", *extra], capsys, tmp_path)
+    assert named in err and CACHE_DIR_PROBLEMS[kind] in err, err
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any directory")
+def test_a_cache_dir_that_cannot_be_written_is_refused_before_the_race(tmp_path, capsys, no_work):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        err = refused(
+            ["select", MODEL, "--case", "b=1x16", "--cache-dir", str(locked)], capsys, tmp_path
+        )
+    finally:
+        locked.chmod(0o700)
+    assert f"--cache-dir {locked}" in err and "is not writable" in err
+
+
+@pytest.mark.parametrize(
+    "action", [["list"], ["show", "abcdef"], ["prune", "--older-than", "1d"], ["clear"]]
+)
+def test_dlopt_cache_names_a_cache_dir_that_is_a_file(tmp_path, capsys, action):
+    (tmp_path / "f").write_text("mine")
+    assert main(["cache", *action, "--cache-dir", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert f"--cache-dir {tmp_path / 'f'} is a regular file, not a directory" in err
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def test_dlopt_cache_list_says_when_the_cache_does_not_exist_yet(tmp_path, capsys):
+    assert main(["cache", "list", "--cache-dir", str(tmp_path / "none")]) == 0
+    assert f"{tmp_path / 'none'} does not exist yet" in capsys.readouterr().out
+    assert not (tmp_path / "none").exists()
+
+
 # -- files that are not regular files ---------------------------------------------------
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_a_fifo_is_refused_without_blocking_everywhere_dlopt_reads(tmp_path, capsys, no_work):
@@ -263,7 +334,8 @@ def test_a_report_whose_directory_vanished_goes_to_a_stated_fallback(tmp_path, c
         decision.close()
     err = capsys.readouterr().err
     assert code == 1
-    assert f"cannot write the report to {gone / 'r.json'}" in err
+    assert f"cannot write the report to {gone / 'r.json'}: {gone} is no longer a directory" in err
+    assert "a file took its place during the race" in err and "File exists" not in err
     fallback = Path(err.rpartition("saved to ")[2].split(" instead")[0])
     assert fallback.parent == tmp_path and fallback.name.endswith("r.json")
     assert '"selected_plan": "eager_fp32"' in fallback.read_text()

@@ -4,6 +4,8 @@ a serving process finds (fake-clock selections: instant)."""
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 
 import attrs
@@ -107,3 +109,58 @@ def test_attempts_are_counted_per_run(tmp_path):
     assert store.begin_attempt("s", "j", "k", "run-2") == 1  # a new run counts afresh
     store.write_text("fleet/s/j/k/attempt.json", "{damaged")
     assert store.begin_attempt("s", "j", "k", "run-2") == 1
+
+
+def test_an_attempt_records_where_it_started(tmp_path):
+    store = ResultStore.open(str(tmp_path))
+    store.begin_attempt("s", "j", "k", "run1", node_id="n" * 56, host="h1", started_at=5.0)
+    where = store.last_attempt("s", "j", "k", "run1")
+    assert (where["node_id"], where["host"], where["started_at"]) == ("n" * 56, "h1", 5.0)
+    assert store.last_attempt("s", "j", "k", "another run") == {}
+
+
+def test_a_stored_file_that_is_a_fifo_is_an_error_not_a_wait(tmp_path):
+    store = ResultStore.open(str(tmp_path))
+    folder = tmp_path / store.result_dir("s", "j", "k")
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "result.json")
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            store.read_result("s", "j", "k")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # the old behaviour: let the blocked open go, then fail
+        with open(os.open(folder / "result.json", os.O_WRONLY), "wb"):
+            pass
+        pytest.fail("reading a result that is a FIFO blocked")
+    assert isinstance(outcome[0], ConfigurationError)
+    assert f"cannot read {folder / 'result.json'} from the fleet's store" in str(outcome[0])
+    assert "it is a FIFO (named pipe), not a regular file" in str(outcome[0])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_text("mine"), "exists and is not a directory"),
+        (lambda p: None, None),
+    ],
+)
+def test_a_store_is_checked_before_any_race(tmp_path, make, message):
+    from dlopt.fleet.result_store import store_problems
+
+    root = tmp_path / "store"
+    make(root)
+    problems = store_problems(str(root), writable=True)
+    if message is None:
+        assert problems == [] and not root.exists()  # checked, not created
+    else:
+        assert len(problems) == 1 and message in problems[0]
+    assert "cannot write" in store_problems("/proc/dlopt-store", writable=True)[0]
+    assert store_problems("/proc/dlopt-store", writable=False) == []

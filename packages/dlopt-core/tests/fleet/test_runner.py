@@ -140,7 +140,7 @@ class FakeRay:
         return [{"Alive": True, "Resources": {RACE_RESOURCE: 1.0, "sim_a": 1.0}, "Labels": {}}]
 
 
-def fake_fleet(monkeypatch, tmp_path, fake):
+def fake_fleet(monkeypatch, tmp_path, fake, **run_options):
     import dlopt.fleet.runner as runner
     from dlopt.fleet.spec import resolve_jobs
 
@@ -159,10 +159,14 @@ def fake_fleet(monkeypatch, tmp_path, fake):
             ],
         }
     )
-    monkeypatch.setattr(runner, "connect", lambda address, spec: fake)
+    monkeypatch.setattr(runner, "connect", lambda address, spec, timeout_s: fake)
     lines: list[str] = []
     outcome = runner.run_fleet(
-        spec, resolve_jobs(spec, allow_imports=False), address="auto", echo=lines.append
+        spec,
+        resolve_jobs(spec, allow_imports=False),
+        address="auto",
+        echo=lines.append,
+        **run_options,
     )
     return outcome, lines
 
@@ -213,3 +217,64 @@ def test_without_ray_the_fleet_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # ``import ray`` raises ImportError
     with pytest.raises(ConfigurationError, match=r"pip install 'dlopt-core\[fleet\]'"):
         import_ray()
+
+
+class NodeLossRay(FakeRay):
+    """A cluster whose one ``sim_a`` node dies after the first look at the nodes: the
+    races of kind ``a`` that have not finished then wait, as Ray's retry does, for a node
+    that never comes; kind ``b``'s node stays and its races finish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks = 0
+
+    def wait(self, refs, num_returns, timeout):
+        kinds = {ref: self.submitted[ref][1]["kind"] for ref in refs}
+        done = [ref for ref in refs if kinds[ref] != "a"]
+        return done[:1], []
+
+    def nodes(self):
+        self.looks += 1
+        node_a = {
+            "NodeID": "aaaa1111" + "0" * 48,
+            "Alive": self.looks == 1,
+            "Resources": {RACE_RESOURCE: 1.0, "sim_a": 1.0},
+            "Labels": {},
+        }
+        node_b = {
+            "NodeID": "bbbb2222" + "0" * 48,
+            "Alive": True,
+            "Resources": {RACE_RESOURCE: 1.0, "sim_g": 1.0, "GPU": 1.0},
+            "Labels": {"pool": "b"},
+        }
+        return [node_a, node_b]
+
+
+def test_the_races_of_a_kind_whose_last_node_left_are_reported_lost(monkeypatch, tmp_path):
+    from dlopt.fleet.result_store import ResultStore
+
+    fake = NodeLossRay()
+    outcome, lines = fake_fleet(monkeypatch, tmp_path, fake, lost_node_wait_s=0.0)
+    results = {(r.job, r.kind): r for r in outcome.results}
+    assert set(results) == {("one", "a"), ("one", "b"), ("two", "a"), ("two", "g")}
+    lost = [results[("one", "a")], results[("two", "a")]]
+    assert [r.status for r in lost] == ["lost", "lost"]
+    assert all("the last node of kind a (node aaaa1111) left the cluster" in r.error for r in lost)
+    assert results[("one", "b")].status == "done" and results[("two", "g")].status == "done"
+    # Their tasks are cancelled, the rest finished; the run counts them as failures.
+    assert sorted(fake.cancelled) == [0, 2]
+    assert len(outcome.failed) == 2 and not outcome.cancelled
+    assert any(line.endswith("one@a: " + lost[0].error) for line in lines)
+    # Stored like every result, for status and report.
+    stored = ResultStore.open(str(tmp_path / "store")).read_result("s", "one", "a")
+    assert stored is not None and stored.status == "lost"
+
+
+def test_a_kind_that_never_had_a_node_keeps_waiting(monkeypatch, tmp_path):
+    # Kind a's node is never alive: its races wait for one to join (Ctrl-C or --timeout
+    # end the wait), they are not "lost".
+    fake = NodeLossRay()
+    fake.looks = 1
+    outcome, _ = fake_fleet(monkeypatch, tmp_path, fake, lost_node_wait_s=0.0, timeout_s=1.5)
+    assert {(r.job, r.kind) for r in outcome.results} == {("one", "b"), ("two", "g")}
+    assert sorted(outcome.cancelled) == [("one", "a"), ("two", "a")]

@@ -266,3 +266,59 @@ def test_probe_timeout_beyond_a_day_is_refused():
     with pytest.raises(ConfigurationError, match="probe_timeout_s"):
         OptimizationPolicy(probe_timeout_s=1e10)
     assert OptimizationPolicy(probe_timeout_s=86400).probe_timeout_s == 86400
+
+
+# -- documents of the wrong shape ----------------------------------------------------------
+@pytest.mark.parametrize("field", ["include", "exclude"])
+def test_a_bare_string_where_a_list_of_plan_names_goes_is_refused_not_split(field):
+    # A string is iterable: read as a list it became the list of its letters.
+    with pytest.raises(ConfigurationError) as caught:
+        from_jsonable({field: "eager_fp32"}, OptimizationPolicy)
+    message = str(caught.value)
+    assert f'{field}: expected a list, got the string "eager_fp32"' in message
+    assert '["eager_fp32"]' in message
+    with pytest.raises(ConfigurationError, match=r"quality\.user_metrics: expected a list"):
+        from_jsonable({"quality": {"user_metrics": "top1"}}, OptimizationPolicy)
+    with pytest.raises(
+        ConfigurationError, match=r"include\[1\]: expected a name \(text\), got int 3"
+    ):
+        from_jsonable({"include": ["eager_fp32", 3]}, OptimizationPolicy)
+    # The list itself, and null for "every plan", are what a document takes.
+    assert getattr(from_jsonable({field: ["eager_fp32"]}, OptimizationPolicy), field) == (
+        "eager_fp32",
+    )
+    assert from_jsonable({"include": None}, OptimizationPolicy).include is None
+
+
+@pytest.mark.parametrize("cls", POLICY_TYPES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("document", [[], None, "steady_state_latency", 3, ["a"]])
+def test_every_policy_type_refuses_a_document_that_is_not_a_mapping(cls, document):
+    with pytest.raises(ConfigurationError) as caught:
+        from_jsonable(document, cls)
+    assert str(caught.value).startswith(
+        f"{cls.__name__} document: expected a mapping of {cls.__name__}'s fields"
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "where", "nested"),
+    [
+        ({"measurement": []}, "measurement", "MeasurementPolicy"),
+        ({"constraints": None}, "constraints", "DeploymentConstraints"),
+        ({"quality": {"limits": "tight"}}, "quality.limits", "LimitOverride"),
+    ],
+)
+def test_a_nested_policy_that_is_not_a_mapping_is_refused_at_its_path(document, where, nested):
+    with pytest.raises(ConfigurationError, match=f"{where}: expected a mapping of {nested}'s"):
+        from_jsonable(document, OptimizationPolicy)
+
+
+def test_every_problem_of_a_policy_document_is_named_at_once():
+    with pytest.raises(ConfigurationError) as caught:
+        from_jsonable(
+            {"include": "eager_fp32", "measurement": 3, "objectve": "x"}, OptimizationPolicy
+        )
+    message = str(caught.value)
+    assert "include: expected a list" in message
+    assert "measurement: expected a mapping" in message
+    assert "objectve: unknown key (did you mean 'objective'?)" in message

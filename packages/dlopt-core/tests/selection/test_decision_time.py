@@ -39,9 +39,7 @@ def select(race: FakeRace, *providers, **policy):
 
 def test_when_the_budget_ends_the_best_plan_confirmed_so_far_serves():
     race = FakeRace()
-    fast = race.fake(
-        "fast", 1e-3, setup_time_s=2.0, declared_prior=prior(2.5, 1.5, 4.0, 2.0)
-    )
+    fast = race.fake("fast", 1e-3, setup_time_s=2.0, declared_prior=prior(2.5, 1.5, 4.0, 2.0))
     slow_build = race.fake(
         "slow_build", 0.5e-3, setup_time_s=40.0, declared_prior=prior(2.0, 1.2, 8.0, 40.0)
     )

@@ -33,14 +33,71 @@ def add_cache_argument(parser: argparse.ArgumentParser) -> None:
 
 def cache_dir_of(args: argparse.Namespace, *, required: bool) -> str | None:
     """``--cache-dir``, else ``$DLOPT_CACHE_DIR``; a usage error when required and unset."""
-    from dlopt.cache.record_store import CACHE_DIR_ENV, default_cache_dir
+    named = cache_dir_option(args)
+    if named is None and required:
+        from dlopt.cache.record_store import CACHE_DIR_ENV
 
-    chosen = args.cache_dir or default_cache_dir()
-    if chosen is None and required:
         raise ConfigurationError(
             f"no plan cache named: pass --cache-dir DIR or set {CACHE_DIR_ENV}"
         )
-    return chosen
+    return None if named is None else named[1]
+
+
+def cache_dir_option(args: argparse.Namespace) -> tuple[str, str] | None:
+    """Where the plan cache was named, and the directory: ``("--cache-dir", DIR)``, else
+    ``("$DLOPT_CACHE_DIR", DIR)``, else ``None``. ``--cache-dir ""`` is returned as given
+    (and refused by the checks), never taken as "use the environment"."""
+    from dlopt.cache.record_store import CACHE_DIR_ENV, default_cache_dir
+
+    if args.cache_dir is not None:
+        return "--cache-dir", args.cache_dir
+    chosen = default_cache_dir()
+    return None if chosen is None else (f"${CACHE_DIR_ENV}", chosen)
+
+
+def check_cache_dir(args: argparse.Namespace, *, writable: bool) -> None:
+    """Refuse a plan cache directory that cannot serve, before any work: empty, a regular
+    file (or a FIFO, a device), unreadable, or (``writable``: a race stores its record
+    there) one that cannot be created or written, such as a path under ``/proc``. The
+    message names where it was set (``--cache-dir`` or ``$DLOPT_CACHE_DIR``)."""
+    import os
+    import stat
+
+    from dlopt.cli.preflight import check_output_dir
+    from dlopt.platform.fileio import file_kind
+
+    named = cache_dir_option(args)
+    if named is None:
+        return
+    option, directory = named
+    if not directory:
+        raise ConfigurationError(f"{option} is empty: give the plan cache directory")
+    try:
+        mode = os.stat(directory).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:  # a file on the way: named by the output check
+        check_output_dir(option, directory, what="plan cache records")
+        raise ConfigurationError(
+            f"{option} {directory}: a file lies on its path; give a directory for the plan cache"
+        ) from None
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{option} {directory}: {exc.strerror or exc}; give a directory for the plan cache"
+        ) from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        kind = "a regular file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise ConfigurationError(
+            f"{option} {directory} is {kind}, not a directory: give the plan cache's "
+            "directory (it is created when missing)"
+        )
+    if mode is not None and not os.access(directory, os.R_OK | os.X_OK):
+        raise ConfigurationError(
+            f"{option} {directory}: the directory cannot be read (Permission denied); give a "
+            "plan cache directory you can read"
+        )
+    if writable:
+        check_output_dir(option, directory, what="plan cache records")
 
 
 def add_cache_command(sub: Any) -> None:
@@ -107,7 +164,9 @@ def parse_age(text: str) -> float:
 def _cache(args: argparse.Namespace) -> Any:
     from dlopt.cache.record_store import PlanCache
 
-    return PlanCache(cache_dir_of(args, required=True) or "")
+    directory = cache_dir_of(args, required=True) or ""
+    check_cache_dir(args, writable=False)
+    return PlanCache(directory)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -124,7 +183,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for s in cache.summaries()
     ]
     if not rows:
-        out.line(f"no records in {cache.root}")
+        if cache.root.exists():
+            out.line(f"no records in {cache.root}")
+        else:
+            out.line(f"no records: {cache.root} does not exist yet (a selection creates it)")
         return EXIT_OK
     from dlopt.cli.console import format_table
 

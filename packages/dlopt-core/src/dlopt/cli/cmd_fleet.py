@@ -12,6 +12,7 @@ from typing import Any
 from dlopt.cli.common import EXIT_FAILED, EXIT_OK, finish_command
 from dlopt.cli.console import Output
 from dlopt.errors import ConfigurationError
+from dlopt.fleet import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_LOST_NODE_WAIT_S
 
 
 def add_fleet_command(sub: Any) -> None:
@@ -49,6 +50,22 @@ def add_fleet_command(sub: Any) -> None:
     run.add_argument(
         "--timeout", type=float, default=None, metavar="S", help="cancel what is left after S s"
     )
+    run.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help="auto and ray://: how long joining the cluster may take before it is an error "
+        "(default %(default)g s)",
+    )
+    run.add_argument(
+        "--lost-node-wait",
+        type=float,
+        default=DEFAULT_LOST_NODE_WAIT_S,
+        metavar="S",
+        help="how long the races of a machine kind wait for a node of the kind after its "
+        "last node left the cluster, before they are reported lost (default %(default)g s)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     status = fleet.add_parser("status", help="one table across jobs and machine kinds")
@@ -82,11 +99,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dlopt.fleet.runner import import_ray, run_fleet
     from dlopt.fleet.spec import load_spec
 
-    if args.max_retries < 0:
-        raise ConfigurationError(f"--max-retries must be 0 or more, got {args.max_retries}")
-    if args.timeout is not None and not args.timeout > 0:
-        raise ConfigurationError(f"--timeout must be seconds > 0, got {args.timeout}")
+    preflight_run(args)
     spec, jobs = load_spec(args.spec, allow_imports=args.allow_spec_imports)
+    if args.address == "local":
+        check_local_races(spec)
     import_ray()  # after the spec is checked: a bad spec is reported without Ray
     out = Output(plain=True)
     outcome = run_fleet(
@@ -96,11 +112,55 @@ def _cmd_run(args: argparse.Namespace) -> int:
         allow_imports=args.allow_spec_imports,
         max_retries=args.max_retries,
         timeout_s=args.timeout,
+        connect_timeout_s=args.connect_timeout,
+        lost_node_wait_s=args.lost_node_wait,
         echo=out.line,
     )
     if outcome.interrupted:
         return 130
     return EXIT_FAILED if outcome.failed or outcome.cancelled else EXIT_OK
+
+
+def preflight_run(args: argparse.Namespace) -> None:
+    """``dlopt fleet run``'s own arguments and the ``DLOPT_*`` settings its races inherit,
+    checked before the spec is read (docs/checks.md)."""
+    from dlopt.cli.preflight import check_count, check_environment, check_positive
+
+    check_environment()
+    check_count("--max-retries", args.max_retries, maximum=1000)
+    check_positive("--timeout", args.timeout, example="3600")
+    check_positive("--connect-timeout", args.connect_timeout, example="30")
+    check_positive("--lost-node-wait", args.lost_node_wait, example="60")
+    if args.address not in ("local", "auto") and not args.address.startswith("ray://"):
+        raise ConfigurationError(
+            f"--address {args.address!r}: give local, auto or ray://HOST:PORT (docs/fleet.md)"
+        )
+
+
+def check_local_races(spec: Any) -> None:
+    """With ``--address local`` every race runs here: what ``dlopt select`` refuses about
+    the machine it races on (a device this machine lacks, inputs larger than its memory)
+    is refused before Ray starts, every problem at once."""
+    from dlopt.cli.preflight import check_device
+    from dlopt.platform.sizes import memory_fault
+
+    problems = []
+    for name, kind in spec.kinds.items():
+        if not any(name in job.kinds for job in spec.jobs):
+            continue
+        try:
+            check_device(kind.device, must_exist=True)
+        except ConfigurationError as exc:
+            problems.append(f"kinds.{name}.device: {str(exc).removeprefix('--device ')}")
+    for index, job in enumerate(spec.jobs):
+        fault = memory_fault([(case.name, case.shape, case.dtype) for case in job.workload])
+        if fault is not None:
+            problems.append(f"jobs[{index}].workload: {fault}")
+    if problems:
+        raise ConfigurationError(
+            f"{spec.source}: with --address local every race runs on this machine: "
+            + "; ".join(problems)
+        )
 
 
 def _read(args: argparse.Namespace, *, reports: bool) -> tuple[Any, list[Any]]:

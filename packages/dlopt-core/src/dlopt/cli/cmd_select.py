@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line
+from dlopt.cli.cmd_cache import add_cache_argument, cache_dir_of, cache_line, check_cache_dir
 from dlopt.cli.cmd_report import print_report
 from dlopt.cli.common import (
     EXIT_FAILED,
@@ -230,10 +230,13 @@ def check_outputs(
 
 def preflight_select(args: argparse.Namespace) -> None:
     """Everything ``dlopt select`` was told, checked before any model is imported or plan
-    built: paths, numbers and the workload's shapes and weights (docs/checks.md)."""
+    built: paths (the plan cache's too), numbers and the workload's shapes and weights
+    (docs/checks.md)."""
     if args.inputs is not None:
         check_input_path("--inputs", args.inputs, what="a .npz or .safetensors inputs file")
     check_outputs(args.report, args.bundle, inputs=args.inputs, artifacts=args.artifacts)
+    # The cache is read before the race and written after it: both must work now.
+    check_cache_dir(args, writable=True)
     check_positive("--min-speedup", args.min_speedup, example="1.05")
     check_positive("--max-measure-time", args.max_measure_time, example="60")
     check_count("--expected-calls", args.expected_calls)
@@ -369,13 +372,36 @@ def save_report_or_fallback(decision: Any, destination: str, out: Output) -> int
     except OSError as exc:
         fallback = decision.save_report(report_fallback_path(destination))
         print(
-            f"dlopt: error: cannot write the report to {destination} "
-            f"({exc.strerror or exc}); it was saved to {fallback} instead",
+            f"dlopt: error: cannot write the report to {destination}: "
+            f"{why_unwritable(destination, exc)}; it was saved to {fallback} instead",
             file=sys.stderr,
         )
         return EXIT_FAILED
     out.line(f"report: {path}")
     return EXIT_OK
+
+
+def why_unwritable(destination: str, error: OSError) -> str:
+    """What stopped a write to ``destination`` that the preflight let through, in words:
+    a directory on its path that a file replaced, one that became unwritable, else the
+    system's own reason."""
+    import errno
+
+    target = Path(os.path.abspath(destination))
+    for folder in target.parents:
+        if not os.path.lexists(folder):
+            continue
+        if not folder.is_dir():
+            return (
+                f"{folder} is no longer a directory (a file took its place during the race), "
+                "so the report cannot be written inside it"
+            )
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and not os.access(
+            folder, os.W_OK
+        ):
+            return f"{folder} can no longer be written ({error.strerror})"
+        break
+    return error.strerror or str(error)
 
 
 def report_fallback_path(destination: str) -> Path:

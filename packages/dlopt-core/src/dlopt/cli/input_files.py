@@ -64,7 +64,7 @@ def _read_npz(path: Path) -> list[tuple[str, Any]]:
 
 
 def _check_fits_in_memory(path: Path, sizes: list[tuple[str, int]]) -> None:
-    from dlopt.cli.preflight import available_memory_bytes, size_text
+    from dlopt.platform.sizes import available_memory_bytes, size_text
 
     available = available_memory_bytes()
     total = sum(size for _, size in sizes)

@@ -17,12 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dlopt.errors import ConfigurationError, WorkloadError
+from dlopt.platform.sizes import MAX_ELEMENTS, memory_fault, shape_fault, weights_overflow
 from dlopt.settings.target import ExecutionTarget
 
-#: The largest dimension or element count torch can index (a C ``int64``).
-MAX_ELEMENTS = 2**63 - 1
-#: Bytes per element of the dtypes ``--input``/``--case`` accept.
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "bool": 1}
 #: Boolean ``DLOPT_*`` switches and the words they take.
 BOOLEAN_SWITCHES = ("DLOPT_DISABLE_PLUGIN_AUTOLOAD", "DLOPT_STRICT_PLUGINS", "DLOPT_ISOLATE")
 _KIND_NAMES = {"cuda": "CUDA", "xpu": "XPU", "mps": "MPS"}
@@ -112,16 +109,9 @@ def _check_device_exists(option: str, text: str, device: object) -> None:
 def check_shape(shape: Sequence[int], spec: str) -> None:
     """Refuse a shape with a zero dimension (a batch of size 0) or one whose dimensions
     or element count overflow what torch can index."""
-    if any(d == 0 for d in shape):
-        raise WorkloadError(
-            f"shape {spec!r} has a dimension of 0 (a batch of size 0): no plan can be timed on "
-            "it; give every dimension at least 1"
-        )
-    if any(d > MAX_ELEMENTS for d in shape) or math.prod(shape) > MAX_ELEMENTS:
-        raise WorkloadError(
-            f"shape {spec!r} has more elements than torch can index (2**63 - 1); give "
-            "smaller dimensions"
-        )
+    fault = shape_fault(shape)
+    if fault is not None:
+        raise WorkloadError(f"shape {spec!r} {fault}")
 
 
 def check_weight(weight: float, spec: str) -> None:
@@ -136,7 +126,7 @@ def check_weight(weight: float, spec: str) -> None:
 def check_weights(weights: Iterable[float]) -> None:
     """Weights that overflow when summed are refused now, not after every plan is built."""
     values = list(weights)
-    if values and not math.isfinite(sum(values)):
+    if values and weights_overflow(values):
         raise WorkloadError(
             f"the --case weights overflow when summed (largest {max(values):g}); weights are "
             "relative shares of traffic: scale them down, e.g. to percentages"
@@ -157,56 +147,18 @@ def check_count(option: str, value: int | None, *, maximum: int = MAX_ELEMENTS) 
         raise ConfigurationError(f"{option} {value}: give an integer from 0 to {maximum}")
 
 
-def available_memory_bytes() -> int | None:
-    """Memory this machine can still hand out (``MemAvailable``), or ``None`` if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def size_text(nbytes: int) -> str:
-    """``1536`` -> ``"1.5 KiB"``."""
-    size = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if size < 1024 or unit == "PiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{nbytes} B"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
 def check_input_sizes(
     specs: list[tuple[str, tuple[int, ...], str, float]], available: int | None = None
 ) -> None:
     """Refuse inputs that cannot fit in memory before any is allocated.
 
     Python integers do not overflow, so the byte count is exact however large the shape;
-    the cap is the memory available now (:func:`available_memory_bytes`).
+    the cap is the memory available now
+    (:func:`dlopt.platform.sizes.available_memory_bytes`).
     """
-    if available is None:
-        available = available_memory_bytes()
-    if available is None:
-        return
-    sizes = [
-        (math.prod(shape) * ITEMSIZE[dtype], name, shape, dtype) for name, shape, dtype, _ in specs
-    ]
-    total = sum(size for size, *_ in sizes)
-    if total <= available:
-        return
-    size, name, shape, dtype = max(sizes)
-    shape_text = "x".join(str(d) for d in shape)
-    raise WorkloadError(
-        f"the inputs need {size_text(total)} but this machine has {size_text(available)} "
-        f"available (case {name!r}, {shape_text} {dtype}, alone needs {size_text(size)}); "
-        "give smaller shapes"
-    )
+    fault = memory_fault([(name, shape, dtype) for name, shape, dtype, _ in specs], available)
+    if fault is not None:
+        raise WorkloadError(fault)
 
 
 # -- paths --------------------------------------------------------------------------------

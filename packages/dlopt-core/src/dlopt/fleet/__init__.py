@@ -18,3 +18,10 @@ Modules:
   progress, retries of infrastructure failures, Ctrl-C.
 - ``summary``: the table across jobs and machine kinds, and its CSV/LaTeX/HTML output.
 """
+
+#: How long joining a cluster (``--address auto`` or ``ray://``) may take before it is an
+#: error (``dlopt fleet run --connect-timeout``).
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+#: How long the races of a machine kind wait for a node of the kind after its last node
+#: left the cluster, before they are reported lost (``--lost-node-wait``).
+DEFAULT_LOST_NODE_WAIT_S = 60.0

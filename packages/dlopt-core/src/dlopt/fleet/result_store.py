@@ -33,7 +33,12 @@ from dlopt.cache.record_store import (
 )
 from dlopt.errors import ConfigurationError
 from dlopt.evidence.report import OptimizationReport, RatioInterval, report_from_json
-from dlopt.platform.fileio import atomic_write_bytes
+from dlopt.platform.fileio import (
+    FileTooLargeError,
+    atomic_write_bytes,
+    check_can_create_in,
+    read_bytes_capped,
+)
 from dlopt.platform.names import is_plain_name
 from dlopt.platform.serialization import dumps, from_jsonable, parse_strict_json
 
@@ -43,6 +48,8 @@ REPORT_NAME = "report.json"
 ATTEMPT_NAME = "attempt.json"
 #: Bumped when result.json changes shape.
 RESULT_VERSION = 1
+#: The most bytes a stored file may have (the cap on every report dlopt reads).
+MAX_READ_BYTES = 64 * 2**20
 
 
 @frozen
@@ -59,7 +66,9 @@ class Failure:
 class FleetResult:
     """One (job, machine kind): where and when it raced and what it decided.
 
-    ``status``: ``done`` (a decision), ``failed`` (``error`` says why). Times are Unix
+    ``status``: ``done`` (a decision), ``failed`` (``error`` says why), ``lost`` (its
+    node left the cluster and no other node of its kind joined; ``error`` says which and
+    ``node_id`` is where it last started). Times are Unix
     seconds on the node (``started_at``/``ended_at``: the races on one node never overlap).
     ``attempt``: how many times this run started the race (more than 1: Ray retried it
     after its process died; a provider's crash is never a reason).
@@ -131,32 +140,60 @@ class ResultStore:
                 f"{self.location}/{path} is not a fleet result: {exc}"
             ) from None
 
-    def begin_attempt(self, spec: str, job: str, kind: str, run: str) -> int:
+    def begin_attempt(
+        self,
+        spec: str,
+        job: str,
+        kind: str,
+        run: str,
+        *,
+        node_id: str | None = None,
+        host: str = "",
+        started_at: float | None = None,
+    ) -> int:
         """Count one more start of (job, kind) by the run ``run``: 1 for its first, 2 when
-        Ray retried it. One race of a (job, kind) runs at a time (a retry starts only after
-        its predecessor died), so reading and rewriting the count is safe."""
+        Ray retried it, and record where it started (a race lost with its node is reported
+        with the node it ran on). One race of a (job, kind) runs at a time (a retry starts
+        only after its predecessor died), so reading and rewriting the count is safe."""
         attempt = self.attempts(spec, job, kind, run) + 1
         path = f"{self.result_dir(spec, job, kind)}/{ATTEMPT_NAME}"
-        self.write_text(path, dumps({"run": run, "attempt": attempt}) + "\n")
+        record = {
+            "run": run,
+            "attempt": attempt,
+            "node_id": node_id,
+            "host": host,
+            "started_at": started_at,
+        }
+        self.write_text(path, dumps(record) + "\n")
         return attempt
 
     def attempts(self, spec: str, job: str, kind: str, run: str) -> int:
         """How many times the run ``run`` started (job, kind) so far (0: never)."""
-        text = self.read_text(f"{self.result_dir(spec, job, kind)}/{ATTEMPT_NAME}")
+        count = self.last_attempt(spec, job, kind, run).get("attempt")
+        return count if isinstance(count, int) and count > 0 else 0
+
+    def last_attempt(self, spec: str, job: str, kind: str, run: str) -> dict[str, Any]:
+        """The run ``run``'s last start of (job, kind) as :meth:`begin_attempt` recorded
+        it (``{}``: never started, or the record is damaged)."""
         try:
+            text = self.read_text(f"{self.result_dir(spec, job, kind)}/{ATTEMPT_NAME}")
             data = parse_strict_json(text) if text is not None else {}
         except ValueError:
-            return 0  # damaged: counting starts again
+            return {}  # damaged: counting starts again
         if not isinstance(data, dict) or data.get("run") != run:
-            return 0
-        count = data.get("attempt")
-        return count if isinstance(count, int) and count > 0 else 0
+            return {}
+        return data
 
     def read_report(self, spec: str, job: str, kind: str) -> OptimizationReport | None:
         text = self.read_text(f"{self.result_dir(spec, job, kind)}/{REPORT_NAME}")
         return None if text is None else report_from_json(text)
 
     # -- per kind -------------------------------------------------------------------
+    def problems(self, *, writable: bool) -> list[str]:
+        """Why results cannot be read from here (``writable``: or written), before any
+        race: each a line naming the store and what to do; none when it can be used."""
+        return []
+
     def race_cache_dir(self) -> tuple[str, bool]:
         """The directory a race caches in, and whether it is temporary (then
         :meth:`publish` copies its record into the store)."""
@@ -182,6 +219,20 @@ class LocalStore(ResultStore):
         self.root = Path(os.path.abspath(os.path.expanduser(directory)))
         self.location = str(self.root)
 
+    def problems(self, *, writable: bool) -> list[str]:
+        if os.path.lexists(self.root) and not self.root.is_dir():
+            return [
+                f"store: {self.root} exists and is not a directory: give a directory for the "
+                "fleet's results (it is created when missing)"
+            ]
+        if not writable:
+            return []
+        try:
+            check_can_create_in(self.root, purpose="the fleet's results")
+        except ValueError as exc:
+            return [f"store: {exc}"]
+        return []
+
     def race_cache_dir(self) -> tuple[str, bool]:
         return str(self.root), False
 
@@ -191,10 +242,20 @@ class LocalStore(ResultStore):
         atomic_write_bytes(path, text.encode("utf-8"))
 
     def read_text(self, relative: str) -> str | None:
+        """The file's text; ``None`` when there is none. A file that is not a regular
+        file (a FIFO, a device), larger than :data:`MAX_READ_BYTES` or not UTF-8 is a
+        ConfigurationError naming it: it is never read past the cap, nor waited on."""
+        path = self.root / relative
         try:
-            return (self.root / relative).read_text(encoding="utf-8")
+            return read_bytes_capped(path, MAX_READ_BYTES).decode("utf-8")
         except FileNotFoundError:
             return None
+        except (OSError, FileTooLargeError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ConfigurationError(
+                f"cannot read {path} from the fleet's store: {reason}; remove it, or rerun "
+                "the race that writes it"
+            ) from None
 
     def remove(self, relative: str) -> None:
         (self.root / relative).unlink(missing_ok=True)
@@ -265,6 +326,16 @@ class FsspecStore(ResultStore):
             for name in (str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
             if is_key(name)
         )
+
+
+def store_problems(location: str, *, writable: bool) -> list[str]:
+    """Why the store at ``location`` cannot hold (``writable``) or give the fleet's
+    results, checked before Ray starts: a path that is a file, under a filesystem that
+    takes no files (``/proc``) or not writable; a URL whose fsspec backend is missing."""
+    try:
+        return ResultStore.open(location).problems(writable=writable)
+    except ConfigurationError as exc:
+        return [f"store: {exc}"]
 
 
 def pull(store: ResultStore, directory: str) -> list[str]:

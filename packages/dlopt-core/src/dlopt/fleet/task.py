@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlopt.errors import ConfigurationError
+from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.fleet.result_store import Failure, FleetResult, ResultStore
 from dlopt.vocabulary import Status
 
@@ -33,8 +33,13 @@ def workload_from_shapes(cases: Sequence[Mapping[str, Any]], device: str) -> Any
     the same way)."""
     import torch
 
+    from dlopt.platform.sizes import memory_fault
     from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
+    # The spec check refused shapes no machine can index; what fits depends on the node.
+    fault = memory_fault([(str(c["name"]), tuple(c["shape"]), str(c["dtype"])) for c in cases])
+    if fault is not None:
+        raise WorkloadError(f"on this node, {fault}")
     generator = torch.Generator().manual_seed(0)
     built = []
     for case in cases:
@@ -71,13 +76,22 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
     if payload.get("threads") is None:
         os.environ.pop(_RAY_THREADS_ENV, None)
     store = ResultStore.open(payload["store"])
-    attempt = store.begin_attempt(payload["spec"], payload["job"], payload["kind"], payload["run"])
+    node_id, host = _node_id(), socket.gethostname()
+    attempt = store.begin_attempt(
+        payload["spec"],
+        payload["job"],
+        payload["kind"],
+        payload["run"],
+        node_id=node_id,
+        host=host,
+        started_at=started,
+    )
     base: dict[str, Any] = {
         "spec": payload["spec"],
         "job": payload["job"],
         "kind": payload["kind"],
-        "node_id": _node_id(),
-        "host": socket.gethostname(),
+        "node_id": node_id,
+        "host": host,
         "pid": os.getpid(),
         "started_at": started,
         "attempt": attempt,
@@ -87,7 +101,9 @@ def qualify(payload: dict[str, Any]) -> dict[str, Any]:
         report = _select(payload, store)
     except Exception as exc:  # the job failed; the evidence says why, the fleet goes on
         message = (
-            str(exc) if isinstance(exc, ConfigurationError) else f"{type(exc).__name__}: {exc}"
+            str(exc)
+            if isinstance(exc, (ConfigurationError, WorkloadError))
+            else f"{type(exc).__name__}: {exc}"
         )
         result = FleetResult(
             **base,

@@ -14,12 +14,16 @@ outside (plugin metadata, probe details): whatever it returns can be dumped stri
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
 import numbers
 import os
-from collections.abc import Callable, Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -180,42 +184,168 @@ def user_document(cls: type[T], lazy_names: Callable[[], dict[str, Any]] | None 
 
 def _document_type(annotation: Any) -> type | None:
     """The registered document class an attrs field annotation names, if any
-    (``"QualityPolicy"``, ``"LimitOverride | None"``)."""
+    (``"QualityPolicy"``, ``"LimitOverride | None"``, or the resolved types)."""
+    annotation = _without_none(annotation)
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     name = str(name).replace(" ", "").removesuffix("|None").strip("'\"")
     entry = _DOCUMENT_TYPES.get(name)
     return entry[0] if entry is not None else None
 
 
-def _unknown_keys(data: Any, cls: type, path: str) -> list[str]:
-    """Where ``data`` holds keys that ``cls`` (a registered document) does not know."""
-    if not isinstance(data, Mapping) or _document_type(cls.__name__) is not cls:
-        return []
-    fields = {a.name: a for a in attrs.fields(cls)}
-    problems = []
+def _without_none(annotation: Any) -> Any:
+    """``X`` for ``X | None`` (``Optional[X]``); anything else as it is."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def _is_optional(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return annotation.replace(" ", "").endswith("|None")
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(
+        None
+    ) in typing.get_args(annotation)
+
+
+#: Annotation origins that take a list in a document.
+_SEQUENCES = (tuple, list, set, frozenset, Sequence, AbstractSet)
+
+
+def _list_of(annotation: Any) -> tuple[bool, Any]:
+    """Whether ``annotation`` (``None`` aside) takes a list, and its item type (``Any`` when
+    the items differ or are not said)."""
+    annotation = _without_none(annotation)
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").removesuffix("|None")
+        if text.startswith(("tuple[", "list[", "set[", "frozenset[")):
+            item = text.partition("[")[2].removesuffix("]").removesuffix(",...")
+            return True, str if item == "str" else Any
+        return False, None
+    origin = typing.get_origin(annotation)
+    if origin not in _SEQUENCES:
+        return False, None
+    args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+    return True, args[0] if len(set(args)) == 1 else Any
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    """Each attrs field's annotation, resolved where the class's module can resolve it
+    (strings otherwise: postponed annotations of names imported for type checking)."""
+    entry = _DOCUMENT_TYPES.get(cls.__name__)
+    local = entry[1]() if entry is not None and entry[0] is cls and entry[1] else None
+    # A name only a type checker sees leaves the strings, which are read as such.
+    with contextlib.suppress(Exception):
+        attrs.resolve_types(cls, localns=local)
+    return {a.name: a.type for a in attrs.fields(cls)}
+
+
+def check_document(data: Any, cls: type) -> tuple[list[str], Any]:
+    """Every problem of shape in ``data`` as the registered document ``cls`` (see
+    :func:`from_jsonable`), by path, and ``data`` with each problem taken out (unknown
+    keys dropped, a bare string or a non-list where a list goes emptied, a nested document
+    that is not a mapping emptied), so that structuring what is left finds the other
+    problems (wrong types, values out of range) in the same pass."""
+    return _document_problems(data, cls, "")
+
+
+def _document_problems(data: Any, cls: type, path: str) -> tuple[list[str], Any]:
+    label = path or f"{cls.__name__} document"
+    if not isinstance(data, Mapping):
+        return [
+            f"{label}: expected a mapping of {cls.__name__}'s fields (a JSON object or TOML "
+            f"table), got {_shown(data)}"
+        ], {}
+    if _document_type(cls.__name__) is not cls:
+        return [], data
+    fields = _field_types(cls)
+    problems: list[str] = []
+    cleaned: dict[Any, Any] = {}
     for key, value in data.items():
         where = f"{path}.{key}" if path else str(key)
-        field = fields.get(key) if isinstance(key, str) else None
-        if field is None:
+        if not (isinstance(key, str) and key in fields):
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(f"{where}: unknown key{hint}; {cls.__name__} takes {', '.join(fields)}")
             continue
-        nested = _document_type(field.type)
-        if nested is not None:
-            problems.extend(_unknown_keys(value, nested, where))
-    return problems
+        found, cleaned[key] = _value_problems(value, fields[key], where)
+        problems.extend(found)
+    return problems, cleaned
 
 
-def _resolve_lazy_annotations(cls: type) -> None:
-    entry = _DOCUMENT_TYPES.get(cls.__name__)
-    if entry is None or entry[0] is not cls or entry[1] is None:
-        return
-    attrs.resolve_types(cls, localns=entry[1]())
-    for field in attrs.fields(cls):
-        nested = _document_type(field.type)
-        if nested is not None and nested is not cls:
-            _resolve_lazy_annotations(nested)
+def _value_problems(value: Any, annotation: Any, where: str) -> tuple[list[str], Any]:
+    """The problems of one field's value (a nested document, a list, a table of
+    documents) and the value with them taken out."""
+    if value is None and _is_optional(annotation):
+        return [], value
+    nested = _document_type(annotation)
+    if nested is not None:
+        return _document_problems(value, nested, where)
+    is_list, item = _list_of(annotation)
+    if is_list:
+        return _list_problems(value, item, where)
+    table_of = _table_of(annotation)
+    if table_of is not None and isinstance(value, Mapping):
+        problems: list[str] = []
+        cleaned = {}
+        for key, entry in value.items():
+            found, cleaned[key] = _document_problems(entry, table_of, f"{where}.{key}")
+            problems.extend(found)
+        return problems, cleaned
+    return [], value
+
+
+def _table_of(annotation: Any) -> type | None:
+    """The registered document class of a ``dict[str, Document]`` annotation's values."""
+    annotation = _without_none(annotation)
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        if text.startswith("dict[str,") and text.endswith("]"):
+            return _document_type(text.removeprefix("dict[str,").removesuffix("]"))
+        return None
+    if typing.get_origin(annotation) not in (dict, Mapping):
+        return None
+    args = typing.get_args(annotation)
+    return _document_type(args[1]) if len(args) == 2 else None
+
+
+def _list_problems(value: Any, item: Any, where: str) -> tuple[list[str], Any]:
+    """A list is a JSON array (TOML array): never a bare string, whose letters would
+    become the items; for a list of names, every item is text; a list of documents is
+    checked item by item."""
+    if isinstance(value, (str, bytes)):
+        return [
+            f"{where}: expected a list, got the string {value!r}; write it as a list, e.g. "
+            f"[{value!r}]".replace("'", '"')
+        ], []
+    if isinstance(value, Mapping) or not isinstance(value, (list, tuple)):
+        return [f"{where}: expected a list, got {_shown(value)}"], []
+    if item is str:
+        return [
+            f"{where}[{index}]: expected a name (text), got {_shown(entry)}"
+            for index, entry in enumerate(value)
+            if not isinstance(entry, str)
+        ], value
+    document = _document_type(item)
+    if document is None:
+        return [], value
+    problems: list[str] = []
+    cleaned = []
+    for index, entry in enumerate(value):
+        found, kept = _document_problems(entry, document, f"{where}[{index}]")
+        problems.extend(found)
+        cleaned.append(kept)
+    return problems, cleaned
+
+
+def _shown(value: Any) -> str:
+    kind = {dict: "a mapping", list: "a list", str: "the string", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return kind if value is None else f"{kind} {text}"
 
 
 def from_jsonable(data: Any, cls: type[T]) -> T:
@@ -224,13 +354,18 @@ def from_jsonable(data: Any, cls: type[T]) -> T:
     A value the target class refuses raises that class's own error (a
     :class:`~dlopt.errors.ConfigurationError` for policies) naming where it was, e.g.
     ``constraints.expected_calls: expected an integer, got 2.5``. In a document users
-    write (:func:`user_document`: the policies), a key the class does not know is refused
-    by name instead of dropped.
+    write (:func:`user_document`: the policies), every problem of its shape is refused at
+    once, by path, before anything is structured: a document (or a nested one) that is
+    not a mapping, a key the class does not know (instead of dropped), and a bare string
+    where a list is expected (``{"include": "eager_fp32"}``: a string is iterable, and
+    would otherwise become the list of its letters).
     """
-    unknown = _unknown_keys(data, cls, "")
-    if unknown:
+    if attrs.has(cls) and not isinstance(data, Mapping):
+        raise JsonTypeError(_document_problems(data, cls, "")[0][0])
+    problems = check_document(data, cls)[0] if cls in _registered_documents() else []
+    if problems:
         raise ConfigurationError(
-            f"{cls.__name__} document: {'; '.join(unknown)}. Remove or correct the key"
+            f"{cls.__name__} document: {'; '.join(problems)}. Correct or remove each"
         )
     _resolve_lazy_annotations(cls)
     try:
@@ -252,6 +387,21 @@ def from_jsonable(data: Any, cls: type[T]) -> T:
         except Exception:  # an error class with another signature
             error = ours[0]
         raise error from exc
+
+
+def _registered_documents() -> set[type]:
+    return {cls for cls, _ in _DOCUMENT_TYPES.values()}
+
+
+def _resolve_lazy_annotations(cls: type) -> None:
+    entry = _DOCUMENT_TYPES.get(cls.__name__)
+    if entry is None or entry[0] is not cls or entry[1] is None:
+        return
+    attrs.resolve_types(cls, localns=entry[1]())
+    for field in attrs.fields(cls):
+        nested = _document_type(field.type)
+        if nested is not None and nested is not cls:
+            _resolve_lazy_annotations(nested)
 
 
 def _leaf_errors(exc: BaseException, path: str) -> Any:
