@@ -1,4 +1,4 @@
-"""The oracle's plans: each plan dlopt validated, built again to be timed at length.
+"""The oracle's plans: each plan dlopt validated or did not build, built to be timed at length.
 
 Where practical a plan is built here, independently of dlopt's providers, the way a user
 would write it with plain torch: eager fp32, channels-last, bf16/fp16 autocast (with and
@@ -8,6 +8,11 @@ through dlopt's own provider, probed, built, first-called and validated as in a 
 and the table says so (``built = "provider"``). The peer's ``fx`` pick is its own graph
 rewrite, built with the peer's code (``built = "peer"``).
 
+A plan no dlopt run validated (one a run did not build: pruned by its prior, or no time
+left) is built through dlopt's provider, which validates it as a race would: a plan that
+fails validation is reported like one that cannot be built, so the best plan the oracle
+times is always one dlopt could have picked.
+
 A plan the oracle cannot build is reported with the error; the others are timed.
 """
 
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext, suppress
 from typing import Any
 
@@ -214,10 +219,13 @@ def build_all(
     *,
     peer_fx: bool,
     warmup_calls: int = 2,
+    unvalidated: Collection[str] = (),
 ) -> tuple[dict[str, BuiltCalls], dict[str, str], ProviderPlans]:
     """Build every plan (then call each case ``warmup_calls`` times: lazy compilation is
-    not timed). Returns the built plans, the failures (name -> error) and the provider
-    builder to close when timing is over."""
+    not timed). Plans in ``unvalidated`` (no dlopt run validated them: they were not
+    built) are built through dlopt's provider, which validates them as a race would.
+    Returns the built plans, the failures (name -> error) and the provider builder to
+    close when timing is over."""
     built: dict[str, BuiltCalls] = {}
     failures: dict[str, str] = {}
     providers = ProviderPlans(model, cases)
@@ -229,14 +237,15 @@ def build_all(
             if name == "peer_fx":
                 built[name] = ("peer", _warm(build_peer_fx(model, cases), warmup_calls))
                 continue
-            try:
-                independent = build_independent(name, options, model, cases)
-                if independent is not None:
-                    built[name] = ("independent", _warm(independent, warmup_calls))
-                    continue
-                how = "provider"
-            except Exception as exc:
-                how = f"provider (own build failed: {type(exc).__name__})"
+            how = "provider"
+            if name not in unvalidated:
+                try:
+                    independent = build_independent(name, options, model, cases)
+                    if independent is not None:
+                        built[name] = ("independent", _warm(independent, warmup_calls))
+                        continue
+                except Exception as exc:
+                    how = f"provider (own build failed: {type(exc).__name__})"
             built[name] = (how, _warm(providers.build(name), warmup_calls))
         except Exception as exc:
             failures[name] = f"{type(exc).__name__}: {exc}"[:400]

@@ -4,13 +4,20 @@ Torch-free: every value here comes from the workers' JSON, so this module is tes
 hand-made records.
 
 - **regret** of a pick = oracle latency of the pick / oracle latency of the fastest plan
-  that passed validation - 1, each latency taken relative to the oracle's leader round by
+  dlopt could have built (validated in a dlopt run, or not built there and validated by
+  the oracle) - 1, each latency taken relative to the oracle's leader round by
   round (the paired ratio, which a slow spell of the machine does not move); oracle
   latencies are traffic-weighted, so a weighted workload's regret is too.
 - **stability**: how many of the runs made the most common pick.
-- **targets** (issue 20): dlopt's regret median <= 2% and max <= 5% over every decision;
-  the same pick in all runs wherever the oracle's top two differ by > 5%; wall time to a
-  decision no worse than the peer's on at least 4 of 8 workloads.
+- **targets** (issues 20 and 39): dlopt's regret median <= 2% and max <= 5% over every
+  decision; the same pick in all runs wherever the oracle's top two differ by > 5%; wall
+  time to a decision no worse than the peer's on at least 4 of 8 workloads and at most
+  2x the peer's on every one; the ``--time-budget 20`` runs each ending within 22 s with a
+  median regret <= 5%; >= 90% of the priors' intervals holding the speedup the oracle
+  measured (**prior coverage**); ``nox -s demo`` within 20 s; and the repeat decision a
+  plan cache hit in at most a tenth of the workload's race.
+- **the oracle's plans** are every plan a dlopt run validated or did not build (pruned by
+  its prior, or no time left): regret is against the best plan dlopt could have built.
 """
 
 from __future__ import annotations
@@ -42,6 +49,22 @@ class Interval:
     high: float | None = None
 
 
+#: The budget runs' time budget (``OptimizationPolicy(time_budget_s=20.0)``), the worker
+#: tool that runs them, and how far past the budget one may end (10%).
+BUDGET_S = 20.0
+BUDGET_TOOL = "dlopt-budget20"
+BUDGET_SLACK = 1.1
+
+
+@frozen
+class PriorRange:
+    """A plan's prior interval of speedup over eager fp32, and where it came from."""
+
+    low: float
+    high: float
+    source: str
+
+
 @frozen
 class DecisionRun:
     """One fresh process's decision (dlopt's or the peer's)."""
@@ -69,6 +92,17 @@ class DecisionRun:
     cache_hit: bool | None = None
     #: dlopt: each built plan's build plus first calls (s), costliest first.
     plan_costs_s: dict[str, float] = field(factory=dict)
+    #: dlopt (decision time, docs/selection.md): each plan not built, with why ("its prior
+    #: is at most ...", "no time left: ..."); the time budget (s, None: none) and how it
+    #: was set; the seconds the report says the decision took; the operator mix's kind
+    #: and shares (conv, linear, attention, other); every plan's prior interval.
+    not_built: dict[str, str] = field(factory=dict)
+    budget_s: float | None = None
+    budget_rule: str | None = None
+    decision_spent_s: float | None = None
+    mix_kind: str | None = None
+    operator_mix: dict[str, float] = field(factory=dict)
+    priors: dict[str, PriorRange] = field(factory=dict)
 
     def other_s(self) -> float | None:
         """Wall time that was neither building, first calls nor measuring."""
@@ -164,13 +198,142 @@ class ModelResult:
     repeat: DecisionRun | None = None
     #: The workload could not be built (a missing package, say): nothing else ran.
     error: str | None = None
+    #: dlopt deciding under ``time_budget_s=BUDGET_S`` (the ``--budget-runs``).
+    budget: tuple[DecisionRun, ...] = field(default=(), converter=tuple)
+    #: The operator-mix kind dlopt's reports measured (``attention``, ``conv``, ``linear``,
+    #: ``other``; what ``tools/tables.py priors`` keys the shipped priors by).
+    operator_mix: str | None = None
+
+    def decisions(self) -> tuple[DecisionRun, ...]:
+        """Every racing dlopt decision: the default runs, then the budget runs."""
+        return (*self.dlopt, *self.budget)
 
     def valid_plans(self) -> tuple[str, ...]:
-        """Plans that passed validation in any of dlopt's runs (what the oracle times)."""
+        """Plans that passed validation in any of dlopt's runs."""
         seen: dict[str, None] = {}
-        for run in self.dlopt:
+        for run in self.decisions():
             seen.update(dict.fromkeys(run.valid_plans))
         return tuple(seen)
+
+    def not_built_plans(self) -> tuple[str, ...]:
+        """Plans some dlopt run did not build (its prior, or no time left)."""
+        seen: dict[str, None] = {}
+        for run in self.decisions():
+            seen.update(dict.fromkeys(run.not_built))
+        return tuple(seen)
+
+    def candidate_plans(self) -> tuple[str, ...]:
+        """What the oracle times and regret is judged against: every plan a dlopt run
+        validated or did not build (one the oracle cannot build and validate is not
+        timed, so it is never the best)."""
+        return tuple(dict.fromkeys((*self.valid_plans(), *self.not_built_plans())))
+
+
+def mix_kind_of(runs: Sequence[DecisionRun]) -> str | None:
+    """The operator-mix kind most of ``runs`` measured (None: none recorded one)."""
+    kinds = [r.mix_kind for r in runs if r.mix_kind]
+    return Counter(kinds).most_common(1)[0][0] if kinds else None
+
+
+NOT_BUILT_PRIOR = "its prior is at most"
+NOT_BUILT_TIME = "no time left"
+
+
+def not_built_kind(why: str) -> str:
+    """``prior`` (its prior cannot beat the confirmed leader), ``time`` (the budget had
+    no room for it) or ``other``."""
+    if why.startswith(NOT_BUILT_PRIOR):
+        return "prior"
+    if why.startswith(NOT_BUILT_TIME):
+        return "time"
+    return "other"
+
+
+def not_built_count(reasons: dict[str, str]) -> str:
+    """``12 (prior 9, time 3)``: how many plans were not built, by why."""
+    if not reasons:
+        return "0"
+    kinds = Counter(not_built_kind(why) for why in reasons.values())
+    parts = [f"{kind} {kinds[kind]}" for kind in ("prior", "time", "other") if kinds[kind]]
+    return f"{len(reasons)} ({', '.join(parts)})"
+
+
+def short_reason(why: str, limit: int = 150) -> str:
+    """A not-built reason for a table cell: the plan's own prior is left out of a "no
+    time left" reason, and anything past ``limit`` characters."""
+    text = why.split(" (its prior:")[0] if why.startswith(NOT_BUILT_TIME) else why
+    text = text.replace("|", "/")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+#: A plan name's first words -> its provider family (the longest prefix wins).
+FAMILIES = (
+    ("eager_", "native"),
+    ("native_", "native"),
+    ("fx_inductor", "inductor"),
+    ("inductor", "inductor"),
+    ("torchao_pt2e", "torchao_pt2e"),
+    ("torchao_", "torchao"),
+    ("onnxruntime_", "onnxruntime"),
+    ("openvino_", "openvino"),
+    ("tensorrt_", "tensorrt"),
+)
+
+
+def family_of(plan: str | None) -> str:
+    """The provider family of a plan, from its name (``inductor_freezing``: inductor;
+    ``eager_fp32`` and ``native_*``: native, core's own plans)."""
+    if not plan:
+        return "unknown"
+    prefixes = sorted(FAMILIES, key=lambda item: -len(item[0]))
+    for prefix, family in prefixes:
+        if plan.startswith(prefix):
+            return family
+    return plan.split("_")[0]
+
+
+@frozen
+class PriorCheck:
+    """One plan's prior interval against the speedup over eager fp32 the oracle measured."""
+
+    plan: str
+    measured: float
+    low: float
+    high: float
+    source: str
+    held: bool
+
+
+def source_kind(source: str) -> str:
+    """Where a prior came from, in a word: ``table``, ``your evidence``, ``no evidence``
+    or ``provider`` (the provider's own)."""
+    for kind in ("table", "your evidence", "no evidence", "the reference"):
+        if source.startswith(kind):
+            return kind
+    return "provider"
+
+
+def prior_checks(result: ModelResult) -> tuple[PriorCheck, ...]:
+    """Every prior dlopt's runs gave a plan the oracle timed, against the oracle's speedup
+    over eager fp32 (from the paired ratios, as the pick's speedup is). Each distinct
+    interval of a plan counts once; the reference's own (1x, eager fp32) is no estimate."""
+    oracle = result.oracle
+    eager = oracle.relative("eager_fp32") if oracle is not None else None
+    if oracle is None or not eager:
+        return ()
+    checks: dict[tuple[str, float, float, str], PriorCheck] = {}
+    for run in result.decisions():
+        for plan, prior in run.priors.items():
+            if plan == "eager_fp32" or source_kind(prior.source) == "the reference":
+                continue
+            key = (plan, prior.low, prior.high, prior.source)
+            mine = oracle.relative(plan)
+            if key in checks or not mine or mine <= 0:
+                continue
+            measured = eager / mine
+            held = prior.low <= measured <= prior.high
+            checks[key] = PriorCheck(plan, measured, prior.low, prior.high, prior.source, held)
+    return tuple(checks.values())
 
 
 def regret(oracle: OracleResult | None, pick: str | None, valid: Sequence[str]) -> float | None:
@@ -204,6 +367,30 @@ def _median_run(runs: Sequence[DecisionRun]) -> DecisionRun | None:
     """The run whose wall time is the median (the lower middle one of an even count)."""
     timed = sorted((r for r in runs if r.wall_s is not None), key=lambda r: r.wall_s or 0.0)
     return timed[(len(timed) - 1) // 2] if timed else None
+
+
+@frozen
+class BudgetRunSummary:
+    """One ``--time-budget 20`` decision: its wall time (and the report's own), pick,
+    regret against the same oracle, and the plans it did not build."""
+
+    pick: str | None
+    wall_s: float | None
+    spent_s: float | None
+    budget_s: float | None
+    regret: float | None
+    not_built: dict[str, str] = field(factory=dict)
+    error: str | None = None
+
+
+@frozen
+class NotBuiltPlan:
+    """A plan some default dlopt runs did not build: in how many, and why (the first
+    run's reason)."""
+
+    name: str
+    runs: int
+    why: str
 
 
 @frozen
@@ -244,10 +431,35 @@ class ModelSummary:
     oracle_settled: bool | None
     oracle_rounds: int | None
     error: str | None
+    #: The repeat decision's pick and error (its wall time and hit are above).
+    repeat_pick: str | None = None
+    repeat_error: str | None = None
+    #: Decision time, from the default runs: the operator-mix kind, the time budget of
+    #: the median-wall run and how it was set, the plans that run did not build (with
+    #: why), and every plan any default run did not build, with how many runs.
+    mix_kind: str | None = None
+    mix_shares: dict[str, float] = field(factory=dict)
+    budget_s: float | None = None
+    budget_rule: str | None = None
+    dlopt_not_built: dict[str, str] | None = None
+    not_built_plans: tuple[NotBuiltPlan, ...] = field(default=(), converter=tuple)
+    #: The ``--time-budget 20`` runs.
+    budget_runs: tuple[BudgetRunSummary, ...] = field(default=(), converter=tuple)
+    #: Every prior against what the oracle measured.
+    prior_checks: tuple[PriorCheck, ...] = field(default=(), converter=tuple)
+
+
+def _not_built_plans(runs: Sequence[DecisionRun]) -> tuple[NotBuiltPlan, ...]:
+    seen: dict[str, list[str]] = {}
+    for run in runs:
+        for name, why in run.not_built.items():
+            seen.setdefault(name, []).append(why)
+    return tuple(NotBuiltPlan(name, len(whys), whys[0]) for name, whys in seen.items())
 
 
 def summarize(result: ModelResult) -> ModelSummary:
-    valid = result.valid_plans()
+    # Regret is against every plan dlopt could have built that the oracle timed.
+    valid = result.candidate_plans()
     oracle = result.oracle
     d_pick, d_count, d_runs = stability([r.pick for r in result.dlopt])
     p_pick, p_count, p_runs = stability([r.oracle_name for r in result.peer])
@@ -259,7 +471,9 @@ def summarize(result: ModelResult) -> ModelSummary:
     modal = next((r for r in result.dlopt if r.pick == d_pick), None)
     typical = _median_run(result.dlopt)
     errors = [result.error, oracle.error if oracle is not None else None]
-    errors += [f"{r.tool}: {r.error}" for r in (*result.dlopt, *result.peer) if r.error]
+    errors += [
+        f"{r.tool}: {r.error}" for r in (*result.dlopt, *result.peer, *result.budget) if r.error
+    ]
     return ModelSummary(
         key=result.key,
         title=result.title,
@@ -295,14 +509,51 @@ def summarize(result: ModelResult) -> ModelSummary:
         oracle_settled=oracle.settled if oracle is not None else None,
         oracle_rounds=oracle.rounds if oracle is not None else None,
         error="; ".join(e for e in errors if e) or None,
+        repeat_pick=result.repeat.pick if result.repeat is not None else None,
+        repeat_error=result.repeat.error if result.repeat is not None else None,
+        mix_kind=result.operator_mix or mix_kind_of(result.decisions()),
+        mix_shares=dict(typical.operator_mix) if typical is not None else {},
+        budget_s=typical.budget_s if typical is not None else None,
+        budget_rule=typical.budget_rule if typical is not None else None,
+        # None: a record from before decision time was recorded (nothing to count).
+        dlopt_not_built=(
+            dict(typical.not_built) if typical is not None and typical.mix_kind else None
+        ),
+        not_built_plans=_not_built_plans(result.dlopt),
+        budget_runs=tuple(
+            BudgetRunSummary(
+                r.pick,
+                r.wall_s,
+                r.decision_spent_s,
+                r.budget_s,
+                regret(oracle, r.pick, valid),
+                dict(r.not_built),
+                r.error,
+            )
+            for r in result.budget
+        ),
+        prior_checks=prior_checks(result),
     )
 
 
 @frozen
 class TargetOutcome:
     name: str
-    met: bool | None  # None: not enough data to judge
+    met: bool | None  # None: not measured (not enough data to judge)
     detail: str
+
+
+def verdict(met: bool | None) -> str:
+    return "not measured" if met is None else "met" if met else "not met"
+
+
+@frozen
+class DemoTiming:
+    """``python3 -m nox -s demo -R`` timed in a fresh process (None: not measured, and
+    ``note`` says why)."""
+
+    wall_s: float | None = None
+    note: str | None = None
 
 
 #: The regret targets and the stability / wall-time rules of issue 20.
@@ -310,31 +561,53 @@ MEDIAN_REGRET_TARGET = 0.02
 MAX_REGRET_TARGET = 0.05
 STABILITY_GAP = 0.05
 WALL_TIME_WINS_NEEDED = 4
+#: Issue 39: dlopt's wall time at most this many times the peer's on every workload; the
+#: budget runs' median regret; the share of priors whose interval holds the oracle's
+#: speedup; ``nox -s demo``'s wall time; a repeat decision's share of the race's time.
+WALL_RATIO_CAP = 2.0
+BUDGET_REGRET_TARGET = 0.05
+PRIOR_COVERAGE_TARGET = 0.90
+DEMO_TARGET_S = 20.0
+REPEAT_SHARE = 0.1
+
+#: The targets' names, as printed.
+TARGET_MEDIAN = "median regret <= 2%"
+TARGET_MAX = "max regret <= 5%"
+TARGET_STABLE = "same pick in every run where the oracle's top two differ by > 5%"
+TARGET_WINS = f"wall time <= the peer's on >= {WALL_TIME_WINS_NEEDED} of 8 workloads"
+TARGET_RATIO = f"wall time <= {WALL_RATIO_CAP:g}x the peer's on all 8 workloads"
+TARGET_BUDGET_WALL = (
+    f"--time-budget {BUDGET_S:g}: every budget run ends within {BUDGET_S * BUDGET_SLACK:g} s"
+)
+TARGET_BUDGET_REGRET = f"--time-budget {BUDGET_S:g}: median regret of the budget runs <= 5%"
+TARGET_COVERAGE = "prior coverage >= 90%"
+TARGET_DEMO = f"nox -s demo within {DEMO_TARGET_S:g} s"
+TARGET_REPEAT = "repeat decision: a plan cache hit in <= 1/10 of the race, every workload"
 
 
-def evaluate_targets(summaries: Sequence[ModelSummary]) -> list[TargetOutcome]:
+def evaluate_targets(
+    summaries: Sequence[ModelSummary], demo: DemoTiming | None = None
+) -> list[TargetOutcome]:
     regrets = [r for s in summaries for r in s.dlopt_regrets if r is not None]
     outcomes = []
     if regrets:
         med, worst = statistics.median(regrets), max(regrets)
         outcomes.append(
             TargetOutcome(
-                "median regret <= 2%",
+                TARGET_MEDIAN,
                 med <= MEDIAN_REGRET_TARGET,
                 f"{med:.1%} over {len(regrets)} decisions",
             )
         )
-        outcomes.append(
-            TargetOutcome("max regret <= 5%", worst <= MAX_REGRET_TARGET, f"{worst:.1%}")
-        )
+        outcomes.append(TargetOutcome(TARGET_MAX, worst <= MAX_REGRET_TARGET, f"{worst:.1%}"))
     else:
-        for name in ("median regret <= 2%", "max regret <= 5%"):
+        for name in (TARGET_MEDIAN, TARGET_MAX):
             outcomes.append(TargetOutcome(name, None, "no decision has an oracle regret"))
     clear = [s for s in summaries if s.top_two_gap is not None and s.top_two_gap > STABILITY_GAP]
     unstable = [s.key for s in clear if s.dlopt_stable != s.runs or s.runs == 0]
     outcomes.append(
         TargetOutcome(
-            "same pick in every run where the oracle's top two differ by > 5%",
+            TARGET_STABLE,
             None if not clear else not unstable,
             f"{len(clear) - len(unstable)} of {len(clear)} such workloads stable"
             + (f" (unstable: {', '.join(unstable)})" if unstable else ""),
@@ -343,15 +616,163 @@ def evaluate_targets(summaries: Sequence[ModelSummary]) -> list[TargetOutcome]:
     compared = [s for s in summaries if s.wall_ratio is not None]
     wins = [s for s in compared if s.wall_ratio is not None and s.wall_ratio <= 1.0]
     needed = min(WALL_TIME_WINS_NEEDED, len(summaries)) if summaries else WALL_TIME_WINS_NEEDED
+    ran = f"; {len(summaries)} of 8 ran" if len(summaries) < 8 else ""
     outcomes.append(
         TargetOutcome(
-            f"wall time <= the peer's on >= {WALL_TIME_WINS_NEEDED} of 8 workloads",
+            TARGET_WINS,
             None if not compared else len(wins) >= needed,
             f"dlopt as fast or faster on {len(wins)} of {len(compared)} workloads compared"
-            + (f"; {len(summaries)} of 8 ran, so {needed} needed" if len(summaries) < 8 else ""),
+            + (f"{ran}, so {needed} needed" if ran else ""),
         )
     )
+    outcomes.append(_ratio_target(summaries, compared, ran))
+    outcomes += _budget_targets(summaries)
+    outcomes.append(_coverage_target(summaries))
+    outcomes.append(_demo_target(demo))
+    outcomes.append(_repeat_target(summaries))
     return outcomes
+
+
+def _ratio_target(
+    summaries: Sequence[ModelSummary], compared: Sequence[ModelSummary], ran: str
+) -> TargetOutcome:
+    """dlopt's median wall time at most 2x the peer's on every workload."""
+    if not compared:
+        return TargetOutcome(TARGET_RATIO, None, "no workload has both tools' wall times")
+    over = [s for s in compared if s.wall_ratio is not None and s.wall_ratio > WALL_RATIO_CAP]
+    missing = [s.key for s in summaries if s.wall_ratio is None]
+    worst = max(compared, key=lambda s: s.wall_ratio or 0.0)
+    detail = (
+        f"within {WALL_RATIO_CAP:g}x on {len(compared) - len(over)} of {len(compared)} "
+        f"workloads compared; the highest {worst.wall_ratio:.2f}x ({worst.key})"
+    )
+    if over:
+        detail += "; over: " + ", ".join(f"{s.key} {s.wall_ratio:.2f}x" for s in over)
+    if missing:
+        detail += f"; not compared: {', '.join(missing)}"
+    met: bool | None = False if over else (None if missing else True)
+    return TargetOutcome(TARGET_RATIO, met, detail + ran)
+
+
+def _budget_targets(summaries: Sequence[ModelSummary]) -> list[TargetOutcome]:
+    """The ``--time-budget 20`` runs: each ends within 22 s; their median regret <= 5%."""
+    runs = [(s.key, b) for s in summaries for b in s.budget_runs]
+    if not runs:
+        return [
+            TargetOutcome(
+                name, None, "no budget run was made (--budget-runs 0, or results from before them)"
+            )
+            for name in (TARGET_BUDGET_WALL, TARGET_BUDGET_REGRET)
+        ]
+    limit = BUDGET_S * BUDGET_SLACK
+    late = [(key, b) for key, b in runs if b.wall_s is None or b.wall_s > limit]
+    walls = [(b.wall_s, key) for key, b in runs if b.wall_s is not None]
+    detail = f"{len(runs) - len(late)} of {len(runs)} within {limit:g} s"
+    if walls:
+        slowest, where = max(walls)
+        detail += f"; the slowest {slowest:.1f} s ({where})"
+    if late:
+        detail += "; late or failed: " + ", ".join(
+            f"{key} {b.wall_s:.1f} s" if b.wall_s is not None else f"{key} ({b.error or 'no time'})"
+            for key, b in late
+        )
+    outcomes = [TargetOutcome(TARGET_BUDGET_WALL, not late, detail)]
+    regrets = [b.regret for _, b in runs if b.regret is not None]
+    if regrets:
+        med = statistics.median(regrets)
+        outcomes.append(
+            TargetOutcome(
+                TARGET_BUDGET_REGRET,
+                med <= BUDGET_REGRET_TARGET,
+                f"{med:.1%} over {len(regrets)} budget decisions (max {max(regrets):.1%})",
+            )
+        )
+    else:
+        outcomes.append(
+            TargetOutcome(TARGET_BUDGET_REGRET, None, "no budget decision has an oracle regret")
+        )
+    return outcomes
+
+
+def coverage(summaries: Sequence[ModelSummary]) -> tuple[float | None, int, dict[str, str]]:
+    """The share of priors whose interval held the oracle's speedup, how many priors were
+    checked, and per source kind ``held/checked``."""
+    checks = [c for s in summaries for c in s.prior_checks]
+    if not checks:
+        return None, 0, {}
+    kinds: dict[str, list[bool]] = {}
+    for c in checks:
+        kinds.setdefault(source_kind(c.source), []).append(c.held)
+    by_kind = {kind: f"{sum(held)}/{len(held)}" for kind, held in sorted(kinds.items())}
+    return sum(c.held for c in checks) / len(checks), len(checks), by_kind
+
+
+def _coverage_target(summaries: Sequence[ModelSummary]) -> TargetOutcome:
+    share, count, by_kind = coverage(summaries)
+    if share is None:
+        return TargetOutcome(
+            TARGET_COVERAGE, None, "no plan the oracle timed had a prior in dlopt's reports"
+        )
+    misses = count - round(share * count)
+    return TargetOutcome(
+        TARGET_COVERAGE,
+        share >= PRIOR_COVERAGE_TARGET,
+        f"{share:.1%} of {count} (plan, workload) priors held the oracle's speedup, "
+        f"{misses} missed; by source: "
+        + ", ".join(f"{kind} {ratio}" for kind, ratio in by_kind.items()),
+    )
+
+
+def _demo_target(demo: DemoTiming | None) -> TargetOutcome:
+    if demo is None or demo.wall_s is None:
+        why = demo.note if demo is not None and demo.note else "not timed in this run"
+        return TargetOutcome(TARGET_DEMO, None, why)
+    return TargetOutcome(
+        TARGET_DEMO,
+        demo.wall_s <= DEMO_TARGET_S,
+        f"{demo.wall_s:.1f} s for `python3 -m nox -s demo -R` in a fresh process",
+    )
+
+
+def _repeat_target(summaries: Sequence[ModelSummary]) -> TargetOutcome:
+    """Every workload's repeat decision a plan cache hit taking at most a tenth of its
+    race (dlopt's median wall time), grouped by the family of the plan it served."""
+    judged = [
+        s
+        for s in summaries
+        if s.repeat_wall_s is not None or s.repeat_hit is not None or s.repeat_error
+    ]
+    if not judged:
+        return TargetOutcome(TARGET_REPEAT, None, "no repeat decision was made")
+    groups: dict[str, list[str]] = {}
+    failed = []
+    for s in judged:
+        race = s.dlopt_wall_s
+        ok = (
+            s.repeat_hit is True
+            and s.repeat_wall_s is not None
+            and race is not None
+            and s.repeat_wall_s <= REPEAT_SHARE * race
+        )
+        if s.repeat_error:
+            what = f"{s.key} failed"
+        elif s.repeat_hit is not True:
+            what = f"{s.key} miss"
+        else:
+            what = f"{s.key} {_num(s.repeat_wall_s)} of {_num(race)} s"
+        if not ok:
+            failed.append(s.key)
+            what += " (over)" if s.repeat_hit is True and not s.repeat_error else ""
+        groups.setdefault(family_of(s.repeat_pick or s.dlopt_pick), []).append(what)
+    judged_keys = {s.key for s in judged}
+    missing = [s.key for s in summaries if s.key not in judged_keys]
+    detail = f"{len(judged) - len(failed)} of {len(judged)} hits within a tenth; " + "; ".join(
+        f"{family}: {', '.join(whats)}" for family, whats in sorted(groups.items())
+    )
+    if missing:
+        detail += f"; no repeat: {', '.join(missing)}"
+    met: bool | None = False if failed else (None if missing else True)
+    return TargetOutcome(TARGET_REPEAT, met, detail)
 
 
 # -- the Markdown table ---------------------------------------------------------------------
@@ -410,23 +831,27 @@ def markdown(
     lines += [
         "",
         "Wall time is to a decision (optimizer constructed, plans built, validated and "
-        "raced); medians over the runs. Regret is against the oracle's fastest plan that "
-        "passed dlopt's validation, one figure per run. Speedup vs eager is the oracle's.",
+        "raced); medians over the runs. Regret is against the oracle's fastest plan of "
+        "those dlopt could have built (validated in a dlopt run, or not built there and "
+        "built and validated by the oracle), one figure per run. Speedup vs eager is the "
+        "oracle's. Plans not built: in the run with the median wall time, pruned by their "
+        'prior (prior) or for want of time (time); "Plans not built" lists them.',
         "",
-        "| workload | dlopt pick (stable) | dlopt wall s | measure s | timed calls | dlopt "
-        "regret | pick interval vs eager | peer pick (stable) | peer wall s | peer timed "
-        "calls | peer regret | wall dlopt/peer | oracle best (built) | top-two gap | pick "
-        "speedup vs eager |",
-        "|" + "---|" * 15,
+        "| workload | dlopt pick (stable) | dlopt wall s | measure s | timed calls | plans "
+        "not built (why) | dlopt regret | pick interval vs eager | peer pick (stable) | peer "
+        "wall s | peer timed calls | peer regret | wall dlopt/peer | oracle best (built) | "
+        "top-two gap | pick speedup vs eager |",
+        "|" + "---|" * 16,
     ]
     for s in summaries:
         if s.error and s.dlopt_pick is None and s.peer_pick is None:
-            lines.append(f"| {s.title} | failed: {s.error} |" + " |" * 13)
+            lines.append(f"| {s.title} | failed: {s.error} |" + " |" * 14)
             continue
+        not_built = not_built_count(s.dlopt_not_built) if s.dlopt_not_built is not None else "-"
         lines.append(
             f"| {s.title} | {s.dlopt_pick or '-'} ({s.dlopt_stable}/{s.runs}) | "
             f"{_num(s.dlopt_wall_s)} | {_num(s.dlopt_measure_s)} | "
-            f"{_num(s.dlopt_timed_calls, '.0f')} | {_regrets(s.dlopt_regrets)} | "
+            f"{_num(s.dlopt_timed_calls, '.0f')} | {not_built} | {_regrets(s.dlopt_regrets)} | "
             f"{_speedup(s.dlopt_pick_speedup)} | {s.peer_pick or '-'} "
             f"({s.peer_stable}/{s.peer_runs}) | {_num(s.peer_wall_s)} | "
             f"{_num(s.peer_timed_calls, '.0f')} | {_regrets(s.peer_regrets)} | "
@@ -434,11 +859,13 @@ def markdown(
             f"{_pct(s.top_two_gap)} | {_num(s.pick_speedup_vs_eager, '.2f', 'x')} |"
         )
     lines += _wall_time_section(summaries)
+    lines += _not_built_section(summaries)
+    lines += _budget_section(summaries)
+    lines += _coverage_section(summaries)
     lines += _family_section(summaries, oracles or {}, "openvino_", "OpenVINO")
     lines += ["", "## Targets", ""]
     for t in targets:
-        verdict = "not judged" if t.met is None else "met" if t.met else "not met"
-        lines.append(f"- {t.name}: **{verdict}** ({t.detail})")
+        lines.append(f"- {t.name}: **{verdict(t.met)}** ({t.detail})")
     problems = [s for s in summaries if s.error]
     if problems:
         lines += ["", "## Failures", ""]
@@ -448,7 +875,9 @@ def markdown(
             "",
             "## The oracle",
             "",
-            "Every plan that passed validation in any dlopt run, timed in interleaved rounds "
+            "Every plan that passed validation in any dlopt run or that a dlopt run did not "
+            "build (those built through dlopt's provider, validated as in a race: a plan that "
+            "fails is listed as not timed), timed in interleaved rounds "
             "(random order each round, a burst per plan and case: untimed settling calls, "
             "then timed calls whose median is the burst's latency). Latency: the median over "
             "rounds of the traffic-weighted burst latencies, with its order-statistic "
@@ -462,7 +891,8 @@ def markdown(
             f"{_ORACLE.drop_after_rounds}, and one settled more than "
             f"{_ORACLE.tie_tolerance:.0%} slower after {_ORACLE.min_rounds} (picks too). "
             "Built: `independent` by the suite's own torch code, `provider` through dlopt's "
-            "provider (no independent build written for it), `peer` the peer's own rewrite.",
+            "provider (no independent build written for it, or no dlopt run validated it), "
+            "`peer` the peer's own rewrite.",
         ]
         for s in summaries:
             oracle = oracles.get(s.key)
@@ -522,6 +952,101 @@ def _wall_time_section(summaries: Sequence[ModelSummary]) -> list[str]:
             f"{_num(s.dlopt_first_calls_s)} | {_num(s.dlopt_measure_s)} | "
             f"{_num(s.dlopt_other_s)} | {costly} | {_repeat(s)} | {_num(s.peer_wall_s)} |"
         )
+    return lines
+
+
+def _budget(s: ModelSummary) -> str:
+    if s.budget_s is None:
+        return "none" if s.mix_kind else "-"
+    return f"{s.budget_s:.1f} s" + (f" ({s.budget_rule})" if s.budget_rule else "")
+
+
+def _not_built_section(summaries: Sequence[ModelSummary]) -> list[str]:
+    """Per workload: its mix kind and budget, and each plan a default run did not build."""
+    rows = [s for s in summaries if s.mix_kind or s.not_built_plans]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Plans not built, and why",
+        "",
+        "Per workload: the operator-mix kind dlopt's reports measured, the time budget of "
+        "the default runs (the run with the median wall time; `auto`: 10 s + 300 reference "
+        "calls), and each plan a default run did not build, with in how many runs and why "
+        "(the first such run's reason, shortened; the raw reports hold it whole). The "
+        "oracle timed these plans too.",
+    ]
+    for s in rows:
+        shares = ", ".join(f"{part} {share:.0%}" for part, share in s.mix_shares.items())
+        lines += [
+            "",
+            f"### {s.title}: mix {s.mix_kind or '-'}"
+            + (f" ({shares})" if shares else "")
+            + f", budget {_budget(s)}, {len(s.not_built_plans)} plan(s) not built",
+        ]
+        if not s.not_built_plans:
+            continue
+        lines += ["", "| plan | runs | why |", "|---|---|---|"]
+        for plan in s.not_built_plans:
+            lines.append(f"| {plan.name} | {plan.runs}/{s.runs} | {short_reason(plan.why)} |")
+    return lines
+
+
+def _budget_section(summaries: Sequence[ModelSummary]) -> list[str]:
+    """The ``--time-budget 20`` decisions, one row each."""
+    rows = [(s, b) for s in summaries for b in s.budget_runs]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"## Budget runs (`--time-budget {BUDGET_S:g}`)",
+        "",
+        f"dlopt deciding with `OptimizationPolicy(time_budget_s={BUDGET_S:g})` in fresh "
+        "processes, timed like the default runs (wall s; the report's own count starts at "
+        "`select`); regret against the same oracle.",
+        "",
+        "| workload | wall s | report s | pick | regret | plans not built (why) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s, b in rows:
+        if b.error:
+            lines.append(f"| {s.title} | failed: {b.error} | - | - | - | - |")
+            continue
+        lines.append(
+            f"| {s.title} | {_num(b.wall_s)} | {_num(b.spent_s)} | {b.pick or '-'} | "
+            f"{_pct(b.regret)} | {not_built_count(b.not_built)} |"
+        )
+    return lines
+
+
+def _coverage_section(summaries: Sequence[ModelSummary]) -> list[str]:
+    """How often the priors' intervals held the oracle's speedup, and where they missed."""
+    share, count, by_kind = coverage(summaries)
+    if share is None:
+        return []
+    misses = [(s, c) for s in summaries for c in s.prior_checks if not c.held]
+    lines = [
+        "",
+        "## Prior coverage",
+        "",
+        f"{share:.1%} of {count} priors held: for each plan the oracle timed that dlopt's "
+        "reports gave a prior (each distinct interval once per workload; eager fp32's own "
+        "is none), whether the oracle's speedup over eager fp32 lies in the prior's "
+        "interval. By source: "
+        + ", ".join(f"{kind} {ratio}" for kind, ratio in by_kind.items())
+        + ".",
+    ]
+    if misses:
+        lines += [
+            "",
+            "| workload | plan | measured vs eager | prior interval | source |",
+            "|---|---|---|---|---|",
+        ]
+        for s, c in misses:
+            lines.append(
+                f"| {s.title} | {c.plan} | {c.measured:.2f}x | [{c.low:.2f}, {c.high:.2f}] | "
+                f"{c.source.replace('|', '/')} |"
+            )
     return lines
 
 

@@ -4,11 +4,15 @@
     python3 -m nox -s bench-suite -- --models mlp bert         # some workloads
     python3 -m nox -s bench-suite -- --quick --models mlp      # a smoke run (numbers: none)
 
-Per workload: ``--repeats`` fresh processes of dlopt (default policy, every installed CPU
-plan racing) alternating with as many of the peer (custom-dl-optimizer 3.0.0, its default
-policy), each under a timeout; then one oracle process that times every plan dlopt
-validated (and the peer's own pick) in interleaved rounds until the ranking is settled.
-Writes ``results.md``, ``results.json`` and ``results.svg`` into ``--output-dir``
+Per workload: ``--repeats`` fresh processes of dlopt (default policy: its ``auto`` time
+budget, plans pruned by their priors) alternating with as many of the peer
+(custom-dl-optimizer 3.0.0, its default policy), each under a timeout; a repeat decision
+from the plan cache; ``--budget-runs`` more dlopt decisions under
+``OptimizationPolicy(time_budget_s=20.0)``; then one oracle process that times every plan
+a dlopt run validated or did not build (and the peer's own pick) in interleaved rounds
+until the ranking is settled. Before the workloads, ``python3 -m nox -s demo -R`` is timed
+in a fresh process (``--skip-demo``: not). Targets are printed as met, not met or not
+measured. Writes ``results.md``, ``results.json`` and ``results.svg`` into ``--output-dir``
 (docs/benchmarks/; a ``--quick`` run writes to artifacts/bench-suite-quick/ unless told
 otherwise, so smoke numbers never land in the docs), and the raw reports into
 artifacts/bench-suite/runs/.
@@ -30,18 +34,23 @@ from typing import Any
 
 from .models import WORKLOADS
 from .results import (
+    BUDGET_TOOL,
     CONVERTER,
     DecisionRun,
+    DemoTiming,
     ModelResult,
     ModelSummary,
     OracleResult,
     TargetOutcome,
     evaluate_targets,
     markdown,
+    mix_kind_of,
     model_result_from_json,
     summarize,
     to_json_data,
+    verdict,
 )
+from .worker import record_file, report_file
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "benchmarks"
@@ -59,9 +68,11 @@ def run_worker(args: list[str], timeout_s: float) -> str | None:
     return run_command([sys.executable, "-m", "benchmarks.suite.worker", *args], timeout_s)
 
 
-def run_command(command: list[str], timeout_s: float) -> str | None:
-    """Run ``command`` in the repository, in a fresh process group; the error (exit status
-    or timeout, with the end of stderr) or None."""
+def run_command(
+    command: list[str], timeout_s: float, env: dict[str, str] | None = None
+) -> str | None:
+    """Run ``command`` in the repository, in a fresh process group (in ``env`` when
+    given); the error (exit status or timeout, with the end of stderr) or None."""
     process = subprocess.Popen(
         command,
         cwd=REPO,
@@ -69,6 +80,7 @@ def run_command(command: list[str], timeout_s: float) -> str | None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its compile workers go with it on a timeout
+        env=env,
     )
     try:
         _, stderr = process.communicate(timeout=timeout_s)
@@ -103,11 +115,12 @@ def decision_run(
     """One decision in a fresh process, as a record (its error if it failed).
 
     ``tool`` "repeat" (``run`` None) is dlopt deciding from ``plan_cache``; a dlopt run
-    given ``plan_cache`` keeps its decision there."""
+    given ``plan_cache`` keeps its decision there; ``BUDGET_TOOL`` is dlopt deciding with
+    a 20 s time budget."""
     args = [tool, "--workload", key, "--out", str(raw)]
     args += ["--run", str(run)] if run is not None else []
     args += ["--plan-cache", str(plan_cache)] if plan_cache is not None else []
-    record = raw / f"dlopt-{key}-repeat.json" if run is None else raw / f"{tool}-{key}-{run}.json"
+    record = raw / record_file(tool, key, run)
     record.unlink(missing_ok=True)  # a record from an earlier suite run is not this run's
     error = run_worker([*args, "--quick"] if quick and tool != "peer" else args, timeout_s)
     if error is not None or not record.is_file():
@@ -115,25 +128,42 @@ def decision_run(
     return CONVERTER.structure(_read(record), DecisionRun)
 
 
-def oracle_plans(key: str, runs: list[DecisionRun], raw: Path) -> list[dict[str, Any]]:
-    """Every plan any dlopt run validated, with the options it raced with."""
+def oracle_plans(
+    key: str, runs: list[tuple[str, int, DecisionRun]], raw: Path
+) -> list[dict[str, Any]]:
+    """Every plan any dlopt run (``(tool, run number, record)``) validated or did not build
+    (pruned by its prior, or no time left), with the options it was raced or planned with
+    and whether a run validated it: the oracle must not shrink with pruning, or regret
+    would be judged against fewer plans than dlopt could have built."""
     options: dict[str, Any] = {}
-    for number, run in enumerate(runs, start=1):
+    validated: dict[str, bool] = {}
+    for tool, number, run in runs:
         if run.error is not None:
             continue
-        report = _read(raw / f"dlopt-report-{key}-{number}.json")
+        report = _read(raw / report_file(tool, key, number))
         by_name = {c["name"]: c for c in report["candidates"]}
-        for name in run.valid_plans:
+        for name in (*run.valid_plans, *run.not_built):
             options.setdefault(name, by_name.get(name, {}).get("options"))
-    return [{"name": name, "options": value} for name, value in options.items()]
+            validated[name] = validated.get(name, False) or name in run.valid_plans
+    return [
+        {"name": name, "options": value, "validated": validated[name]}
+        for name, value in options.items()
+    ]
 
 
 def run_model(
-    key: str, repeats: int, raw: Path, quick: bool, timeout_s: float, oracle_timeout_s: float
+    key: str,
+    repeats: int,
+    raw: Path,
+    quick: bool,
+    timeout_s: float,
+    oracle_timeout_s: float,
+    budget_runs: int = 1,
 ) -> ModelResult:
     title = WORKLOADS[key][0]
     dlopt_runs: list[DecisionRun] = []
     peer_runs: list[DecisionRun] = []
+    budget: list[DecisionRun] = []
     # dlopt's last run keeps its decision in a plan cache of its own; the repeat decides from it.
     plan_cache = raw / f"plan-cache-{key}"
     shutil.rmtree(plan_cache, ignore_errors=True)
@@ -146,14 +176,30 @@ def run_model(
             _say(key, f"{tool} run {run}/{repeats}", record)
     repeat = decision_run("repeat", key, None, raw, quick, timeout_s, plan_cache)
     _say(key, "dlopt repeat from the plan cache", repeat)
-    if all(r.error for r in dlopt_runs):
+    for run in range(1, budget_runs + 1):
+        record = decision_run(BUDGET_TOOL, key, run, raw, quick, timeout_s)
+        budget.append(record)
+        _say(key, f"dlopt --time-budget 20 run {run}/{budget_runs}", record)
+    mix = mix_kind_of([*dlopt_runs, *budget])
+    if all(r.error for r in (*dlopt_runs, *budget)):
         return ModelResult(
-            key, title, dlopt_runs, peer_runs, None, repeat, "every dlopt run failed"
+            key,
+            title,
+            dlopt_runs,
+            peer_runs,
+            None,
+            repeat,
+            "every dlopt run failed",
+            budget,
+            mix,
         )
-    plans = oracle_plans(key, dlopt_runs, raw)
+    labelled = [("dlopt", n, r) for n, r in enumerate(dlopt_runs, start=1)]
+    labelled += [(BUDGET_TOOL, n, r) for n, r in enumerate(budget, start=1)]
+    plans = oracle_plans(key, labelled, raw)
     peer_fx = any(r.oracle_name == "peer_fx" for r in peer_runs)
     # The picks (and eager fp32, for the speedup) are timed every round: their regret is wanted.
-    picks = {r.oracle_name for r in (*dlopt_runs, *peer_runs) if r.oracle_name} | {"eager_fp32"}
+    decided = (*dlopt_runs, *budget, *peer_runs)
+    picks = {r.oracle_name for r in decided if r.oracle_name} | {"eager_fp32"}
     plans_file = raw / f"oracle-plans-{key}.json"
     wanted = {"plans": plans, "peer_fx": peer_fx, "keep": sorted(picks)}
     plans_file.write_text(json.dumps(wanted, allow_nan=False))
@@ -173,7 +219,7 @@ def run_model(
     else:
         oracle = OracleResult(error=f"oracle: {error or 'no record written'}")
         print(f"  {key}: {oracle.error}", flush=True)
-    return ModelResult(key, title, dlopt_runs, peer_runs, oracle, repeat)
+    return ModelResult(key, title, dlopt_runs, peer_runs, oracle, repeat, None, budget, mix)
 
 
 def _say(key: str, what: str, record: DecisionRun) -> None:
@@ -182,7 +228,46 @@ def _say(key: str, what: str, record: DecisionRun) -> None:
     )
     if record.cache_hit is not None:
         outcome = f"{outcome} ({'plan cache hit' if record.cache_hit else 'no plan cache hit'})"
+    if record.error is None and record.mix_kind is not None:
+        outcome = f"{outcome}; {len(record.not_built)} plan(s) not built"
     print(f"  {key}: {what}: {outcome}", flush=True)
+
+
+#: The suite's own variables, which a user's ``nox -s demo`` would not have.
+_SUITE_ONLY = ("TORCHINDUCTOR_CACHE_DIR", "VIRTUAL_ENV", "NOX_CURRENT_SESSION")
+DEMO_COMMAND = ["python3", "-m", "nox", "-s", "demo", "-R"]
+DEMO_TIMEOUT_S = 600.0
+
+
+def user_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a user's shell would have: without the suite's compiler caches
+    and without the bench-suite virtual environment (its ``python3`` has no nox)."""
+    env = dict(os.environ if environ is None else environ)
+    venvs = {str(Path(p) / "bin") for p in (env.get("VIRTUAL_ENV"), sys.prefix) if p}
+    if sys.prefix == sys.base_prefix:
+        venvs.discard(str(Path(sys.prefix) / "bin"))  # not a virtual environment
+    if env.get("PATH"):
+        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p not in venvs)
+    for name in _SUITE_ONLY:
+        env.pop(name, None)
+    return env
+
+
+def demo_wall_s(repo: Path = REPO, timeout_s: float = DEMO_TIMEOUT_S) -> DemoTiming:
+    """``python3 -m nox -s demo -R`` from the repository root, timed in a fresh process
+    (its virtual environment reused, nothing installed), as a user would run it."""
+    if not (repo / ".nox" / "demo").is_dir():
+        return DemoTiming(None, "not measured: run python3 -m nox -s demo once first")
+    started = time.perf_counter()
+    error = run_command(DEMO_COMMAND, timeout_s, env=user_environment())
+    wall_s = time.perf_counter() - started
+    if error is not None:
+        return DemoTiming(None, f"not measured: `{' '.join(DEMO_COMMAND)}` failed: {error}")
+    return DemoTiming(wall_s, None)
+
+
+def _num_s(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f} s"
 
 
 def fresh_compiler_caches(root: Path) -> dict[str, str]:
@@ -194,7 +279,7 @@ def fresh_compiler_caches(root: Path) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
 
 
-def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
+def environment(command: str, repeats: int, quick: bool, budget_runs: int = 1) -> dict[str, Any]:
     import torch
 
     import dlopt
@@ -222,6 +307,7 @@ def environment(command: str, repeats: int, quick: bool) -> dict[str, Any]:
         "load_before": load_average(),
         "command": command,
         "repeats": repeats,
+        "budget_runs": budget_runs,
         "quick": quick,
     }
 
@@ -319,9 +405,16 @@ def rerender(results_json: Path, output: Path) -> int:
         return 2
     env["rendered_at_commit"] = git_commit()
     summaries = [summarize(r) for r in results]
-    for path in write_outputs(output, env, results, summaries, evaluate_targets(summaries)):
+    targets = evaluate_targets(summaries, recorded_demo(env))
+    for path in write_outputs(output, env, results, summaries, targets):
         print(f"wrote {path}")
     return 0
+
+
+def recorded_demo(env: dict[str, Any]) -> DemoTiming | None:
+    """The demo's timing as a results file recorded it (None: none recorded)."""
+    demo = env.get("demo")
+    return CONVERTER.structure(demo, DemoTiming) if isinstance(demo, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,6 +433,18 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="fresh processes per tool and workload (default 3; --quick: 1)",
+    )
+    parser.add_argument(
+        "--budget-runs",
+        type=int,
+        default=1,
+        help="dlopt decisions per workload with time_budget_s=20 (--time-budget 20), "
+        "besides the default runs (default 1)",
+    )
+    parser.add_argument(
+        "--skip-demo",
+        action="store_true",
+        help="do not time `python3 -m nox -s demo -R` (its target is then not measured)",
     )
     parser.add_argument(
         "--quick",
@@ -384,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     if repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.budget_runs < 0:
+        parser.error("--budget-runs must be at least 0")
     # SIGTERM (a timeout around the suite) unwinds like Ctrl-C, so no worker is left running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     output = args.output_dir or (QUICK_OUTPUT if args.quick else DOCS)
@@ -392,15 +499,26 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.suite " + " ".join(argv if argv is not None else sys.argv[1:])
     compiler_caches = fresh_compiler_caches(raw.parent / "compiler-caches")
     os.environ.update(compiler_caches)  # the workers inherit it
-    env = environment(command.strip(), repeats, args.quick)
+    env = environment(command.strip(), repeats, args.quick, args.budget_runs)
     env["compiler_caches"] = f"empty at the start: {compiler_caches}"
     print(f"CPU {env['cpu_model']}, ISA {', '.join(env['isa_flags'])}; load {env['load_before']}")
     started = time.perf_counter()
+    demo = DemoTiming(None, "not measured: --skip-demo") if args.skip_demo else demo_wall_s()
+    env["demo"] = to_json_data(demo)
+    print(f"demo: {_num_s(demo.wall_s)}{demo.note or ''}", flush=True)
     results = []
     for key in args.models:
         print(f"{key}: {WORKLOADS[key][0]}", flush=True)
         try:
-            result = run_model(key, repeats, raw, args.quick, args.timeout, args.oracle_timeout)
+            result = run_model(
+                key,
+                repeats,
+                raw,
+                args.quick,
+                args.timeout,
+                args.oracle_timeout,
+                args.budget_runs,
+            )
         except Exception as exc:  # a broken record fails its workload, not the suite
             result = ModelResult(key, WORKLOADS[key][0], error=f"{type(exc).__name__}: {exc}")
             print(f"  {key}: failed: {result.error}", flush=True)
@@ -410,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     env["load_after"] = load_average()
     env["suite_time_s"] = time.perf_counter() - started
     summaries = [summarize(r) for r in results]
-    targets = evaluate_targets(summaries)
+    targets = evaluate_targets(summaries, demo)
     for target in targets:
-        verdict = "not judged" if target.met is None else "met" if target.met else "NOT met"
-        print(f"target: {target.name}: {verdict} ({target.detail})")
+        said = "NOT met" if target.met is False else verdict(target.met)
+        print(f"target: {target.name}: {said} ({target.detail})")
     for path in write_outputs(output, env, results, summaries, targets):
         print(f"wrote {path}")
     print(f"raw reports in {raw}")

@@ -3,6 +3,7 @@
     python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 3 --plan-cache C
     python -m benchmarks.suite.worker repeat --workload mlp --out DIR --plan-cache C
+    python -m benchmarks.suite.worker dlopt-budget20 --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker peer   --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker oracle --workload mlp --out DIR --plans PLANS.json
 
@@ -14,6 +15,8 @@ optimizer (plugin discovery included) to the decision in hand.
 ``--plan-cache C`` on a dlopt run races as always (``reuse_cached_plan=False``) and keeps
 the decision in the plan cache ``C``; ``repeat`` then decides again from ``C`` in a fresh
 process: the time a repeat decision on the same machine takes (docs/cache.md).
+``dlopt-budget20`` is a dlopt decision under ``OptimizationPolicy(time_budget_s=20.0)``
+(``dlopt select --time-budget 20``).
 """
 
 from __future__ import annotations
@@ -29,31 +32,67 @@ from typing import Any
 import attrs
 
 from .models import build
-from .results import PEER_PLAN_IN_ORACLE, DecisionRun, Interval, OracleResult, to_json_data
+from .results import (
+    BUDGET_S,
+    BUDGET_TOOL,
+    PEER_PLAN_IN_ORACLE,
+    DecisionRun,
+    Interval,
+    OracleResult,
+    PriorRange,
+    to_json_data,
+)
+
+
+def record_file(tool: str, key: str, run: int | None) -> str:
+    """The suite's record of one decision (``run`` None: the repeat)."""
+    return f"dlopt-{key}-repeat.json" if run is None else f"{tool}-{key}-{run}.json"
+
+
+def report_file(tool: str, key: str, run: int | None) -> str:
+    """dlopt's own report of one decision (``run`` None: the repeat)."""
+    prefix = "dlopt" if tool in ("dlopt", "repeat") else tool
+    return f"{prefix}-report-{key}-{'repeat' if run is None else run}.json"
 
 
 def _write(path: Path, record: Any) -> None:
     path.write_text(json.dumps(to_json_data(record), indent=2, allow_nan=False) + "\n")
 
 
-def _dlopt_policy(quick: bool, plan_cache: Path | None = None, reuse: bool = False) -> Any:
-    """The default policy (every installed plan races); ``--quick`` shortens the race.
-    With ``plan_cache`` the decision is kept there, and served from it when ``reuse``."""
+def _dlopt_policy(
+    quick: bool,
+    plan_cache: Path | None = None,
+    reuse: bool = False,
+    time_budget_s: float | None = None,
+) -> Any:
+    """The default policy (its ``auto`` time budget, plans pruned by their priors);
+    ``--quick`` shortens the race. With ``plan_cache`` the decision is kept there, and
+    served from it when ``reuse``; ``time_budget_s`` replaces the ``auto`` budget."""
     from dlopt.measurement import MeasurementPolicy
     from dlopt.settings.policy import OptimizationPolicy
 
-    cache: dict[str, Any] = {}
+    options: dict[str, Any] = {}
     if plan_cache is not None:
-        cache = {"plan_cache_dir": str(plan_cache), "reuse_cached_plan": reuse}
+        options = {"plan_cache_dir": str(plan_cache), "reuse_cached_plan": reuse}
+    if time_budget_s is not None:
+        options["time_budget_s"] = time_budget_s
     if not quick:
-        return OptimizationPolicy(**cache)
-    return OptimizationPolicy(measurement=MeasurementPolicy(max_rounds=4, max_time_s=10.0), **cache)
+        return OptimizationPolicy(**options)
+    return OptimizationPolicy(
+        measurement=MeasurementPolicy(max_rounds=4, max_time_s=10.0), **options
+    )
 
 
 def run_dlopt(
-    key: str, out: Path, run: int | None, quick: bool, plan_cache: Path | None = None
+    key: str,
+    out: Path,
+    run: int | None,
+    quick: bool,
+    plan_cache: Path | None = None,
+    tool: str = "dlopt",
 ) -> None:
-    """One decision (``run``), or with ``run=None`` the repeat decision from ``plan_cache``."""
+    """One decision (``run``), or with ``run=None`` the repeat decision from ``plan_cache``;
+    ``tool`` :data:`BUDGET_TOOL` decides under a time budget of :data:`BUDGET_S`."""
     import dlopt
     from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 
@@ -61,24 +100,27 @@ def run_dlopt(
     workload = WorkloadProfile(
         name=key, cases=tuple(WorkloadCase(n, args=a, kwargs=k, weight=w) for n, a, k, w in cases)
     )
-    policy = _dlopt_policy(quick, plan_cache, reuse=run is None)
+    budget = BUDGET_S if tool == BUDGET_TOOL else None
+    policy = _dlopt_policy(quick, plan_cache, reuse=run is None, time_budget_s=budget)
     started = time.perf_counter()
     optimizer = dlopt.InferenceOptimizer("cpu", policy)
     decision = optimizer.select(model, workload)
     wall_s = time.perf_counter() - started
-    label = "repeat" if run is None else str(run)
-    report_path = out / f"dlopt-report-{key}-{label}.json"
+    report_path = out / report_file(tool, key, run)
     decision.save_report(report_path)
     decision.close()
     record = decision_from_report(report_path, wall_s)
     if run is None:
         record = attrs.evolve(record, tool="dlopt-repeat")
-    _write(out / f"dlopt-{key}-{label}.json", record)
+    elif tool != "dlopt":
+        record = attrs.evolve(record, tool=tool)
+    _write(out / record_file(tool, key, run), record)
 
 
 def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
     """The suite's record of one dlopt decision, read back from its saved JSON report."""
     from dlopt.evidence.report import load_report
+    from dlopt.vocabulary import Status
 
     report = load_report(report_path)
     pick = report.candidate(report.selected_plan)
@@ -90,6 +132,8 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         for name, life in lifecycles.items()
         if life.setup_time_s is not None or life.first_call_time_s is not None
     }
+    timing = report.decision_time
+    mix = timing.operator_mix if timing is not None else None
     return DecisionRun(
         tool="dlopt",
         pick=report.selected_plan,
@@ -110,6 +154,25 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         build_s=math.fsum(life.setup_time_s or 0.0 for life in lifecycles.values()),
         first_calls_s=math.fsum(life.first_call_time_s or 0.0 for life in lifecycles.values()),
         plan_costs_s=costs,
+        not_built={
+            c.name: c.not_built or "not built"
+            for c in report.candidates
+            if c.not_built is not None or c.status == Status.NOT_BUILT
+        },
+        budget_s=timing.budget_s if timing is not None else None,
+        budget_rule=timing.budget_rule if timing is not None else None,
+        decision_spent_s=timing.spent_s if timing is not None else None,
+        mix_kind=timing.mix_kind if timing is not None else None,
+        operator_mix=(
+            {"conv": mix.conv, "linear": mix.linear, "attention": mix.attention, "other": mix.other}
+            if mix is not None
+            else {}
+        ),
+        priors={
+            c.name: PriorRange(c.prior.low, c.prior.high, c.prior.source)
+            for c in report.candidates
+            if c.prior is not None
+        },
     )
 
 
@@ -152,6 +215,9 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
 
     wanted = parse_strict_json(plans_file.read_text())
     plans = [(str(p["name"]), p.get("options")) for p in wanted["plans"]]
+    # A plan no dlopt run validated (only not built) is built through its provider, which
+    # validates it as a race would: one that fails is not timed.
+    unvalidated = {str(p["name"]) for p in wanted["plans"] if not p.get("validated", True)}
     model, cases = build(key)
     settings = (
         OracleSettings(
@@ -160,7 +226,9 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
         if quick
         else OracleSettings()
     )
-    built, failures, providers = build_all(model, cases, plans, peer_fx=bool(wanted["peer_fx"]))
+    built, failures, providers = build_all(
+        model, cases, plans, peer_fx=bool(wanted["peer_fx"]), unvalidated=unvalidated
+    )
     weights = {name: weight for name, _, _, weight in cases}
     if not built:
         providers.close()
@@ -205,7 +273,7 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("dlopt", "repeat", "peer", "oracle"))
+    parser.add_argument("mode", choices=("dlopt", BUDGET_TOOL, "repeat", "peer", "oracle"))
     parser.add_argument("--workload", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--run", type=int, default=1)
@@ -215,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plan-cache", type=Path, help="dlopt: keep the decision here; repeat: decide from it"
     )
     args = parser.parse_args(argv)
-    if args.mode == "dlopt":
-        run_dlopt(args.workload, args.out, args.run, args.quick, args.plan_cache)
+    if args.mode in ("dlopt", BUDGET_TOOL):
+        run_dlopt(args.workload, args.out, args.run, args.quick, args.plan_cache, args.mode)
     elif args.mode == "repeat":
         if args.plan_cache is None:
             parser.error("repeat needs --plan-cache DIR (written by a dlopt run)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_a_workload_whose_runs_all_fail_is_reported_and_no_oracle_runs(tmp_path,
     result = run.run_model("mlp", 2, tmp_path, quick=True, timeout_s=1, oracle_timeout_s=1)
     assert result.error == "every dlopt run failed" and result.oracle is None
     # Both tools ran every repeat, alternating; dlopt's last run kept its decision in the
-    # workload's plan cache, and the repeat decided from it.
+    # workload's plan cache, and the repeat decided from it; then the budget run.
     cache = "plan-cache-mlp"
     assert calls == [
         ("dlopt", 1, None),
@@ -56,8 +57,10 @@ def test_a_workload_whose_runs_all_fail_is_reported_and_no_oracle_runs(tmp_path,
         ("dlopt", 2, cache),
         ("peer", 2, None),
         ("repeat", None, cache),
+        ("dlopt-budget20", 1, None),
     ]
     assert result.repeat is not None and result.repeat.error is not None
+    assert len(result.budget) == 1 and result.budget[0].error is not None
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,7 @@ def test_a_workload_whose_runs_all_fail_is_reported_and_no_oracle_runs(tmp_path,
     [
         (["--models", "resnet5"], "unknown workload(s) resnet5; choose from"),
         (["--repeats", "0"], "--repeats must be at least 1"),
+        (["--budget-runs", "-1"], "--budget-runs must be at least 0"),
     ],
 )
 def test_bad_flags_are_refused_with_what_to_do(argv, message, capsys):
@@ -156,3 +160,182 @@ def test_every_suite_run_starts_with_empty_compiler_caches(tmp_path):
     env = run.fresh_compiler_caches(root)
     assert env == {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
     assert root.is_dir() and not any(root.iterdir())
+
+
+# -- decision time (issue 39) ------------------------------------------------------------
+PRUNED = "its prior is at most 1.30x (table: avx2, linear models, 1 workload(s)), and ..."
+LATE = "no time left: its build and first calls are expected to take 12.0 s ..."
+
+
+def _report(raw, name, candidates):
+    import json
+
+    rows = [{"name": n, "status": status, "options": options} for n, status, options in candidates]
+    (raw / name).write_text(json.dumps({"candidates": rows}))
+
+
+def test_the_oracle_times_every_plan_a_dlopt_run_validated_or_did_not_build(tmp_path):
+    """Pruning must not shrink the oracle: a plan not built in one run is timed too, with
+    its recorded options, and built through its provider when no run validated it."""
+    from benchmarks.suite.results import BUDGET_TOOL
+
+    _report(
+        tmp_path,
+        "dlopt-report-mlp-1.json",
+        [
+            ("eager_fp32", "selected", None),
+            ("inductor", "rejected", {"mode": "default"}),
+            ("onnxruntime_cpu", "not_built", {"opt_level": 99}),
+        ],
+    )
+    _report(
+        tmp_path,
+        "dlopt-budget20-report-mlp-1.json",
+        [
+            ("eager_fp32", "rejected", None),
+            ("onnxruntime_cpu", "selected", {"opt_level": 99}),
+            ("openvino_cpu", "not_built", {"hint": "latency"}),
+        ],
+    )
+    first = DecisionRun(
+        "dlopt",
+        "inductor",
+        "inductor",
+        valid_plans=("eager_fp32", "inductor"),
+        not_built={"onnxruntime_cpu": PRUNED},
+    )
+    budget = DecisionRun(
+        BUDGET_TOOL,
+        "onnxruntime_cpu",
+        "onnxruntime_cpu",
+        valid_plans=("eager_fp32", "onnxruntime_cpu"),
+        not_built={"openvino_cpu": LATE},
+    )
+    failed = DecisionRun("dlopt", error="timed out")  # its report is not read
+    plans = run.oracle_plans(
+        "mlp", [("dlopt", 1, first), ("dlopt", 2, failed), (BUDGET_TOOL, 1, budget)], tmp_path
+    )
+    assert plans == [
+        {"name": "eager_fp32", "options": None, "validated": True},
+        {"name": "inductor", "options": {"mode": "default"}, "validated": True},
+        # Not built in run 1, validated by the budget run: built independently.
+        {"name": "onnxruntime_cpu", "options": {"opt_level": 99}, "validated": True},
+        # Not built by any run: the oracle builds it through its provider, validated.
+        {"name": "openvino_cpu", "options": {"hint": "latency"}, "validated": False},
+    ]
+
+
+def test_a_workload_times_its_budget_runs_picks_and_plans_not_built(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks.suite.results import BUDGET_TOOL, OracleResult, to_json_data
+
+    def deciding(tool, key, number, raw, quick, timeout_s, plan_cache=None):
+        if tool == "peer":
+            return DecisionRun("peer", "native", "eager_fp32", wall_s=2.0)
+        if tool == "repeat":
+            return DecisionRun("dlopt-repeat", "inductor", "inductor", wall_s=0.5, cache_hit=True)
+        pick = "fx" if tool == BUDGET_TOOL else "inductor"
+        name = f"{'dlopt' if tool == 'dlopt' else tool}-report-{key}-{number}.json"
+        _report(raw, name, [("eager_fp32", "rejected", None), (pick, "selected", None)])
+        return DecisionRun(
+            tool,
+            pick,
+            pick,
+            wall_s=10.0,
+            valid_plans=("eager_fp32", pick),
+            not_built={"onnxruntime_cpu": PRUNED},
+            mix_kind="linear",
+        )
+
+    wanted = {}
+
+    def oracle(args, timeout_s):
+        plans_file = args[args.index("--plans") + 1]
+        wanted.update(json.loads(Path(plans_file).read_text()))
+        out = tmp_path / "oracle-mlp.json"
+        out.write_text(json.dumps(to_json_data(OracleResult(rounds=3, time_s=1.0))))
+        return None
+
+    monkeypatch.setattr(run, "decision_run", deciding)
+    monkeypatch.setattr(run, "run_worker", oracle)
+    result = run.run_model("mlp", 2, tmp_path, quick=True, timeout_s=1, oracle_timeout_s=1)
+    assert [r.pick for r in result.budget] == ["fx"]
+    assert result.operator_mix == "linear"
+    names = {p["name"]: p["validated"] for p in wanted["plans"]}
+    assert names == {"eager_fp32": True, "inductor": True, "onnxruntime_cpu": False, "fx": True}
+    assert wanted["keep"] == ["eager_fp32", "fx", "inductor"]  # the budget run's pick too
+    data = to_json_data(result)
+    assert data["operator_mix"] == "linear"
+    no_budget = run.run_model(
+        "mlp", 1, tmp_path, quick=True, timeout_s=1, oracle_timeout_s=1, budget_runs=0
+    )
+    assert no_budget.budget == ()
+
+
+def test_the_demo_is_not_measured_until_its_environment_exists(tmp_path, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("nothing runs without .nox/demo")
+
+    monkeypatch.setattr(run, "run_command", never)
+    timing = run.demo_wall_s(repo=tmp_path)
+    assert timing.wall_s is None
+    assert timing.note == "not measured: run python3 -m nox -s demo once first"
+
+
+def test_the_demo_is_timed_in_a_fresh_process_as_a_user_runs_it(tmp_path, monkeypatch):
+    (tmp_path / ".nox" / "demo").mkdir(parents=True)
+    seen = {}
+
+    def fake(command, timeout_s, env=None):
+        seen.update(command=command, env=env)
+        return None
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/suite/caches")
+    monkeypatch.setattr(run, "run_command", fake)
+    timing = run.demo_wall_s(repo=tmp_path)
+    assert timing.wall_s is not None and timing.wall_s >= 0 and timing.note is None
+    assert seen["command"] == ["python3", "-m", "nox", "-s", "demo", "-R"]
+    assert "TORCHINDUCTOR_CACHE_DIR" not in seen["env"]  # the suite's own caches
+    monkeypatch.setattr(run, "run_command", lambda *a, **k: "exit 1: No module named nox")
+    failed = run.demo_wall_s(repo=tmp_path)
+    assert failed.wall_s is None and "No module named nox" in (failed.note or "")
+    assert failed.note.startswith("not measured:")
+
+
+def test_the_users_environment_leaves_out_the_suite_and_its_virtual_environment():
+    environ = {
+        "PATH": "/work/.nox/bench-suite/bin:/usr/local/bin:/usr/bin",
+        "VIRTUAL_ENV": "/work/.nox/bench-suite",
+        "NOX_CURRENT_SESSION": "bench-suite",
+        "TORCHINDUCTOR_CACHE_DIR": "/work/artifacts/bench-suite/compiler-caches/inductor",
+        "HOME": "/home/user",
+    }
+    env = run.user_environment(environ)
+    assert env["PATH"].split(":")[-2:] == ["/usr/local/bin", "/usr/bin"]
+    assert "/work/.nox/bench-suite/bin" not in env["PATH"].split(":")
+    assert env["HOME"] == "/home/user"
+    for name in ("VIRTUAL_ENV", "NOX_CURRENT_SESSION", "TORCHINDUCTOR_CACHE_DIR"):
+        assert name not in env
+
+
+def test_rerender_judges_the_demo_as_recorded(tmp_path):
+    import json
+
+    from benchmarks.suite.results import ModelResult, to_json_data
+
+    result = ModelResult("m", "M", dlopt=(DecisionRun("dlopt", "a", "a", wall_s=3.0),))
+    source = tmp_path / "results.json"
+    for demo, said in (
+        ({"wall_s": 12.5, "note": None}, "**met** (12.5 s"),
+        (
+            {"wall_s": None, "note": "not measured: --skip-demo"},
+            "**not measured** (not measured: --skip-demo)",
+        ),
+        (None, "**not measured** (not timed in this run)"),
+    ):
+        env = {"commit": "abc1234"} if demo is None else {"commit": "abc1234", "demo": demo}
+        source.write_text(json.dumps({"environment": env, "results": to_json_data([result])}))
+        assert run.main(["--rerender", str(source), "--output-dir", str(tmp_path / "out")]) == 0
+        page = (tmp_path / "out" / "results.md").read_text()
+        assert f"- nox -s demo within 20 s: {said}" in page
