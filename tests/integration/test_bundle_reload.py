@@ -88,6 +88,7 @@ def saved(model_module: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
         include=("onnxruntime_cpu",),
         plan_options={"onnxruntime_cpu": ORT_OPTIONS},
         measurement=MeasurementPolicy(max_time_s=3.0, seed=0, bootstrap_resamples=0),
+        exhaustive=True,
     )
     decision = InferenceOptimizer("cpu", policy, artifact_dir=root / "plans").select(
         model, workload

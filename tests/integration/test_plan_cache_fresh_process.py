@@ -73,6 +73,7 @@ WORKER = textwrap.dedent(
         measurement=MeasurementPolicy(max_time_s=3.0, seed=3, bootstrap_resamples=0),
         plan_options={plan: options} if options else {},
         plan_cache_dir=cache_dir,
+        exhaustive=True,  # the plan under test races, whatever its prior
     )
     result = {}
     if mode == "select":

@@ -29,6 +29,7 @@ def test_real_plans_race_validate_and_report(tmp_path):
     policy = OptimizationPolicy(
         include=("native_channels_last", "fx", "onnxruntime_cpu", "onnxruntime_cpu_int8"),
         measurement=MeasurementPolicy(max_time_s=3.0, seed=11, bootstrap_resamples=0),
+        exhaustive=True,  # every named plan races
     )
     decision = InferenceOptimizer("cpu", policy, artifact_dir=tmp_path / "plans").select(
         model, workload

@@ -87,6 +87,7 @@ def _race(
         OptimizationPolicy(
             include=tuple(p.name for p in providers),
             measurement=MeasurementPolicy(max_time_s=1.0, seed=3),
+            exhaustive=True,  # the NPU plan races, whatever a time budget would say
             **policy,
         ),
         providers,

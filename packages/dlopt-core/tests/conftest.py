@@ -45,7 +45,8 @@ def forge_npz() -> Callable[[Path, str, bytes], None]:
 def select_argv() -> Callable[..., list[str]]:
     """``select_argv(*cases, extra=())``: ``dlopt select`` of the small StructuredMLP on
     ``cases`` (``"b1=1x16@70"``), with ``native_channels_last`` included (rejected at build:
-    it needs image inputs, so the race is quick) and a 1 s budget, then ``extra``."""
+    it needs image inputs, so the race is quick), every included plan built whatever its
+    prior (``--all-plans``) and a 1 s race budget, then ``extra``."""
 
     def argv(*cases: str, extra: Sequence[str] = ()) -> list[str]:
         case_options = [option for case in cases for option in ("--case", case)]
@@ -57,6 +58,7 @@ def select_argv() -> Callable[..., list[str]]:
             "native_channels_last",
             "--max-measure-time",
             "1",
+            "--all-plans",
             *extra,
         ]
 

@@ -34,6 +34,7 @@ def _race(model: torch.nn.Module, workload: WorkloadProfile, artifacts: Path) ->
         measurement=MeasurementPolicy(
             max_time_s=1.0, max_rounds=3, seed=5, bootstrap_resamples=0, warmup_max_time_s=0.3
         ),
+        exhaustive=True,  # every plan is built and measured, whatever its prior
     )
     return InferenceOptimizer("cpu", policy, artifact_dir=artifacts).select(model, workload)
 

@@ -51,6 +51,7 @@ WORKER = textwrap.dedent(
         constraints=DeploymentConstraints(min_speedup=0.01),
         measurement=MeasurementPolicy(max_time_s=3.0, seed=3, bootstrap_resamples=0),
         plan_cache_dir=cache_dir,
+        exhaustive=True,
     )
     decision = InferenceOptimizer("cpu", policy).select(model, workload)
     cache = decision.report.cache

@@ -53,6 +53,10 @@ model = "demo_mlp"
 kinds = ["kind_a", "kind_b"]
 [jobs.policy]
 include = ["eager_fp32", "native_channels_last"]
+# Each race runs in full on its node (no plan skipped, no record of the other kind's race
+# reused), so the second one is still running when its node dies.
+exhaustive = true
+reuse_cached_plan = false
 measurement = {{ max_time_s = 1.0, seed = 3 }}
 """
 #: Lists the live node of each kind once every kind has one (at most 90 s).

@@ -37,6 +37,7 @@ include = [{plans}]
 build_timeout_s = 60.0
 call_timeout_floor_s = 5.0
 probe_timeout_s = 10.0
+exhaustive = true
 measurement = {{ max_time_s = 1.0, seed = 3 }}
 """
 

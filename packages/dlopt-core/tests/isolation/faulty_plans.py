@@ -169,6 +169,9 @@ def isolated_policy(*plans: str, **overrides: object) -> OptimizationPolicy:
         "build_timeout_s": 4.0,
         "call_timeout_floor_s": 2.0,
         "probe_timeout_s": 2.0,
+        # Every included plan is built and raced: these tests are about faults, not
+        # about which plans a time budget would leave out.
+        "exhaustive": True,
     }
     values.update(overrides)
     return OptimizationPolicy(**values)  # type: ignore[arg-type]

@@ -110,6 +110,7 @@ def test_select_writes_a_full_report_when_one_plan_segfaults_and_another_hangs_i
         "--build-timeout",
         "4",
         "--plain",
+        "--all-plans",
     ]
     for plan in ("eager_fp32", "fast", "segfaults_when_called", "hangs_in_build"):
         args += ["--include", plan]

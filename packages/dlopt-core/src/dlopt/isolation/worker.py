@@ -74,6 +74,8 @@ class Watched:
         self.stage_of: dict[str, str] = {}
         self.fastest_call: dict[str, float] = {}
         self._marked: set[tuple[str, str]] = set()
+        #: The plan whose probe is running now (in the probe's own thread).
+        self.probing: str | None = None
 
     def running(self, plan: str, stage: str, case: str | None = None) -> None:
         """The journal's "now running" marker, once per plan and stage (durable)."""
@@ -95,6 +97,11 @@ class Watched:
         return max(policy.call_timeout_floor_s, policy.call_timeout_factor * fastest)
 
     def on_event(self, event: Event) -> None:
+        if event.kind is EventKind.PROVIDER_UNAVAILABLE and event.candidate == self.probing:
+            # The probe's time limit answered while its thread runs on, and a thread
+            # cannot be stopped: the watchdog ends it with this worker, which waits for
+            # that instead of racing beside it (the next worker runs without the plan).
+            time.sleep(self.policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S + 60)
         if event.kind is EventKind.STAGE_STARTED and event.candidate is not None:
             self.stage_of[event.candidate] = str(event.data.get("stage", ""))
         elif event.kind is EventKind.CANDIDATE_VALIDATED and event.candidate is not None:
@@ -147,9 +154,11 @@ class WatchedProvider:
         watched.heartbeat.begin(
             self.name, Stage.PROBE.value, watched.policy.probe_timeout_s + PROBE_WATCHDOG_GRACE_S
         )
+        watched.probing = self.name
         try:
             return self._inner.probe(context)
         finally:
+            watched.probing = None
             watched.heartbeat.end()
 
     def build(self, model: torch.nn.Module, context: Any) -> Any:

@@ -75,6 +75,8 @@ def prepare_plans(
             raise SelectionCancelled(f"cancelled before {cand.name!r} was built; no plan was raced")
         context_of_plan = attrs.evolve(context, options=cand.options)
         if not _available(cand, context_of_plan, run):
+            if cand.is_reference:
+                raise ReferenceCheckError(reference_failure(cand))
             continue
         why = schedule.skip_reason(cand, order) if schedule is not None else None
         if why is not None:

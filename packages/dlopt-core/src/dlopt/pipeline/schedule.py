@@ -194,13 +194,16 @@ class Schedule:
         left = self.run.seconds_left()
         if left is None:
             return None
-        need = self.expected_cost_s(cand)
+        # Until one challenger's build has shown what builds of this model take here,
+        # the priors' costs (medians over models of every size) are not trusted to skip.
+        need = self.expected_cost_s(cand) if self.costs else 0.0
         alive = sum(1 for c in candidates if c.alive)
         reserve = self.race_reserve_s(alive + 1)
         if need + reserve > left:
             budget = f" of the {self.budget_s:.0f} s budget" if self.budget_s else ""
             return (
-                f"no time left: its build and first calls are expected to take {need:.1f} s "
+                f"no time left: its build and first calls are expected to take "
+                f"{self.expected_cost_s(cand):.1f} s "
                 f"and the race about {reserve:.1f} s, with {max(left, 0.0):.1f} s{budget} left "
                 f"(its prior: {prior.describe()}, {prior.source})"
             )

@@ -37,8 +37,9 @@ TABLE_FORMAT = 1
 #: Speedups a prior claims nothing beyond: unknown plans get this interval.
 UNKNOWN_LOW = 0.25
 UNKNOWN_HIGH = 8.0
-#: Build and first-call seconds assumed for a plan nothing is known of.
-UNKNOWN_COST_S = 10.0
+#: Build and first-call seconds assumed for a plan nothing is known of (a typical
+#: export or compile on a small model: such a plan still fits a modest budget).
+UNKNOWN_COST_S = 3.0
 
 
 def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:

@@ -847,12 +847,16 @@ class ProviderContractSuite:
             self.serve(setup, plan)  # first calls (and compiles) before the threads
             name = setup.provider.name
             failures: list[str] = []
+            # The threads start their calls together: on a busy machine a thread started
+            # late could otherwise find the others done, and nothing would overlap.
+            start = threading.Barrier(4)
 
             def caller() -> None:
                 runner: Callable[..., Any] = plan
                 if concurrency is Concurrency.PER_THREAD and plan.thread_runner is not None:
                     runner = plan.thread_runner()
                 try:
+                    start.wait(timeout=60)
                     for _ in range(3):
                         for case in setup.reference.cases:
                             args, kwargs = copy_inputs(case.args, case.kwargs)
