@@ -175,7 +175,9 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="table", required=True)
     sub.add_parser("boundaries", help="the sequential boundary's per-look levels")
     prior_parser = sub.add_parser("priors", help="the plans' priors from benchmark suite results")
-    prior_parser.add_argument("results", nargs="*", help="results.json files (default: docs/benchmarks)")
+    prior_parser.add_argument(
+        "results", nargs="*", help="results.json files (default: docs/benchmarks)"
+    )
     args = parser.parse_args(argv)
     if args.table == "boundaries":
         print(f"wrote {boundaries()}")
