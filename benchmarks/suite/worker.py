@@ -201,7 +201,7 @@ def run_peer(key: str, out: Path, run: int) -> None:
             oracle_name=PEER_PLAN_IN_ORACLE.get(report.selected_plan, report.selected_plan),
             wall_s=wall_s,
             timed_calls=timed,
-            valid_plans=tuple(c.name for c in report.candidates if c.validation.first_calls),
+            valid_plans=tuple(c.name for c in report.candidates if c.parity),  # the peer's report
         ),
     )
 

@@ -163,8 +163,9 @@ class InferenceOptimizer:
         Either way the selection is :func:`dlopt.engine.select.select`, on the workload
         converted here, once.
         """
+        started_ns = self.clock.now_ns()  # the time budget counts from here, plugins loaded after
         if self.policy.isolation == "process":
-            return self._select_isolated(model, workload, should_continue)
+            return self._select_isolated(model, workload, should_continue, started_ns)
         if workload is None:
             raise ConfigurationError("select(model, workload): give the workload to race on")
         if not isinstance(model, torch.nn.Module):
@@ -174,7 +175,7 @@ class InferenceOptimizer:
             )
         self._check_model_device(model)
         registry = self._registry if self._registry is not None else load_providers()
-        selection = self._selection(model, workload, registry, should_continue)
+        selection = self._selection(model, workload, registry, should_continue, started_ns)
         with self._threads():
             return select(selection)
 
@@ -183,6 +184,7 @@ class InferenceOptimizer:
         model: Any,
         workload: WorkloadProfile | Sequence[WorkloadCase] | None,
         should_continue: Callable[[], bool] | None,
+        started_ns: int,
     ) -> OptimizationDecision:
         from dlopt.isolation.supervisor import build_host_model, model_reference, select_in_worker
 
@@ -197,7 +199,9 @@ class InferenceOptimizer:
             workload = returned
         # Nothing of a plugin runs here before the race (the worker loads them): without
         # a registry the events go to this optimizer's observers only.
-        selection = self._selection(host_model, workload, self._registry, should_continue)
+        selection = self._selection(
+            host_model, workload, self._registry, should_continue, started_ns
+        )
         with self._threads():
             return select_in_worker(selection, ref)
 
@@ -207,6 +211,7 @@ class InferenceOptimizer:
         workload: WorkloadProfile | Sequence[WorkloadCase],
         registry: ProviderRegistry | None,
         should_continue: Callable[[], bool] | None,
+        started_ns: int | None = None,
     ) -> Selection:
         """What one selection runs, with the workload converted (a profile, cut to the
         batch sizes the objective races) and checked against the objective, once."""
@@ -229,7 +234,7 @@ class InferenceOptimizer:
             self.clock,
             fan_out(*sinks, *self.observers),
             should_continue,
-            started_ns=self.clock.now_ns(),  # the time budget counts from here
+            started_ns=started_ns if started_ns is not None else self.clock.now_ns(),
         )
         return Selection(
             model,

@@ -55,6 +55,9 @@ PRUNED_OBJECTIVES = (Objective.STEADY_STATE_LATENCY, Objective.MIN_LATENCY)
 MIN_RACE_SHARE = 0.1
 #: Bounds on how far this machine's builds may be from the priors' costs.
 COST_SCALE_RANGE = (0.25, 4.0)
+#: What the first plan of a distribution pays beside its prior's cost: importing its SDK
+#: (about 1-1.5 s for torchao, ONNX Runtime's exporter or OpenVINO on a 2-core CPU).
+FIRST_OF_DISTRIBUTION_S = 1.5
 
 
 def assign_priors(
@@ -115,6 +118,8 @@ class Schedule:
     budget_s: float | None = None
     #: (prior cost, actual cost) of every plan built so far but the reference.
     costs: list[tuple[float, float]] = attrs.field(factory=list)
+    #: The distributions (plugins) a plan has been built from: their SDKs are imported.
+    imported: set[str] = attrs.field(factory=set)
 
     @property
     def exhaustive(self) -> bool:
@@ -141,13 +146,22 @@ class Schedule:
         return min(max(math.exp(sum(logs) / len(logs)), low), high)
 
     def built(self, cand: CandidateState) -> None:
-        """Record what ``cand``'s build and first calls took against its prior."""
+        """Record what ``cand``'s build and first calls took against its prior (and its
+        distribution's first import)."""
         if cand.is_reference or cand.prior is None or cand.setup_s is None:
             return
-        self.costs.append((cand.prior.cost_s, cand.setup_s + sum(cand.first_calls_s)))
+        expected = cand.prior.cost_s + self._import_s(cand)
+        self.imported.add(cand.info.plugin)
+        self.costs.append((expected, cand.setup_s + sum(cand.first_calls_s)))
 
     def expected_cost_s(self, cand: CandidateState) -> float:
-        return _prior(cand).cost_s * self.cost_scale()
+        """``cand``'s build and first calls as expected here: its prior's cost read through
+        :meth:`cost_scale`, plus its SDK's import when no plan of its distribution was
+        built yet."""
+        return _prior(cand).cost_s * self.cost_scale() + self._import_s(cand)
+
+    def _import_s(self, cand: CandidateState) -> float:
+        return 0.0 if cand.info.plugin in self.imported else FIRST_OF_DISTRIBUTION_S
 
     def race_reserve_s(self, plans: int) -> float:
         """Seconds the race of ``plans`` plans (the reference's call time for each) and
