@@ -111,6 +111,7 @@ WORKER = textwrap.dedent(
         measurement=MeasurementPolicy(max_time_s=10.0, seed=3, bootstrap_resamples=0),
         plan_options={plan: options} if options else {},
         plan_cache_dir=cache_dir,
+        exhaustive=True,  # the family under test is built and raced, whatever its prior
     )
     workload = WorkloadProfile(
         cases=(WorkloadCase("b2", args=(image(2, 1),)), WorkloadCase("b4", args=(image(4, 2),)))
