@@ -33,6 +33,7 @@ from attrs import frozen
 pytest.importorskip("ray", reason="the fleet extra is not installed (dlopt-core[fleet])")
 
 from dlopt.fleet.result_store import ResultStore
+from dlopt.platform.processes import descendants
 
 pytestmark = pytest.mark.slow
 
@@ -242,8 +243,17 @@ def test_races_run_on_their_kinds_nodes_and_a_race_whose_node_dies_is_reported_l
         while not started_b.exists() and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert started_b.exists(), "the race of kind_b never started"
-        # The second node dies mid-race, as a preempted machine does.
-        stop(cluster.nodes["kind_b"], grace_s=0)
+        # The second node dies mid-race, as a preempted machine does: everything running
+        # on it at once, the Ray workers that left its process group included (one of
+        # them runs the race, which would otherwise finish while Ray notices).
+        node_b = cluster.nodes["kind_b"]
+        on_node_b = descendants(node_b.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node_b.pid, signal.SIGKILL)
+        for info in on_node_b:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGKILL)
+        stop(node_b, grace_s=0)
         output, _ = run.communicate(timeout=300)
     finally:
         if run.poll() is None:

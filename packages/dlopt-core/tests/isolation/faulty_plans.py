@@ -123,6 +123,75 @@ class SavedProgramPlan(FaultyPlan):
         )
 
 
+class WritesArtifacts(FaultyPlan):
+    """``fast`` that writes its model file into its plan directory, as an exporter does:
+    what a selection must not leave behind in the temp directory."""
+
+    name = "fast_artifact"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        (context.plan_dir(self.name) / "model.bin").write_bytes(b"\0" * 4096)
+        return super().build(model, context)
+
+
+#: The environment variable naming the file :class:`StartsProcesses` writes the process
+#: ids it started to, one per line.
+PIDS_FILE_ENV = "FAULTY_PLANS_PIDS_FILE"
+
+
+class StartsProcesses(FaultyPlan):
+    """A plan that starts what an SDK might and never ends it: a child in the worker's
+    process group, one in a session of its own (``setsid``) and a daemon whose parent
+    exits at once (an orphan). Their ids go to the file ``$FAULTY_PLANS_PIDS_FILE`` names.
+    It is slower than the reference, so it is built in the worker only."""
+
+    name = "starts_processes"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        import subprocess
+
+        same_group = subprocess.Popen(["sleep", "600"])
+        own_session = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        daemon = subprocess.run(
+            ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        pids = [same_group.pid, own_session.pid, int(daemon.stdout.strip())]
+        with open(os.environ[PIDS_FILE_ENV], "a", encoding="utf-8") as file:
+            file.write("".join(f"{pid}\n" for pid in pids))
+        plan = super().build(model, context)
+        fast = plan.runner
+
+        def slow(x: torch.Tensor) -> torch.Tensor:
+            time.sleep(0.01)  # slower than the reference: it never wins, never comes back
+            return fast(x)
+
+        return BuiltPlan(runner=slow)
+
+
+#: The last line :class:`PrintsWithoutEnd` prints before it crashes.
+LAST_WORDS = "prints_without_end: the last line before the crash"
+
+
+class PrintsWithoutEnd(FaultyPlan):
+    """Prints 8 MiB to stdout and stderr while it builds, its last words, then segfaults
+    on its 8th call: the host keeps the tail of what it printed, never all of it."""
+
+    name = "prints_without_end"
+    fault = "call:segfault"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        line = "x" * 1023 + "\n"
+        for stream in (sys.stdout, sys.stderr):
+            for _ in range(4096):
+                stream.write(line)
+            stream.flush()
+        print(LAST_WORDS, flush=True)
+        return super().build(model, context)
+
+
 #: The faulty plans: class name (what a worker imports) -> (plan name, ``stage:how``).
 FAULTS = {
     "SegfaultsWhenCalled": ("segfaults_when_called", "call:segfault"),

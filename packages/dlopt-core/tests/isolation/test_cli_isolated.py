@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,9 @@ DLOPT_PLUGIN_API_VERSION = "2.0"
 if os.environ.get("HOSTILE_CRASH_AT_IMPORT"):
     import faulty_plans
     faulty_plans.segfault()
+if os.environ.get("HOSTILE_HANG_AT_IMPORT"):
+    import time
+    time.sleep(3600)
 
 
 @hookimpl
@@ -127,3 +132,118 @@ def test_select_writes_a_full_report_when_one_plan_segfaults_and_another_hangs_i
     # The progress line named both as they happened.
     assert "segfaults_when_called: crashed at measure (SIGSEGV)" in done.stderr
     assert "hangs_in_build: hung at build" in done.stderr
+
+
+def _default_env(root: Path) -> dict[str, str]:
+    """The hostile plugin's environment as a user's: isolation left at its default (the
+    suite's conftest turns it off for every other test)."""
+    env = _install_hostile_plugin(root)
+    env.pop("DLOPT_ISOLATE", None)
+    return env
+
+
+def _select_args(report: Path, *plans: str) -> list[str]:
+    """``dlopt select`` of the tiny model, isolated (the default), racing ``plans``."""
+    args = ["select", "faulty_plans:tiny_model", "--report", str(report), "--plain"]
+    args += ["--max-measure-time", "5", "--all-plans"]
+    for plan in plans:
+        args += ["--include", plan]
+    return args
+
+
+@pytest.mark.slow
+def test_an_isolated_select_leaves_nothing_in_the_temp_directory(tmp_path):
+    env = _default_env(tmp_path)
+    temp = tmp_path / "t"
+    temp.mkdir()
+    env.update(TMPDIR=str(temp), HOSTILE_PLANS="WritesArtifacts,FastPlan")
+    report_path = tmp_path / "r.json"
+    done = _dlopt(_select_args(report_path, "eager_fp32", "fast_artifact"), env, tmp_path, 300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert report["selected_plan"] == "fast_artifact" and report["isolation"]["workers"] == 1
+    assert sorted(str(p.relative_to(temp)) for p in temp.rglob("*")) == []
+
+
+@pytest.mark.slow
+def test_a_module_in_the_working_directory_shadows_nothing_in_the_worker(tmp_path):
+    """A stray ``faulty_plans.py`` where ``dlopt`` (the console script, which does not
+    search the working directory) is run: the worker imports what the host imported."""
+    env = _default_env(tmp_path)
+    env["HOSTILE_PLANS"] = "FastPlan"
+    work = tmp_path / "work"
+    work.mkdir()
+    shadow = work / "faulty_plans.py"
+    shadow.write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('shadowed').write_text('imported')\n"
+        "raise ImportError('the stray module in the working directory was imported')\n",
+        encoding="utf-8",
+    )
+    script = Path(sys.executable).with_name("dlopt")
+    assert script.exists(), "dlopt's console script is installed beside this interpreter"
+    report_path = tmp_path / "r.json"
+    done = subprocess.run(
+        [str(script), *_select_args(report_path, "eager_fp32", "fast")],
+        env=env,
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (work / "shadowed").exists()
+    assert json.loads(report_path.read_text(encoding="utf-8"))["selected_plan"] == "fast"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variable", "words"),
+    [("HOSTILE_CRASH_AT_IMPORT", "crashed at load (SIGSEGV)"), ("HOSTILE_HANG_AT_IMPORT", "hung")],
+)
+def test_a_plugin_that_crashes_or_hangs_at_load_is_never_loaded_by_the_host(
+    tmp_path, variable, words
+):
+    env = {**_default_env(tmp_path), variable: "1"}
+    report_path = tmp_path / "r.json"
+    done = _dlopt(_select_args(report_path, "eager_fp32"), env, tmp_path, 300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert report["selected_plan"] == "eager_fp32"
+    (failure,) = [f for f in report["plugin_failures"] if f["plugin"] == "hostile"]
+    assert failure["stage"] == "load" and words in failure["error"]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_select_with_143_one_line_and_no_worker_left(tmp_path):
+    from dlopt.platform.processes import descendants, has_ended
+
+    env = _default_env(tmp_path)
+    env["HOSTILE_PLANS"] = "HangsInBuild,FastPlan"
+    args = _select_args(tmp_path / "r.json", "eager_fp32", "hangs_in_build", "fast")
+    args += ["--build-timeout", "600"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlopt", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        workers: list = []
+        while time.monotonic() < deadline and not workers:
+            time.sleep(0.5)
+            workers = descendants(process.pid)
+        assert workers, "the isolated select started a worker"
+        time.sleep(5)  # into the hanging build
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("dlopt: terminated (SIGTERM)")
+    time.sleep(1)
+    assert all(has_ended(w.pid) for w in workers)

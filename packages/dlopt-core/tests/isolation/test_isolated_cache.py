@@ -5,9 +5,11 @@ race that wrote the record and on a later hit."""
 from __future__ import annotations
 
 import faulty_plans
+import pytest
 from faulty_plans import SavedProgramPlan, bounded, isolated_policy
 
 from dlopt import InferenceOptimizer
+from dlopt.cache.record_store import RECORD_NAME, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
 
 
 def select(cache_dir):
@@ -31,3 +33,19 @@ def test_the_host_serves_the_winner_from_the_workers_record(tmp_path):
     with select(tmp_path) as second:
         assert second.report.cache.cache_hit is True
         assert second.plan.metadata == {"served_as": "program"}
+
+
+def test_a_record_set_aside_in_the_worker_is_warned_in_the_host_with_why(tmp_path):
+    with select(tmp_path) as first:
+        key = first.report.cache.key
+    record = PlanCache(tmp_path).record_path(key)
+    (record / RECORD_NAME).write_bytes(b"{ this is no record")
+    with pytest.warns(PlanCacheWarning, match="could not be read") as warned:
+        second = select(tmp_path)
+    with second:
+        cache = second.report.cache
+        assert cache.cache_hit is False
+        assert cache.reason.startswith("the record for this key could not be read (")
+        assert "set aside" in cache.reason
+    assert str(record) in str(warned[0].message)
+    assert list((tmp_path / SET_ASIDE_DIR).iterdir())  # kept for a look, out of the way

@@ -45,6 +45,8 @@ class Lookup:
     lookup_time_s: float
     closest_key: str | None = None
     differences: tuple[str, ...] = ()
+    #: Why the record of this key could not be read (it was set aside), if it could not.
+    set_aside: str | None = None
 
 
 def look_up(
@@ -67,8 +69,8 @@ def look_up(
     )
     key = key_of(ingredients)
     cache = PlanCache(cache_dir)
-    record = cache.lookup(key)
-    found = Lookup(cache, key, ingredients, record, 0.0)
+    record, unreadable = cache.find(key)
+    found = Lookup(cache, key, ingredients, record, 0.0, set_aside=unreadable)
     if record is None:
         closest = cache.closest(ingredients)
         if closest is not None:
@@ -102,9 +104,15 @@ def hit_report(
 def miss_evidence(
     found: Lookup, recheck: Recheck | None, seconds: float | None, reuse: bool
 ) -> CacheEvidence:
-    """Why this selection raced: no record, reuse switched off, or a failed recheck."""
+    """Why this selection raced: no record, an unreadable one (set aside), reuse switched
+    off, or a failed recheck."""
     if recheck is not None:
         reason = f"the recheck failed, raced again: {recheck.reason}"
+    elif found.set_aside is not None:
+        reason = (
+            f"the record for this key could not be read ({found.set_aside}); it was set "
+            "aside and the plans raced again"
+        )
     elif found.record is not None and not reuse:
         reason = "a record exists but reuse_cached_plan is off: raced again"
     elif found.closest_key is not None:

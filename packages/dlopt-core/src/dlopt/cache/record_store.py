@@ -130,14 +130,20 @@ class PlanCache:
     def lookup(self, key: str) -> CacheRecord | None:
         """The verified record under ``key``, or ``None``. A record that cannot be read is
         set aside with a :class:`PlanCacheWarning` and ``None`` is returned."""
+        return self.find(key)[0]
+
+    def find(self, key: str) -> tuple[CacheRecord | None, str | None]:
+        """:meth:`lookup`, and why a record that was there could not be read (it is then
+        set aside with a :class:`PlanCacheWarning`): ``(record, None)``, ``(None, why)``
+        or ``(None, None)`` when there is no record."""
         path = self.record_path(key)
         if not os.path.lexists(path):
-            return None
+            return None, None
         try:
-            return read_record(path, key)
+            return read_record(path, key), None
         except (BundleError, PlanCacheError) as exc:
             self.set_aside(path, str(exc))
-            return None
+            return None, str(exc)
 
     def closest(
         self, ingredients: Mapping[str, Any], *, limit: int = 500

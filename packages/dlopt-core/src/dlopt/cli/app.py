@@ -2,15 +2,19 @@
 ``cache``, ``fleet``.
 
 Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
-2 bad usage or input (argparse's convention). Each command lives in its own module
+2 bad usage or input (argparse's convention), 130 interrupted (SIGINT), 143 terminated
+(SIGTERM: what stopped is cleaned up as on Ctrl-C, an isolated selection's worker too). Each command lives in its own module
 (``cmd_<command>.py``) and registers itself on the parser built here.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from dlopt._version import __version__
 from dlopt.cli.cmd_cache import add_cache_command
@@ -44,6 +48,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of a command ended by SIGTERM (128 + 15, as a shell reports it).
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like Ctrl-C, so that every ``finally`` runs (an isolated
+    selection's worker is ended there, its temp directory removed)."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While the body runs, SIGTERM raises :class:`Terminated` (in the main thread, when
+    nothing else handles SIGTERM), instead of ending the process where it stands."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, frame: object) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``dlopt`` with ``argv`` (default: the process's arguments); return the exit code."""
     parser = build_parser()
@@ -52,10 +86,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.handler(args))
+        with _sigterm_unwinds():
+            return int(args.handler(args))
     except DloptError as exc:
         print(f"dlopt: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
     except KeyboardInterrupt:
         print("dlopt: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print(
+            "dlopt: terminated (SIGTERM); what the command had started was stopped",
+            file=sys.stderr,
+        )
+        return EXIT_TERMINATED

@@ -101,6 +101,9 @@ class IsolationSummary:
     note: str | None = None
     #: Every worker, first to last: the journaled evidence of those that were lost.
     attempts: tuple[WorkerAttempt, ...] = ()
+    #: What the workers left behind that could not be cleaned up (a process a plan
+    #: started that survived SIGKILL, say), one line each.
+    warnings: tuple[str, ...] = ()
 
 
 @frozen
@@ -252,6 +255,9 @@ class CandidateEvidence:
     #: Why it was not built: its prior could not beat the confirmed leader, or the time
     #: budget had no room for it (status ``not_built``).
     not_built: str | None = None
+    #: Why it was built and validated but not raced: the race's share of the time budget
+    #: had no room for it (status ``lost``).
+    not_raced: str | None = None
     metadata: dict[str, Any] = field(factory=dict)
     artifacts: dict[str, str] = field(factory=dict)
 
@@ -310,6 +316,7 @@ CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
     ("elimination_speedup", "race", "elimination_speedup"),
     ("prior", None, "prior"),
     ("not_built", None, "not_built"),
+    ("not_raced", None, "not_raced"),
 )
 
 
@@ -345,7 +352,7 @@ def _structure_candidate(data: Any, _: object) -> CandidateEvidence:
 
 #: The isolated mode's fields are left out of a report that has none: a report written in
 #: process reads exactly as before they were added.
-_LEFT_OUT_WHEN_EMPTY = frozenset({"fault", "prior", "not_built"})
+_LEFT_OUT_WHEN_EMPTY = frozenset({"fault", "prior", "not_built", "not_raced"})
 
 #: The evidence groups of a candidate, by attribute name.
 _GROUPS = ("latency", "race", "memory", "lifecycle", "objective", "validation")

@@ -10,19 +10,30 @@ heartbeat or else the journal's last "now running" marker names the plan and sta
 plan is rejected (``crashed`` with the signal, or ``hung`` with the time) and a new
 worker races the others. Resuming re-runs the race among the survivors rather than
 splicing rounds from two processes (docs/isolation.md says why).
+
+Nothing of a worker outlives the selection: its output is read through a pipe (the last
+:data:`OUTPUT_KEPT_BYTES` kept, in memory), what it or its plans left running is ended
+when it ends (whatever carries its mark, :data:`WORKER_MARK_ENV`), and the selection's
+working directory goes once the workers are done. The host never loads a plugin that
+crashed or hung a worker while it loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import secrets
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +41,7 @@ import attrs
 import torch
 
 from dlopt import errors
+from dlopt.cache.record_store import PlanCacheWarning
 from dlopt.engine.select import Selection, WinnerNotServed, decision_in_host
 from dlopt.events import Event, EventKind
 from dlopt.evidence.report import (
@@ -44,15 +56,19 @@ from dlopt.isolation.journal import Heartbeat, read_journal
 from dlopt.isolation.transfer import (
     HOST_PID_ENV,
     PLUGIN_PREFIX,
+    WORKER_MARK_ENV,
     WorkerSpec,
     build_model,
+    host_import_path,
     policy_to_json,
     reference_of,
     resolve_reference,
     write_spec,
     write_workload,
 )
+from dlopt.isolation.worker import BOOTSTRAP, LEFTOVER_GRACE_S
 from dlopt.pipeline.state import SelectionContext, StageError
+from dlopt.platform.processes import end_processes, marked_processes
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Stage, Status
 
@@ -61,10 +77,18 @@ if TYPE_CHECKING:
     from dlopt.engine.decision import OptimizationDecision
     from dlopt.settings.policy import OptimizationPolicy
 
+log = logging.getLogger(__name__)
+
 #: How often the host looks at its worker.
 POLL_S = 0.05
-#: Lines of the worker's stderr kept in a fault.
+#: Lines of the worker's output kept in a fault.
 STDERR_LINES = 40
+#: The worker's output (stdout and stderr) the host keeps, in memory: its last bytes. A
+#: plugin that prints without end costs neither memory nor disk.
+OUTPUT_KEPT_BYTES = 1 << 20
+#: dlopt's warnings a worker journals, warned again in the host (by category name; any
+#: other category of dlopt's is warned as a ``UserWarning``).
+FORWARDED_WARNINGS: dict[str, type[Warning]] = {"PlanCacheWarning": PlanCacheWarning}
 #: A worker ended by a kill no watchdog sent is resumed this often before the plan it
 #: was running at each of those kills is blamed.
 EXTERNAL_KILLS_BEFORE_BLAME = 2
@@ -94,6 +118,75 @@ class WorkerEnd:
     fault: WorkerFault | None = None
     external: bool = False
     stderr: tuple[str, ...] = ()
+    #: Processes the worker or its plans left running that could not be ended.
+    leftovers: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Supervised:
+    """What the workers of one selection gave: the last one's result (strict JSON text),
+    the faults by plan, every worker's summary and the warnings for the report."""
+
+    result: str
+    faults: dict[str, WorkerFault]
+    attempts: list[WorkerAttempt]
+    warnings: tuple[str, ...] = ()
+
+
+class OutputTail:
+    """A worker's output, read from its pipe by a thread as it comes: the last ``limit``
+    bytes are kept (so the pipe never fills and the worker never blocks on it)."""
+
+    def __init__(self, fd: int, limit: int = OUTPUT_KEPT_BYTES) -> None:
+        self._fd = fd
+        self._limit = limit
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._stop_at: float | None = None
+        #: Bytes read and not kept (the oldest).
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._read, name="dlopt-worker-output", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([self._fd], [], [], 0.1)
+                stop_at = self._stop_at
+                if stop_at is not None and (not ready or time.monotonic() > stop_at):
+                    return
+                if not ready:
+                    continue
+                data = os.read(self._fd, 1 << 16)
+                if not data:  # every writer closed it
+                    return
+                with self._lock:
+                    self._kept += data
+                    excess = len(self._kept) - self._limit
+                    if excess > 0:
+                        del self._kept[:excess]
+                        self.dropped += excess
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
+    def close(self, wait_s: float = 1.0) -> None:
+        """Read what is in the pipe now (for at most ``wait_s``), then stop: a process the
+        worker left behind may hold the pipe open, and is not waited for."""
+        self._stop_at = time.monotonic() + wait_s
+        self._thread.join(wait_s + 0.5)
+
+    def data(self) -> bytes:
+        """The bytes kept, oldest first."""
+        with self._lock:
+            return bytes(self._kept)
+
+    def lines(self, count: int = STDERR_LINES) -> tuple[str, ...]:
+        """The last ``count`` lines kept, each cut to 400 characters."""
+        text = self.data().decode("utf-8", errors="replace")
+        return tuple(line[:400] for line in text.splitlines()[-count:])
 
 
 def model_reference(model: Any) -> str:
@@ -130,21 +223,6 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
         reference_of(type(p), f"provider {getattr(p, 'name', p)!r}") for p in selection.providers
     )
     workload, policy, emit = selection.workload, selection.context.policy, selection.context.emit
-    workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
-    spec = WorkerSpec(
-        model=model_ref,
-        target=selection.context.target,
-        policy=policy_to_json(policy),
-        workload=write_workload(workload, workdir / "inputs.npz"),
-        tensors=str(workdir / "inputs.npz"),
-        journal=str(workdir / "journal-1.jsonl"),
-        heartbeat=str(workdir / "heartbeat"),
-        result=str(workdir / "result-1.json"),
-        artifact_dir=str(selection.artifact_dir or workdir / "artifacts"),
-        providers=provider_refs,
-        sys_path=tuple(p for p in sys.path if p),
-        started_at=_wall_time_of(selection.context),
-    )
     reference: list[str] = []
 
     def check_fault(plan: str, fault: WorkerFault, records: list[dict[str, Any]]) -> None:
@@ -155,17 +233,34 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
                 "validated without it"
             )
 
-    text, faults, attempts = supervise(
-        spec, workdir, emit, selection.context.should_continue, check_fault
-    )
-    report = with_faults(report_from_json(text), faults, attempts)
+    with working_directory() as workdir:
+        spec = WorkerSpec(
+            model=model_ref,
+            target=selection.context.target,
+            policy=policy_to_json(policy),
+            workload=write_workload(workload, workdir / "inputs.npz"),
+            tensors=str(workdir / "inputs.npz"),
+            journal=str(workdir / "journal-1.jsonl"),
+            heartbeat=str(workdir / "heartbeat"),
+            result=str(workdir / "result-1.json"),
+            artifact_dir=str(selection.artifact_dir or workdir / "artifacts"),
+            providers=provider_refs,
+            sys_path=host_import_path(),
+            started_at=_wall_time_of(selection.context),
+        )
+        done = supervise(spec, workdir, emit, selection.context.should_continue, check_fault)
+    report = with_faults(report_from_json(done.result), done.faults, done.attempts, done.warnings)
     if report.throughput is not None and workload.batch_sizes is not None:
         # The worker dropped the batch sizes the reference ran out of memory on.
         workload = workload.first_cases(len(report.throughput.batch_sizes))
     if selection.registry is None:
-        from dlopt.plugins.discovery import load_providers
+        from dlopt.plugins.discovery import PluginSettings, load_providers
 
-        selection = attrs.evolve(selection, registry=load_providers())
+        # A plugin that crashed or hung a worker as it loaded would do the same here.
+        settings = PluginSettings.from_env()
+        unsafe = {n.removeprefix(PLUGIN_PREFIX) for n in done.faults if n.startswith(PLUGIN_PREFIX)}
+        settings = attrs.evolve(settings, deny=settings.deny | unsafe)
+        selection = attrs.evolve(selection, registry=load_providers(settings))
     try:
         return decision_in_host(
             attrs.evolve(selection, workload=workload), report, _worker_record(policy, report)
@@ -185,21 +280,21 @@ def probe_in_worker(
     from dlopt.pipeline.probe import ProbeRecord
     from dlopt.platform.serialization import from_jsonable, parse_strict_json
 
-    workdir = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
-    spec = WorkerSpec(
-        task="probe",
-        target=target,
-        policy=policy_to_json(policy),
-        journal=str(workdir / "journal-1.jsonl"),
-        heartbeat=str(workdir / "heartbeat"),
-        result=str(workdir / "report-1.json"),
-        sys_path=tuple(p for p in sys.path if p),
-    )
-    text, faults, _ = supervise(spec, workdir, emit or (lambda _e: None), None)
-    data = parse_strict_json(text)
+    with working_directory() as workdir:
+        spec = WorkerSpec(
+            task="probe",
+            target=target,
+            policy=policy_to_json(policy),
+            journal=str(workdir / "journal-1.jsonl"),
+            heartbeat=str(workdir / "heartbeat"),
+            result=str(workdir / "report-1.json"),
+            sys_path=host_import_path(),
+        )
+        done = supervise(spec, workdir, emit or (lambda _e: None), None)
+    data = parse_strict_json(done.result)
     statuses = [from_jsonable(s, ProbeRecord) for s in data["providers"]]
     failures = [from_jsonable(f, PluginFailure) for f in data["plugin_failures"]]
-    for name, fault in faults.items():
+    for name, fault in done.faults.items():
         if name.startswith(PLUGIN_PREFIX):
             failures.append(
                 PluginFailure(
@@ -227,20 +322,34 @@ def probe_in_worker(
     return statuses, failures
 
 
+@contextlib.contextmanager
+def working_directory() -> Iterator[Path]:
+    """A selection's working directory (the inputs, each worker's spec, journal and
+    result, the heartbeat, the workers' artifacts), removed once its workers are done,
+    however that ends: the report keeps what the journals said (``isolation.attempts``),
+    and the winner is rebuilt in the host's own directory."""
+    path = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def supervise(
     spec: WorkerSpec,
     workdir: Path,
     emit: Callable[[Event], None],
     should_continue: Callable[[], bool] | None = None,
     check_fault: Callable[[str, WorkerFault, list[dict[str, Any]]], None] | None = None,
-) -> tuple[str, dict[str, WorkerFault], list[WorkerAttempt]]:
+) -> Supervised:
     """Run workers for ``spec`` until one writes its result, each without the plans that
-    crashed or hung before: ``(result text, faults by plan, every worker's summary)``.
-    ``check_fault`` may raise to end the selection (the reference crashed)."""
+    crashed or hung before. ``check_fault`` may raise to end the selection (the reference
+    crashed)."""
     faults: dict[str, WorkerFault] = {}
     external_kills: dict[str, int] = {}
     kills = 0
     attempts: list[WorkerAttempt] = []
+    leftovers: list[str] = []
     for attempt in range(1, MAX_WORKERS + 1):
         spec = attrs.evolve(
             spec,
@@ -251,8 +360,9 @@ def supervise(
         )
         end = run_worker(spec, workdir, emit, should_continue)
         attempts.append(_summary(attempt, end, spec.journal))
+        leftovers += end.leftovers
         if end.result is not None:
-            return end.result, faults, attempts
+            return Supervised(end.result, faults, attempts, tuple(leftovers))
         if end.error is not None:
             kind = getattr(errors, end.error[0], None)
             if not (isinstance(kind, type) and issubclass(kind, errors.DloptError)):
@@ -285,24 +395,38 @@ def run_worker(
     emit: Callable[[Event], None],
     should_continue: Callable[[], bool] | None = None,
 ) -> WorkerEnd:
-    """Start one worker for ``spec``, watch it to its end and say how it ended."""
+    """Start one worker for ``spec``, watch it to its end and say how it ended; what it
+    left running is ended (whatever carries its mark) however it ended."""
     spec_path = write_spec(spec, workdir / f"spec-{spec.attempt}.json")
     heartbeat = Heartbeat(spec.heartbeat, create=True)
-    stderr_path = workdir / f"stderr-{spec.attempt}.txt"
+    mark = f"{os.getpid()}-{spec.attempt}-{secrets.token_hex(8)}"
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(spec.sys_path), **{HOST_PID_ENV: str(os.getpid())}
+        os.environ,
+        PYTHONPATH=os.pathsep.join(spec.sys_path),
+        **{HOST_PID_ENV: str(os.getpid()), WORKER_MARK_ENV: mark},
     )
-    with open(stderr_path, "wb") as stderr:
+    # One pipe for stdout and stderr, read as it comes (OutputTail): never a file that
+    # grows with what a plugin prints.
+    read_end, write_end = os.pipe()
+    try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dlopt.isolation.worker", str(spec_path)],
+            [sys.executable, "-c", BOOTSTRAP, str(spec_path)],
             stdin=subprocess.DEVNULL,
-            stdout=stderr,
-            stderr=stderr,
+            stdout=write_end,
+            stderr=write_end,
             env=env,
             start_new_session=True,  # its own process group: a kill takes its children too
         )
+    except BaseException:
+        os.close(read_end)
+        heartbeat.close()
+        raise
+    finally:
+        os.close(write_end)
+    output = OutputTail(read_end)
     forwarded = 0
     hang: tuple[str, str, float, float] | None = None
+    left: list[str] = []
     try:
         while process.poll() is None:
             forwarded = _forward(spec.journal, forwarded, emit)
@@ -327,9 +451,17 @@ def run_worker(
         if process.poll() is None:
             _kill(process)
         heartbeat.close()
+        left = _end_leftovers(process, mark)
+        output.close()
     records = read_journal(spec.journal)
     _forward(spec.journal, forwarded, emit)
-    stderr_tail = _tail(stderr_path)
+    leftovers = tuple(
+        f"worker {spec.attempt} left process {what} running and it could not be ended"
+        for what in [*_survivors(records), *left]
+    )
+    for line in leftovers:
+        log.warning("%s", line)
+    stderr_tail = output.lines()
     if hang is not None:
         plan, stage, elapsed, limit = hang
         fault = WorkerFault(
@@ -340,13 +472,16 @@ def run_worker(
             limit_s=round(limit, 3),
             stderr=stderr_tail,
         )
-        return WorkerEnd(plan=plan, fault=fault, stderr=stderr_tail)
+        return WorkerEnd(plan=plan, fault=fault, stderr=stderr_tail, leftovers=leftovers)
     code = process.returncode
     if code == 0 and Path(spec.result).is_file():
-        return WorkerEnd(result=Path(spec.result).read_text(encoding="utf-8"))
+        result = Path(spec.result).read_text(encoding="utf-8")
+        return WorkerEnd(result=result, leftovers=leftovers)
     error = next((r for r in reversed(records) if r.get("kind") == "error"), None)
     if error is not None:
-        return WorkerEnd(error=(str(error.get("type")), str(error.get("message"))))
+        return WorkerEnd(
+            error=(str(error.get("type")), str(error.get("message"))), leftovers=leftovers
+        )
     culprit, stage = _culprit(beat, records)
     signal_name = _signal_name(-code) if code < 0 else None
     fault = WorkerFault(
@@ -358,7 +493,32 @@ def run_worker(
         stderr=stderr_tail,
     )
     external = code in (-signal.SIGKILL, -signal.SIGTERM)
-    return WorkerEnd(plan=culprit, fault=fault, external=external, stderr=stderr_tail)
+    return WorkerEnd(
+        plan=culprit,
+        fault=fault,
+        external=external,
+        stderr=stderr_tail,
+        leftovers=leftovers,
+    )
+
+
+def _end_leftovers(process: subprocess.Popen[bytes], mark: str) -> list[str]:
+    """End what an ended worker left running: every process carrying its ``mark`` (a
+    crashed or killed worker's children in groups of their own, its orphans), then what
+    is left of its process group. What could not be ended, in words."""
+    survivors = end_processes(marked_processes(WORKER_MARK_ENV, mark), grace_s=LEFTOVER_GRACE_S)
+    with contextlib.suppress(OSError):  # members that dropped the mark from their environment
+        os.killpg(process.pid, signal.SIGKILL)
+    return [info.describe() for info in survivors]
+
+
+def _survivors(records: list[dict[str, Any]]) -> list[str]:
+    """What the worker journaled it could not end at its exit."""
+    found: list[str] = []
+    for record in records:
+        if record.get("kind") == "leftovers" and isinstance(record.get("survivors"), list):
+            found += [str(what) for what in record["survivors"]]
+    return found
 
 
 def _summary(attempt: int, end: WorkerEnd, journal: str) -> WorkerAttempt:
@@ -408,12 +568,17 @@ def _culprit(beat: Any, records: list[dict[str, Any]]) -> tuple[str | None, str]
 
 
 def _forward(journal: str, done: int, emit: Callable[[Event], None]) -> int:
-    """Re-emit in the host the events the worker journaled since record ``done``."""
+    """Re-emit in the host the events the worker journaled since record ``done``, and warn
+    its warnings again."""
     try:
         records = read_journal(journal)
     except ValueError:
         return done
     for record in records[done:]:
+        if record.get("kind") == "warning":
+            category = FORWARDED_WARNINGS.get(str(record.get("category")), UserWarning)
+            warnings.warn(str(record.get("message", "")), category, stacklevel=2)
+            continue
         if record.get("kind") != "event":
             continue
         try:
@@ -458,10 +623,14 @@ def describe_fault(fault: WorkerFault) -> str:
 
 
 def with_faults(
-    report: OptimizationReport, faults: dict[str, WorkerFault], attempts: Sequence[WorkerAttempt]
+    report: OptimizationReport,
+    faults: dict[str, WorkerFault],
+    attempts: Sequence[WorkerAttempt],
+    cleanup_warnings: Sequence[str] = (),
 ) -> OptimizationReport:
     """The last worker's report with a rejected entry for every plan that crashed or hung
-    (and a load failure for every plugin whose import did)."""
+    (and a load failure for every plugin whose import did), and the isolation summary
+    (with ``cleanup_warnings``: what the workers left that could not be ended)."""
     from dlopt.contract.records import PluginFailure
 
     lost = tuple(
@@ -495,6 +664,7 @@ def with_faults(
         external_kills=sum(1 for a in attempts if a.outcome == "killed"),
         note=RESUME_NOTE if len(attempts) > 1 else None,
         attempts=tuple(attempts),
+        warnings=tuple(cleanup_warnings),
     )
     # The last worker kept each lost plan in its plan set, unavailable: its fault replaces it.
     kept = tuple(c for c in report.candidates if c.name not in faults)
@@ -548,15 +718,6 @@ def _signal_name(number: int) -> str:
 
 def _stage_word(stage: str) -> str:
     return stage if stage in _STAGES else (stage or "unknown")
-
-
-def _tail(path: Path) -> tuple[str, ...]:
-    try:
-        data = path.read_bytes()[-16384:]
-    except OSError:
-        return ()
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return tuple(line[:400] for line in lines[-STDERR_LINES:])
 
 
 def _wall_time_of(context: SelectionContext) -> float:

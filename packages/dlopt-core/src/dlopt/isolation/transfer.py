@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ PLUGIN_PREFIX = "plugin:"
 #: The environment variable the host sets, for its worker, to its own process id: a
 #: worker whose parent is no longer that process leaves (``worker.leave_with_the_host``).
 HOST_PID_ENV = "DLOPT_ISOLATION_HOST_PID"
+#: The environment variable that marks one worker's processes: the host sets it, for
+#: that worker, to a value of its own, and everything the worker starts inherits it, so
+#: what it left running is found by it even after the worker died.
+WORKER_MARK_ENV = "DLOPT_ISOLATION_WORKER"
 #: Dtypes numpy has no type for travel as raw bits of the same width.
 _BITS_OF = {torch.bfloat16: torch.int16}
 
@@ -88,13 +93,25 @@ class WorkerSpec:
     #: Plans (and ``plugin:NAME`` plugins) a previous worker crashed or hung in: never
     #: loaded, probed or built again.
     excluded: tuple[str, ...] = ()
-    #: The host's import path, so the worker finds what the host found.
+    #: The host's import path (:func:`host_import_path`), in its order: the worker finds
+    #: what the host found, and a module in the working directory shadows nothing there
+    #: that it did not shadow in the host.
     sys_path: tuple[str, ...] = ()
     #: Which worker of this selection this is (1 = the first).
     attempt: int = 1
     #: When the host's ``select`` was called (``time.time()``; 0: unknown): the time
     #: budget counts from there, the worker's start-up included.
     started_at: float = 0.0
+
+
+def host_import_path() -> tuple[str, ...]:
+    """This process's ``sys.path`` as a worker takes it: in its order, with ``""`` (the
+    working directory, where the host has it at all) written as that directory."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed: nothing can be found there
+        return tuple(entry for entry in sys.path if entry)
+    return tuple(entry or cwd for entry in sys.path)
 
 
 def policy_to_json(policy: OptimizationPolicy) -> dict[str, Any]:

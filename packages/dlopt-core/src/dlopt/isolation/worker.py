@@ -1,14 +1,17 @@
 """The worker: runs one selection in process, journaling it, for a supervising host.
 
-Started by :mod:`dlopt.isolation.supervisor` as ``python -m dlopt.isolation.worker SPEC``
-(a fresh interpreter: nothing of the host's memory is inherited). It rebuilds the model
-from its ``module:factory`` reference and the workload from the host's ``.npz``, wraps
-every provider so that each probe, build and call first says what is running (journal
-and heartbeat), runs the ordinary in-process selection, writes the report as strict JSON
-and exits. Exit status 0: a report was written; 3: the selection raised a dlopt error
-(journaled as an ``error`` record); anything else: the worker died. A worker whose host
-died (a fleet's Ray worker killed, say) stops at once with its children: it must not race
-on beside the host's successor on the same machine.
+Started by :mod:`dlopt.isolation.supervisor` as ``python -c BOOTSTRAP SPEC``, which calls
+:func:`run` (a fresh interpreter: nothing of the host's memory is inherited; its import
+path is the host's, without the working directory ``python -m`` would put first). It
+rebuilds the model from its ``module:factory`` reference and the workload from the host's
+``.npz``, wraps every provider so that each probe, build and call first says what is
+running (journal and heartbeat), runs the ordinary in-process selection, writes the
+report as strict JSON, ends whatever its plans started and left running, and exits.
+Exit status 0: a report was written; 3: the selection raised a dlopt error (journaled as
+an ``error`` record); anything else: the worker died. dlopt's own warnings (a plan cache
+record set aside) are journaled for the host to warn again. A worker whose host died (a
+fleet's Ray worker killed, say) stops at once with its children: it must not race on
+beside the host's successor on the same machine.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +36,19 @@ from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
     HOST_PID_ENV,
     PLUGIN_PREFIX,
+    WORKER_MARK_ENV,
     WorkerSpec,
     build_model,
     policy_from_json,
     read_spec,
     read_workload,
     resolve_reference,
+)
+from dlopt.platform.processes import (
+    become_subreaper,
+    descendants,
+    end_processes,
+    marked_processes,
 )
 from dlopt.settings.policy import OptimizationPolicy
 from dlopt.vocabulary import Stage
@@ -52,6 +63,8 @@ EXIT_SELECTION_ERROR = 3
 EXIT_HOST_GONE = 4
 #: How often the worker checks that its host is still alive (seconds).
 HOST_POLL_S = 0.25
+#: How long a process the plans left running is given to end on SIGTERM before SIGKILL.
+LEFTOVER_GRACE_S = 1.0
 
 
 class Watched:
@@ -303,12 +316,14 @@ _CRASH_LOG: Any = None
 
 def leave_with_the_host(host_pid: int) -> threading.Thread:
     """Watch the host from a daemon thread: once this process's parent is no longer
-    ``host_pid`` (the host died and the worker was handed to another parent), kill this
-    worker's process group (it leads its own, so its SDK's children go too) and exit."""
+    ``host_pid`` (the host died and the worker was handed to another parent), end this
+    worker's descendants and its process group (it leads its own, so its SDK's children
+    go too, those in groups of their own included) and exit."""
 
     def watch() -> None:
         while os.getppid() == host_pid:
             time.sleep(HOST_POLL_S)
+        end_processes(descendants(os.getpid()), grace_s=0.0)
         with contextlib.suppress(OSError):
             if os.getpgrp() == os.getpid():  # only a group this worker leads
                 os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -317,6 +332,52 @@ def leave_with_the_host(host_pid: int) -> threading.Thread:
     thread = threading.Thread(target=watch, name="dlopt-host-watch", daemon=True)
     thread.start()
     return thread
+
+
+def end_leftovers(journal: str) -> None:
+    """End what this worker's plans started and left running: its descendants (orphans
+    come to it: :func:`become_subreaper`) and every process carrying its mark. What was
+    found is journaled for the host, which reports what could not be ended."""
+    mark = os.environ.get(WORKER_MARK_ENV)
+    found = {info.pid: info for info in descendants(os.getpid())}
+    if mark:
+        found.update((info.pid, info) for info in marked_processes(WORKER_MARK_ENV, mark))
+    if not found:
+        return
+    survivors = end_processes(found.values(), grace_s=LEFTOVER_GRACE_S)
+    ended = [info for info in found.values() if info not in survivors]
+    JournalWriter(journal).append(
+        {
+            "kind": "leftovers",
+            "ended": [info.describe() for info in ended],
+            "survivors": [info.describe() for info in survivors],
+        },
+        durable=True,
+    )
+
+
+def journal_warnings(journal: JournalWriter) -> None:
+    """Journal dlopt's own warnings as they are shown (a plan cache record set aside):
+    the host warns them again, as a selection in its own process would have."""
+    show = warnings.showwarning
+
+    def journaled(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
+        if category.__module__.partition(".")[0] == "dlopt":
+            with contextlib.suppress(Exception):  # a warning never ends the worker
+                journal.append(
+                    {"kind": "warning", "category": category.__name__, "message": str(message)},
+                    durable=True,
+                )
+        show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = journaled
 
 
 def main(argv: list[str]) -> int:
@@ -330,10 +391,13 @@ def main(argv: list[str]) -> int:
     faulthandler.enable(file=_CRASH_LOG, all_threads=False)
     host = os.environ.get(HOST_PID_ENV, "")
     leave_with_the_host(int(host) if host.isdigit() else os.getppid())
+    # What a plan's process starts and abandons comes to this worker, to be ended with it.
+    become_subreaper()
     spec = read_spec(argv[0])
-    for entry in reversed(spec.sys_path):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
+    # The host's import path exactly, in its order (the bootstrap dropped the working
+    # directory ``-c`` puts first); what this interpreter added itself comes after it.
+    sys.path[:] = [*spec.sys_path, *(entry for entry in sys.path if entry not in spec.sys_path)]
+    journal_warnings(JournalWriter(spec.journal))
     try:
         if spec.task == "probe":
             run_probes(spec)
@@ -344,13 +408,33 @@ def main(argv: list[str]) -> int:
             {"kind": "error", "type": type(exc).__name__, "message": str(exc)}, durable=True
         )
         return EXIT_SELECTION_ERROR
+    finally:
+        end_leftovers(spec.journal)
     return 0
 
 
-if __name__ == "__main__":
+def run(argv: list[str]) -> None:
+    """The worker's whole life (what ``BOOTSTRAP`` calls): :func:`main`, then leave at
+    once; a probe thread abandoned in the background must not hold the exit."""
     sys.stdout.flush()
-    # Leave at once: a probe thread abandoned in the background must not hold the exit.
-    code = main(sys.argv[1:])
+    code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+#: How the host starts a worker: ``python -c BOOTSTRAP SPEC``. ``python -m`` would put the
+#: working directory first on ``sys.path``, ahead of the packages the host found first,
+#: so a stray ``onnxruntime.py`` there would shadow the SDK in the worker alone; ``-c``
+#: puts ``""`` there, dropped before anything else is imported.
+BOOTSTRAP = (
+    "import sys\n"
+    "if sys.path[:1] == ['']:\n"
+    "    del sys.path[0]\n"
+    "from dlopt.isolation.worker import run\n"
+    "run(sys.argv[1:])\n"
+)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])

@@ -1,0 +1,167 @@
+"""Finding and ending the processes a process started, so that none outlives it.
+
+An isolated worker's plugins may start processes of their own (an SDK's compile server,
+a helper started with ``setsid``); those must end with the selection, not run on with
+PPID 1. Linux is where this can be done well: a worker becomes a *subreaper*
+(:func:`become_subreaper`), so that its orphaned descendants are handed to it rather
+than to init, and ``/proc`` says who descends from whom (:func:`descendants`) and whose
+environment carries a mark (:func:`marked_processes`: a worker's descendants still, after
+the worker itself died). Elsewhere these find nothing; what a process group kill reaches
+is then all that ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from attrs import frozen
+
+#: ``prctl(PR_SET_CHILD_SUBREAPER, 1)`` (Linux 3.4 and later).
+_PR_SET_CHILD_SUBREAPER = 36
+#: How often :func:`end_processes` looks whether its processes are gone.
+_POLL_S = 0.02
+
+
+@frozen
+class ProcessInfo:
+    """One process as ``/proc/PID/stat`` shows it: ids, state letter and command name."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    name: str
+
+    def describe(self) -> str:
+        """``1234 (sleep)``."""
+        return f"{self.pid} ({self.name})"
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (the children of a child that
+    exited, a daemon that forked twice) in place of init, so that they can still be
+    found and ended; ``False`` where the OS does not allow it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """What ``/proc`` says of ``pid``; ``None`` when it is gone (or there is no ``/proc``)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields follow the last ")".
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
+    try:
+        return ProcessInfo(pid, int(fields[1]), int(fields[2]), fields[0], head.partition("(")[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def all_processes() -> list[ProcessInfo]:
+    """Every process ``/proc`` lists (none without ``/proc``)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    found = (process_info(int(name)) for name in names if name.isdigit())
+    return [info for info in found if info is not None]
+
+
+def descendants(pid: int) -> list[ProcessInfo]:
+    """Every live process below ``pid``: its children, theirs, and so on."""
+    children: dict[int, list[ProcessInfo]] = {}
+    for info in all_processes():
+        children.setdefault(info.ppid, []).append(info)
+    found: list[ProcessInfo] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child.pid != pid and child not in found:
+                found.append(child)
+                todo.append(child.pid)
+    return [info for info in found if not _ended(info.state)]
+
+
+def marked_processes(name: str, value: str) -> list[ProcessInfo]:
+    """Every live process (but this one) whose environment, as it was started, holds
+    ``name=value``: what a process that set the mark started, wherever those processes
+    were moved since (a crashed parent's orphans belong to init)."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for info in all_processes():
+        if info.pid == os.getpid() or _ended(info.state):
+            continue
+        try:
+            environ = Path(f"/proc/{info.pid}/environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(info)
+    return found
+
+
+def end_processes(processes: Iterable[ProcessInfo], grace_s: float = 1.0) -> list[ProcessInfo]:
+    """End ``processes``: SIGTERM to each (and to the process group each leads, which
+    reaches members nothing listed), SIGKILL to what is left after ``grace_s``. This
+    process's own group is never signalled. The processes that could not be ended."""
+    pending = {info.pid: info for info in processes if info.pid != os.getpid()}
+    own_group = os.getpgrp()
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, max(grace_s, 0.5))):
+        for info in pending.values():
+            with contextlib.suppress(OSError):
+                if info.pgid == info.pid and info.pgid != own_group:
+                    os.killpg(info.pgid, sig)
+            with contextlib.suppress(OSError):
+                os.kill(info.pid, sig)
+        deadline = time.monotonic() + wait_s
+        while True:
+            pending = {pid: info for pid, info in pending.items() if not _gone(pid)}
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(_POLL_S)
+        if not pending:
+            return []
+    return list(pending.values())
+
+
+def has_ended(pid: int) -> bool:
+    """Whether ``pid`` has ended: gone, or a zombie whose entry is all that is left."""
+    info = process_info(pid)
+    if info is not None:
+        return _ended(info.state)
+    if Path("/proc/self").is_dir():
+        return True  # /proc lists every live process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def _gone(pid: int) -> bool:
+    """:func:`has_ended`, reaping ``pid`` first when it is this process's child."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    return has_ended(pid)
+
+
+def _ended(state: str) -> bool:
+    """A zombie (``Z``) or dead (``X``) process has ended; only its entry is left."""
+    return state in ("Z", "X")
