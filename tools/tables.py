@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dlopt.platform.machine import machine_class_of
+from dlopt.selection.prior_table import UNKNOWN_COST_S
 
 CORE = Path(__file__).resolve().parents[1] / "packages" / "dlopt-core" / "src" / "dlopt"
 
@@ -84,7 +85,11 @@ SUITE_MIX = {
     "efficientnet_b0": "conv",
     "resnet50": "conv",
 }
-DEFAULT_RESULTS = ("docs/benchmarks/results.json", "docs/benchmarks/avx2-only/results.json")
+DEFAULT_RESULTS = (
+    "docs/benchmarks/results.json",
+    "docs/benchmarks/first-run/results.json",
+    "docs/benchmarks/avx2-only/results.json",
+)
 
 
 def measured_speedups(result: Mapping[str, Any]) -> dict[str, float]:
@@ -125,7 +130,9 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     """The table's entries from suite results documents (``results.json``)."""
     grouped: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
     for document in documents:
-        machine = machine_class_of(document.get("environment", {}).get("isa_flags", ()))
+        machine = document.get("machine_class") or machine_class_of(
+            document.get("environment", {}).get("isa_flags", ())
+        )
         for result in document.get("results", []):
             mix = result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
             if mix is None:
@@ -136,10 +143,18 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 points.append(speedup)
                 if plan in costs:
                     spent.append(costs[plan])
+    # A plan dlopt never built on a (machine, mix) (it was not built for want of time)
+    # costs there what it cost at the most elsewhere, else what dlopt assumes of a plan
+    # nothing is known of: never the 1 s that would put an unmeasured compile first.
+    slowest: dict[str, float] = {}
+    for (_, _, plan), (_, spent) in grouped.items():
+        if spent:
+            slowest[plan] = max(slowest.get(plan, 0.0), max(spent))
     entries = []
     for (machine, mix, plan), (points, spent) in sorted(grouped.items()):
         widen = WIDEN if len(points) > 1 else WIDEN_ONE
         center = math.exp(statistics.fmean(math.log(p) for p in points))
+        cost = statistics.median(spent) if spent else slowest.get(plan, UNKNOWN_COST_S)
         entries.append(
             {
                 "machine": machine,
@@ -148,20 +163,46 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 "speedup": round(center, 4),
                 "low": round(min(points) / widen, 4),
                 "high": round(max(points) * widen, 4),
-                "cost_s": round(max(statistics.median(spent) if spent else 1.0, MIN_COST_S), 3),
+                "cost_s": round(max(cost, MIN_COST_S), 3),
                 "workloads": len(points),
             }
         )
     return entries
 
 
-def priors(results: Sequence[Path] | None = None) -> Path:
-    """Write the shipped prior table from ``results`` (default: the suite's latest)."""
+def runs_document(runs: Path, machine: str) -> dict[str, Any]:
+    """A results document made of a suite run's raw records (``artifacts/bench-suite/runs``,
+    from a run that was stopped before it wrote ``results.json``): each workload whose
+    oracle finished, with dlopt's runs of it. ``machine``: the class of the CPU it ran on."""
+    results = []
+    for oracle_file in sorted(runs.glob("oracle-*.json")):
+        key = oracle_file.stem.removeprefix("oracle-")
+        if key.startswith("plans-"):
+            continue
+        dlopt_runs = [
+            json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted(runs.glob(f"dlopt-{key}-*.json"))
+            if path.stem.removeprefix(f"dlopt-{key}-").isdigit()
+        ]
+        mix = next((r.get("mix_kind") for r in dlopt_runs if r.get("mix_kind")), None)
+        oracle = json.loads(oracle_file.read_text(encoding="utf-8"))
+        results.append({"key": key, "operator_mix": mix, "oracle": oracle, "dlopt": dlopt_runs})
+    return {"machine_class": machine, "from_runs": str(runs), "results": results}
+
+
+def priors(results: Sequence[Path] | None = None, runs: Sequence[Path] = ()) -> Path:
+    """Write the shipped prior table from ``results`` (default: the suite's latest) and the
+    raw records of the suite ``runs`` (directories; run on this machine)."""
+    from dlopt.platform.machine import machine_class
     from dlopt.selection.prior_table import TABLE_FILE, TABLE_FORMAT
+    from dlopt.settings.target import ExecutionTarget
 
     root = CORE.parents[3]
     paths = list(results) if results else [root / p for p in DEFAULT_RESULTS]
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
+    here = machine_class(ExecutionTarget("cpu").device)
+    documents += [runs_document(directory, here) for directory in runs]
+    paths += [directory for directory in runs]
     table = {
         "format": TABLE_FORMAT,
         "from": [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths],
@@ -180,12 +221,20 @@ def main(argv: list[str]) -> int:
     prior_parser.add_argument(
         "results", nargs="*", help="results.json files (default: docs/benchmarks)"
     )
+    prior_parser.add_argument(
+        "--runs",
+        action="append",
+        default=[],
+        type=Path,
+        help="also a suite run's raw records (artifacts/bench-suite/runs of a run stopped "
+        "before its results.json; the CPU it ran on is this one's)",
+    )
     args = parser.parse_args(argv)
     if args.table == "boundaries":
         print(f"wrote {boundaries()}")
         return 0
 
-    print(f"wrote {priors([Path(p) for p in args.results] or None)}")
+    print(f"wrote {priors([Path(p) for p in args.results] or None, args.runs)}")
     return 0
 
 

@@ -161,3 +161,86 @@ def test_the_operator_mix_names_its_kind():
     assert OperatorMix(linear=0.6, other=0.4).kind == "linear"
     assert OperatorMix(conv=0.3, linear=0.3, has_attention=True, other=0.4).kind == "attention"
     assert OperatorMix().kind == "other"
+
+
+class SlowTiny(Tiny):
+    """Tiny, whose eager calls take ``call_s`` on ``clock``: the reference's call time."""
+
+    def __init__(self, clock, call_s: float) -> None:
+        super().__init__()
+        self.clock, self.call_s = clock, call_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.clock.advance(self.call_s)
+        return super().forward(x)
+
+
+def test_a_race_with_no_time_for_every_plan_races_the_most_promising_and_says_why():
+    race = FakeRace()
+    fast = race.fake("fast", 3e-3, setup_time_s=0.05, declared_prior=prior(3.0, 2.0, 4.0, 0.05))
+    # Each is expected to build in 0.1 s and takes 1 s: the builds eat the race's time,
+    # and a race of all six in what is left would end before its first rounds decide.
+    late = [
+        race.fake(f"late_{i}", 6e-3, setup_time_s=1.0, declared_prior=prior(1.8, 1.2, 4.0, 0.1))
+        for i in range(4)
+    ]
+    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), fast, *late, time_budget_s=5.0)
+    report = optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+    assert report.selected_plan == "fast"
+    assert report.candidate("fast").race.gate_passed is True
+    built = [c for c in report.candidates if c.name.startswith("late_") and c.not_built is None]
+    benched = [c for c in report.candidates if c.not_raced is not None]
+    assert built and benched == built, "the race had room for the reference and one challenger"
+    assert all(c.status is Status.LOST for c in benched)
+    assert all(c.race.verdict is None for c in benched)  # never timed
+    assert "room for 2 plans (eager_fp32, fast)" in benched[0].not_raced
+    assert "its prior: 1.80x [1.20, 4.00]" in benched[0].not_raced
+    data = json.loads(report.to_json())["candidates"]
+    row = next(c for c in data if c["name"] == benched[0].name)
+    assert row["status"] == "lost" and row["not_raced"] == benched[0].not_raced
+
+
+def test_an_exhaustive_selection_races_every_plan_it_built():
+    # The same plans whose slow builds leave a 5 s budget's race room for two of them.
+    race = FakeRace()
+    plans = [
+        race.fake(f"plan_{i}", 6e-3, setup_time_s=1.0, declared_prior=prior(1.8, 1.2, 4.0, 0.1))
+        for i in range(4)
+    ]
+    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), *plans, exhaustive=True)
+    report = optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+    assert all(c.not_raced is None for c in report.candidates)
+    assert all(report.candidate(f"plan_{i}").race.verdict is not None for i in range(4))
+
+
+def test_builds_that_ate_the_budget_still_leave_the_race_its_deciding_rounds():
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
+
+    race = FakeRace()
+    fast = race.fake("fast", 3e-3, setup_time_s=0.05, declared_prior=prior(3.0, 2.0, 4.0, 0.05))
+    # Expected to build in 0.1 s, it takes 9 s: almost nothing of the 10 s budget is left.
+    late = race.fake("late", 6e-3, setup_time_s=9.0, declared_prior=prior(1.8, 1.2, 4.0, 0.1))
+    # Three cases: every round of the race calls each of them, whatever its weight.
+    workload = WorkloadProfile(
+        [WorkloadCase(f"case{i}", args=(X,), weight=w) for i, w in enumerate((0.7, 0.25, 0.05))]
+    )
+    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), fast, late, time_budget_s=10.0)
+    report = optimizer.select(SlowTiny(race.clock, 10e-3).eval(), workload).report
+    assert report.candidate("late").not_built is None  # built, and then out of time
+    assert report.selected_plan == "fast"
+    assert report.candidate("fast").race.gate_passed is True
+    assert report.measurement.rounds >= 3
+
+
+def test_a_slow_model_under_a_tight_budget_still_builds_and_races_its_best_plan():
+    # 100 ms a reference call: the race of every plan a budget would plan for does not fit
+    # in 20 s, but the least race that confirms one challenger does.
+    race = FakeRace()
+    fast = race.fake("fast", 0.03, setup_time_s=2.0, declared_prior=prior(3.0, 2.0, 4.0, 2.0))
+    other = race.fake("other", 0.06, setup_time_s=2.0, declared_prior=prior(1.8, 1.2, 4.0, 2.0))
+    optimizer = race.optimizer(race.fake("eager_fp32", 0.1), fast, other, time_budget_s=20.0)
+    report = optimizer.select_signature(SlowTiny(race.clock, 0.1).eval(), X).report
+    assert fast.builds == 1
+    assert report.selected_plan == "fast"
+    assert report.candidate("fast").race.gate_passed is True
+    assert report.decision_time.spent_s <= 20.0 * 1.1

@@ -100,7 +100,13 @@ def select(selection: Selection) -> OptimizationDecision:
             recheck, recheck_s = hit
         run, schedule, timing = _plan_the_time(run, candidates, context, truth)
         prepare.prepare_plans(candidates, model, context, reference, guard, run, schedule)
-        raced = measure.race(candidates, reference, run)
+        for cand in schedule.cut_the_race(candidates):
+            run.emit(
+                Event(
+                    EventKind.CANDIDATE_SKIPPED, f"not raced: {cand.not_raced}", candidate=cand.name
+                )
+            )
+        raced = measure.race(candidates, reference, run, race_floor_s=schedule.race_floor_s())
         checks.check_model_after_race(model, guard)
         checks.revalidate(candidates, raced, reference, run)
         constraints.apply_measured_constraints(candidates, raced.result, run)
@@ -180,14 +186,14 @@ def _plan_the_time(
 ) -> tuple[SelectionContext, Schedule, _Timing]:
     """The time budget's deadline on ``run``, every plan's prior, and the build schedule."""
     policy = run.policy
-    budget_s, rule = budget_seconds(policy, truth.call_s)
+    budget_s, rule = budget_seconds(policy, truth.round_call_s)
     assert run.started_ns is not None
     if budget_s is not None:
         run = attrs.evolve(run, deadline_ns=run.started_ns + int(budget_s * 1e9))
     machine = machine_class(run.target.device)
     evidence = user_priors(policy.plan_cache_dir, machine, truth.mix.kind)
     assign_priors(candidates, context, machine, truth.mix, evidence)
-    schedule = Schedule(run, truth.call_s, len(truth.reference.cases), budget_s)
+    schedule = Schedule(run, truth.round_call_s, len(truth.reference.cases), budget_s)
     return run, schedule, _Timing(budget_s, rule, machine, truth.mix, truth.call_s)
 
 

@@ -149,6 +149,8 @@ INPUT_SHAPES_KEY = "input_shapes"
 def shape_support(cand: CandidateState, sizes: str) -> str:
     """How ``cand`` serves the raced batch sizes: one build for all of them, with the
     range the plan declares (``metadata["input_shapes"]``), or why it did not race."""
+    if cand.not_raced is not None:
+        return f"built and validated, not raced: {cand.not_raced}"
     if not cand.alive:
         stage = cand.error.stage if cand.error is not None else "build"
         return (
@@ -298,6 +300,7 @@ def candidate_evidence(
         ),
         cases=cases,
         prior=prior_evidence(cand, steady_eager),
+        not_raced=cand.not_raced,
         **base,
     )
 

@@ -32,8 +32,22 @@ class GroundTruth:
     guard: ModelGuard
     reference: ReferenceOutputs
     mix: OperatorMix = attrs.field(factory=OperatorMix)
-    #: The reference's traffic-weighted seconds per call (one warm call per case).
-    call_s: float = 0.0
+    #: The reference's seconds per call of each case (one warm call each), in case order.
+    case_call_s: tuple[float, ...] = ()
+
+    @property
+    def call_s(self) -> float:
+        """The reference's traffic-weighted seconds per call (what the automatic time
+        budget scales by)."""
+        weights = [case.weight for case in self.reference.cases]
+        total = sum(weights) or 1.0
+        return sum(s * w for s, w in zip(self.case_call_s, weights)) / total
+
+    @property
+    def round_call_s(self) -> float:
+        """Seconds of one reference call of every case: what each call per case of a race
+        or a screening costs the reference, whatever the traffic weights."""
+        return sum(self.case_call_s)
 
 
 def capture(
@@ -45,7 +59,7 @@ def capture(
     workload = fit_to_memory(model, workload, context.target.input_device)
     reference = capture_reference(model, workload, quality, target=context.target, guard=guard)
     mix = operator_mix(model, reference)
-    return GroundTruth(workload, guard, reference, mix, reference_call_s(model, reference, context))
+    return GroundTruth(workload, guard, reference, mix, reference_case_s(model, reference, context))
 
 
 #: Module classes by the kind of work they do; a module counts to the first kind whose
@@ -112,23 +126,22 @@ def operator_mix(model: torch.nn.Module, reference: ReferenceOutputs) -> Operato
     )
 
 
-def reference_call_s(
+def reference_case_s(
     model: torch.nn.Module, reference: ReferenceOutputs, context: SelectionContext
-) -> float:
-    """The reference's traffic-weighted seconds per call on the selection's clock, from one
+) -> tuple[float, ...]:
+    """The reference's seconds per call of each case on the selection's clock, from one
     warm call per case (the automatic time budget and the race's expected length scale by
-    it)."""
+    them)."""
     clock, sync = context.clock, context.synchronize(None)
-    total_weight = sum(case.weight for case in reference.cases) or 1.0
-    seconds = 0.0
+    seconds = []
     with reference.calling_context():
         for case in reference.cases:
             start = clock.now_ns()
             model(*case.args, **case.kwargs)
             if sync is not None:
                 sync()
-            seconds += (clock.now_ns() - start) / 1e9 * case.weight / total_weight
-    return seconds
+            seconds.append((clock.now_ns() - start) / 1e9)
+    return tuple(seconds)
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -132,8 +132,11 @@ def race(
     candidates: list[CandidateState],
     reference: ReferenceOutputs,
     run: SelectionContext,
+    *,
+    race_floor_s: float = 0.0,
 ) -> RaceOutcome:
-    """Measure every surviving plan against the reference (first and alive)."""
+    """Measure every surviving plan against the reference (first and alive). Under a time
+    budget the race gets what is left of it, and never less than ``race_floor_s``."""
     alive = [c for c in candidates if c.alive]
     allowed = [_nonfinite_counts(case.outputs) for case in reference.cases]
     recorders = {
@@ -163,7 +166,7 @@ def race(
             )
         )
 
-    measurement = race_within_budget(run.policy.measurement, run)
+    measurement = race_within_budget(run.policy.measurement, run, race_floor_s)
     if run.policy.objective is Objective.MAX_THROUGHPUT:
         # The race's aggregate (summed cost per item over the batch sizes) is not the
         # objective: a plan behind on it may still have the best batch size, so no plan

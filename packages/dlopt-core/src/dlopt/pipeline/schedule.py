@@ -40,6 +40,10 @@ FINISH_RESERVE_S = 1.0
 #: leaves); the two leading plans then race :data:`RACE_DECIDING_ROUNDS` rounds more.
 RACE_CALLS_PER_PLAN_CASE = 10 + 3 * 7
 RACE_DECIDING_ROUNDS = 6
+#: How much longer than :data:`RACE_CALLS_PER_PLAN_CASE` calls the race's first rounds
+#: are given: a burst settles with up to ``settle_time_s`` of untimed calls and the
+#: warm-up runs until latency stops falling, so three rounds take more than 7 calls each.
+RACE_FLOOR_MARGIN = 1.5
 #: Seconds a burst costs beside its calls (the quiet-wait, the bookkeeping).
 RACE_BURST_OVERHEAD_S = 0.005
 #: The screening: this many paired rounds, each a burst of four calls per case.
@@ -111,8 +115,9 @@ class Schedule:
     """The build order and the rules that cut it, for one selection."""
 
     run: SelectionContext
-    #: The reference's traffic-weighted seconds per call and its number of cases.
-    call_s: float
+    #: The reference's seconds for one call of every case (unweighted: a race calls each
+    #: case alike), and the number of cases.
+    round_call_s: float
     cases: int
     #: The whole budget in seconds (``None``: none), for the report's wording.
     budget_s: float | None = None
@@ -169,8 +174,17 @@ class Schedule:
         deciding = 2 * RACE_DECIDING_ROUNDS
         calls = plans * RACE_CALLS_PER_PLAN_CASE + deciding * 7
         bursts = plans * 3 + deciding
-        per_case = calls * self.call_s + bursts * RACE_BURST_OVERHEAD_S
-        return FINISH_RESERVE_S + self.cases * per_case
+        overhead = self.cases * bursts * RACE_BURST_OVERHEAD_S
+        return FINISH_RESERVE_S + calls * self.round_call_s + overhead
+
+    def race_floor_s(self) -> float:
+        """The least the race gets, however long the builds took: the reference and one
+        challenger through their warm-up and the race's first three rounds, which decide
+        a clear gap (a close one needs more, and without them the baseline is kept). A
+        leader confirmed in screening is confirmed again in the race rather than lost to
+        it; the budget is overrun by at most this much."""
+        calls = 2 * RACE_CALLS_PER_PLAN_CASE * self.round_call_s
+        return RACE_FLOOR_MARGIN * (calls + self.cases * 2 * 3 * RACE_BURST_OVERHEAD_S)
 
     def leader(self, candidates: Sequence[CandidateState]) -> CandidateState | None:
         """The alive plan with the best confirmed speedup (the highest screened lower
@@ -212,7 +226,13 @@ class Schedule:
         # the priors' costs (medians over models of every size) are not trusted to skip.
         need = self.expected_cost_s(cand) if self.costs else 0.0
         alive = sum(1 for c in candidates if c.alive)
-        reserve = self.race_reserve_s(alive + 1)
+        # While no challenger is in the race yet, what must fit beside this build is the
+        # least race that can confirm one (the race is given that much in any case);
+        # after that, the race of every plan built so far and this one.
+        if alive > 1:
+            reserve = self.race_reserve_s(alive + 1)
+        else:
+            reserve = FINISH_RESERVE_S + self.race_floor_s()
         if need + reserve > left:
             budget = f" of the {self.budget_s:.0f} s budget" if self.budget_s else ""
             return (
@@ -222,6 +242,35 @@ class Schedule:
                 f"(its prior: {prior.describe()}, {prior.source})"
             )
         return None
+
+    def cut_the_race(self, candidates: Sequence[CandidateState]) -> list[CandidateState]:
+        """Keep out of the race the plans its time has no room for, least promising first
+        (by screened speedup, else by prior): a race of more plans than its seconds can
+        run :attr:`MeasurementPolicy.min_rounds <dlopt.measurement.MeasurementPolicy>`
+        rounds of decides nothing, and a confirmed leader would then lose to the
+        reference. The reference and the most promising challenger always race. Each plan
+        kept out gets ``not_raced`` (why); the plans kept out are returned."""
+        if self.run.policy.objective not in PRUNED_OBJECTIVES:
+            return []
+        race_s = race_seconds(self.run, self.race_floor_s())  # None: no budget (exhaustive)
+        alive = [c for c in candidates if c.alive]
+        if race_s is None or len(alive) <= 2:
+            return []
+        room = 2
+        while room < len(alive) and self.race_reserve_s(room + 1) - FINISH_RESERVE_S <= race_s:
+            room += 1
+        if room >= len(alive):
+            return []
+        reference, challengers = alive[0], alive[1:]
+        ranked = sorted(challengers, key=lambda c: -_promise(c))
+        left_out = ranked[room - 1 :]
+        raced = ", ".join(c.name for c in [reference, *ranked[: room - 1]])
+        for cand in left_out:
+            cand.not_raced = (
+                f"the race had {race_s:.1f} s left of the time budget, room for {room} plans "
+                f"({raced}); {cand.name} was less promising ({_promise_text(cand)})"
+            )
+        return left_out
 
     def worth_screening(self, cand: CandidateState, waiting: Sequence[CandidateState]) -> bool:
         """Whether a screening of ``cand`` could spare more build time than it costs: some
@@ -239,7 +288,7 @@ class Schedule:
 
     def screen_cost_s(self) -> float:
         """What one screening is expected to take (the reference and the plan)."""
-        return 2 * self.cases * SCREEN_CALLS_PER_CASE * self.call_s
+        return 2 * SCREEN_CALLS_PER_CASE * self.round_call_s
 
     def screen(
         self, cand: CandidateState, reference_plan: CandidateState, reference: ReferenceOutputs
@@ -296,14 +345,24 @@ class Schedule:
             cand.screening = measured
 
 
-def race_within_budget(measurement: MeasurementPolicy, run: SelectionContext) -> MeasurementPolicy:
-    """``measurement`` with its race budget no longer than what is left of the time budget
-    (less what follows the race), and never under :data:`MIN_RACE_SHARE` of it."""
+def race_seconds(run: SelectionContext, floor_s: float = 0.0) -> float | None:
+    """What the race may take of the time budget: what is left of it less what follows
+    the race, never under :data:`MIN_RACE_SHARE` of it nor under ``floor_s`` (``None``:
+    no budget)."""
     left = run.seconds_left()
     if left is None or run.deadline_ns is None or run.started_ns is None:
-        return measurement
+        return None
     budget_s = (run.deadline_ns - run.started_ns) / 1e9
-    cap = max(left - FINISH_RESERVE_S, MIN_RACE_SHARE * budget_s)
+    return max(left - FINISH_RESERVE_S, MIN_RACE_SHARE * budget_s, floor_s)
+
+
+def race_within_budget(
+    measurement: MeasurementPolicy, run: SelectionContext, floor_s: float = 0.0
+) -> MeasurementPolicy:
+    """``measurement`` with its race budget no longer than :func:`race_seconds`."""
+    cap = race_seconds(run, floor_s)
+    if cap is None:
+        return measurement
     if measurement.max_time_s is not None:
         return attrs.evolve(measurement, max_time_s=min(measurement.max_time_s, cap))
     ceiling = min(measurement.auto_budget_max_s, cap)
@@ -322,6 +381,20 @@ def confirmed(cand: CandidateState) -> float | None:
     if cand.screening is None:
         return None
     return cand.screening.low
+
+
+def _promise(cand: CandidateState) -> float:
+    """What ``cand`` is expected to measure: its screened speedup, else its prior's."""
+    if cand.screening is not None and cand.screening.point is not None:
+        return cand.screening.point
+    return _prior(cand).speedup
+
+
+def _promise_text(cand: CandidateState) -> str:
+    if cand.screening is not None and cand.screening.point is not None:
+        return f"screened at {_interval(cand.screening)}"
+    prior = _prior(cand)
+    return f"its prior: {prior.describe()}, {prior.source}"
 
 
 def _prior(cand: CandidateState) -> Prior:

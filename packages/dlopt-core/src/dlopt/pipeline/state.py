@@ -74,6 +74,9 @@ class CandidateState:
     #: Its speedup over the reference in a short paired screening right after its
     #: validation, when it was screened (what a confirmed leader prunes with).
     screening: RatioInterval | None = None
+    #: Why it was built and validated but not raced: the race's share of the time
+    #: budget had no room for it (``None``: raced, or never got that far).
+    not_raced: str | None = None
 
     @property
     def name(self) -> str:
@@ -89,7 +92,8 @@ class CandidateState:
 
     @property
     def alive(self) -> bool:
-        return self.plan is not None and self.error is None
+        """Built, not rejected, and in the race (or still before it)."""
+        return self.plan is not None and self.error is None and self.not_raced is None
 
 
 @attrs.frozen

@@ -143,6 +143,8 @@ def notes_text(cand: CandidateEvidence) -> str:
         note = getattr(cand, "availability_reason", None) or ""
     elif getattr(cand, "not_built", None):
         note = f"not built: {cand.not_built}"
+    elif getattr(cand, "not_raced", None):
+        note = f"not raced: {cand.not_raced}"
     elif verdict:
         note = str(verdict) + (" (noisy)" if cand.race.noisy else "")
         if cand.race.eliminated_by:

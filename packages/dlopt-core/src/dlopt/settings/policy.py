@@ -23,15 +23,17 @@ ISOLATION_MODES: tuple[str, ...] = ("in_process", "process")
 
 
 #: The ``"auto"`` time budget: this many seconds, plus :data:`AUTO_BUDGET_PER_CALL`
-#: times the reference's traffic-weighted call time, at most :data:`AUTO_BUDGET_MAX_S`.
-#: The demo (1-2 ms calls) gets about 11 s; a model of 30 ms calls 20 s, of 100 ms 40 s.
+#: times one reference call of every case (what each call per case of a race costs the
+#: reference, whatever the traffic weights), at most :data:`AUTO_BUDGET_MAX_S`. The demo
+#: (1-2 ms calls) gets about 11 s; a model of 30 ms calls 20 s, of 100 ms 40 s.
 AUTO_BUDGET_BASE_S = 10.0
 AUTO_BUDGET_PER_CALL = 300.0
 AUTO_BUDGET_MAX_S = 300.0
 
 
 def auto_time_budget(reference_call_s: float) -> float:
-    """The ``"auto"`` time budget for a model whose eager calls take ``reference_call_s``."""
+    """The ``"auto"`` time budget for a model whose eager calls of every case take
+    ``reference_call_s`` together."""
     return min(
         AUTO_BUDGET_BASE_S + AUTO_BUDGET_PER_CALL * max(reference_call_s, 0.0), AUTO_BUDGET_MAX_S
     )
@@ -191,7 +193,7 @@ class OptimizationPolicy:
     calls, validation and the race included (docs/selection.md, "Decision time"). When it
     ends, the best plan confirmed so far serves (the confidence gate still applies); plans
     it left no room for are reported with their expected value. ``"auto"`` (default):
-    :func:`auto_time_budget` of the reference's call time; ``None``: no budget. Plans are
+    :func:`auto_time_budget` of one reference call of every case; ``None``: no budget. Plans are
     built in order of expected gain per second (their priors), and a plan whose prior
     cannot beat the confirmed leader is not built; ``exhaustive=True`` builds every plan
     and races it, with no budget.
