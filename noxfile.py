@@ -143,7 +143,7 @@ def gpu(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """dlopt's main job on the built-in demo model."""
-    _install(session, "fx", "onnxruntime", "torchao")
+    _install(session, "fx", "onnxruntime", "torchao", "openvino")
     # Figures: the README's `dlopt export` and HTML report commands, run in .nox/demo.
     session.install("-e", f"{CORE}[plots]")
     session.run(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -121,6 +122,39 @@ class SavedProgramPlan(FaultyPlan):
             runner=lambda x: torch.nn.functional.linear(x, weight, bias),
             metadata={"served_as": "program"},
         )
+
+
+class LoadsArtifacts(FaultyPlan):
+    """``fast`` that writes its weights to a file it owns and serves again from that file
+    (``load``), as the ONNX Runtime and OpenVINO plans do; each build in a process is
+    counted in the file :data:`BUILDS_ENV` names, so a test sees which processes built."""
+
+    name = "fast_loaded"
+    WEIGHTS = "weights.json"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        with open(os.environ[BUILDS_ENV], "a") as builds:
+            builds.write(f"{os.getpid()}\n")
+        linear = model.linear
+        path = context.plan_dir(self.name) / self.WEIGHTS
+        path.write_text(
+            json.dumps({"weight": linear.weight.tolist(), "bias": linear.bias.tolist()})
+        )
+        plan = super().build(model, context)
+        plan.artifacts = {self.WEIGHTS: path}
+        return plan
+
+    def load(self, directory: Path, metadata: dict[str, Any], context: Any) -> BuiltPlan:
+        saved = json.loads((Path(directory) / self.WEIGHTS).read_text())
+        weight, bias = torch.tensor(saved["weight"]), torch.tensor(saved["bias"])
+        return BuiltPlan(
+            runner=lambda x: torch.nn.functional.linear(x, weight, bias),
+            metadata={"served_as": "loaded"},
+        )
+
+
+#: The environment variable naming the file :class:`LoadsArtifacts` counts builds in.
+BUILDS_ENV = "DLOPT_TEST_BUILDS_FILE"
 
 
 class WritesArtifacts(FaultyPlan):

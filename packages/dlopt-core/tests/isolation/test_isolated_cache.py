@@ -1,12 +1,16 @@
 """An isolated selection with the plan cache: the host brings the winner back from the
 record the worker wrote (its saved program here) instead of building it again, on the
-race that wrote the record and on a later hit."""
+race that wrote the record and on a later hit. Without a plan cache the worker hands its
+winner back through a record of the selection's own, which leaves nothing behind."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import faulty_plans
 import pytest
-from faulty_plans import SavedProgramPlan, bounded, isolated_policy
+from faulty_plans import BUILDS_ENV, LoadsArtifacts, SavedProgramPlan, bounded, isolated_policy
 
 from dlopt import InferenceOptimizer
 from dlopt.cache.record_store import RECORD_NAME, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
@@ -49,3 +53,43 @@ def test_a_record_set_aside_in_the_worker_is_warned_in_the_host_with_why(tmp_pat
         assert "set aside" in cache.reason
     assert str(record) in str(warned[0].message)
     assert list((tmp_path / SET_ASIDE_DIR).iterdir())  # kept for a look, out of the way
+
+
+def select_without_cache(plan, monkeypatch, tmp_path):
+    builds = tmp_path / "builds.txt"
+    builds.touch()
+    monkeypatch.setenv(BUILDS_ENV, str(builds))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what the selection leaves
+    policy = isolated_policy(plan.name, include=("eager_fp32", plan.name))
+    assert policy.plan_cache_dir is None
+    with bounded(120):
+        optimizer = InferenceOptimizer("cpu", policy, [plan])
+        decision = optimizer.select("faulty_plans:tiny_model")
+    return decision, builds.read_text().split()
+
+
+def test_without_a_plan_cache_the_host_loads_the_workers_winner_instead_of_building_it(
+    monkeypatch, tmp_path
+):
+    model, workload = faulty_plans.tiny_model()
+    (x,) = workload.cases[0].args
+    decision, builders = select_without_cache(LoadsArtifacts(), monkeypatch, tmp_path)
+    with decision:
+        assert decision.selected_plan == "fast_loaded"
+        # Built once, in the worker; the host loaded the files the worker's record kept.
+        assert len(builders) == 1 and int(builders[0]) != os.getpid()
+        assert decision.plan.metadata == {"served_as": "loaded"}
+        assert (decision(x) - model.linear(x)).abs().max() < 1e-6
+        assert decision.report.cache is None  # the user asked for no plan cache
+        assert not list(tmp_path.glob("dlopt-isolated-*"))  # the handback went with it
+
+
+def test_without_a_plan_cache_the_handback_record_saves_no_program(monkeypatch, tmp_path):
+    # A program costs a compile to save and the host needs the plan once: it is built
+    # again instead, and a bundle still saves a program when asked.
+    decision, _ = select_without_cache(SavedProgramPlan(), monkeypatch, tmp_path)
+    with decision:
+        assert decision.selected_plan == "fast_program"
+        assert decision.plan.metadata != {"served_as": "program"}
+        saved = decision._program(tmp_path / "bundle-programs")
+        assert saved is not None and saved.directory is not None

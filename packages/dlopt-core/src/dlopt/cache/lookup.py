@@ -139,13 +139,13 @@ def store(
     found: Lookup,
     report: OptimizationReport,
     selected: CandidateState,
-    program: ProgramSaver,
+    program: ProgramSaver | None,
     artifact_dir: Path,
 ) -> OptimizationReport:
     """Write the race's decision under ``found.key``; the report with ``record_written``.
 
     ``program``: saves the selected plan as a program (where its provider can), into the
-    record.
+    record (``None``: the record keeps no program).
     """
     assert selected.plan is not None and report.cache is not None
     cache = report.cache
@@ -157,7 +157,7 @@ def store(
         )
         if caches is not None:
             artifacts[COMPILE_CACHE_ARTIFACT] = caches
-    saved = program(artifact_dir)
+    saved = program(artifact_dir) if program is not None else None
     if saved is not None:
         cache = attrs.evolve(cache, saved_program=saved.note)
         if saved.directory is not None:

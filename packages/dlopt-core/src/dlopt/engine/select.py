@@ -61,6 +61,10 @@ class Selection:
     registry: ProviderRegistry | None
     providers: Sequence[ProviderProtocol] = ()
     artifact_dir: Path | None = None
+    #: Whether the plan cache record keeps the winner as a program too (where its provider
+    #: saves programs). An isolated worker handing its winner to the host through a record
+    #: of its own saves none: saving costs a compile, and the host needs the plan once.
+    save_programs: bool = True
 
 
 def select(selection: Selection) -> OptimizationDecision:
@@ -140,7 +144,7 @@ def select(selection: Selection) -> OptimizationDecision:
             scratch.release()
         raise
     assert served.plan is not None
-    program = program_saver(served, context, reference)
+    program = program_saver(served, context, reference) if selection.save_programs else None
     if found is not None:
         report = lookup.store(found, report, served, program, context.artifact_dir)
     close_all(candidates, keep=served)

@@ -96,6 +96,9 @@ EXTERNAL_KILLS_BEFORE_BLAME = 2
 MAX_EXTERNAL_KILLS = 5
 #: Workers one selection may start (each failed one loses at least one plan).
 MAX_WORKERS = 64
+#: The selection's own plan cache, in its working directory, when the user named none:
+#: the worker's winner comes back to the host through it (``WorkerSpec.handback``).
+HANDBACK_CACHE = "handback"
 _STAGES = {s.value for s in Stage}
 
 RESUME_NOTE = (
@@ -234,10 +237,16 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
             )
 
     with working_directory() as workdir:
+        handback = policy.plan_cache_dir is None
+        worker_policy = (
+            attrs.evolve(policy, plan_cache_dir=str(workdir / HANDBACK_CACHE))
+            if handback
+            else policy
+        )
         spec = WorkerSpec(
             model=model_ref,
             target=selection.context.target,
-            policy=policy_to_json(policy),
+            policy=policy_to_json(worker_policy),
             workload=write_workload(workload, workdir / "inputs.npz"),
             tensors=str(workdir / "inputs.npz"),
             journal=str(workdir / "journal-1.jsonl"),
@@ -247,26 +256,36 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
             providers=provider_refs,
             sys_path=host_import_path(),
             started_at=_wall_time_of(selection.context),
+            handback=handback,
         )
         done = supervise(spec, workdir, emit, selection.context.should_continue, check_fault)
-    report = with_faults(report_from_json(done.result), done.faults, done.attempts, done.warnings)
-    if report.throughput is not None and workload.batch_sizes is not None:
-        # The worker dropped the batch sizes the reference ran out of memory on.
-        workload = workload.first_cases(len(report.throughput.batch_sizes))
-    if selection.registry is None:
-        from dlopt.plugins.discovery import PluginSettings, load_providers
-
-        # A plugin that crashed or hung a worker as it loaded would do the same here.
-        settings = PluginSettings.from_env()
-        unsafe = {n.removeprefix(PLUGIN_PREFIX) for n in done.faults if n.startswith(PLUGIN_PREFIX)}
-        settings = attrs.evolve(settings, deny=settings.deny | unsafe)
-        selection = attrs.evolve(selection, registry=load_providers(settings))
-    try:
-        return decision_in_host(
-            attrs.evolve(selection, workload=workload), report, _worker_record(policy, report)
+        report = with_faults(
+            report_from_json(done.result), done.faults, done.attempts, done.warnings
         )
-    except WinnerNotServed as exc:
-        raise IsolationError(str(exc)) from None
+        # Read while the working directory (the handback record's home) still exists.
+        record = _worker_record(worker_policy, report)
+        if handback:
+            report = attrs.evolve(report, cache=None)  # the user asked for no plan cache
+        if report.throughput is not None and workload.batch_sizes is not None:
+            # The worker dropped the batch sizes the reference ran out of memory on.
+            workload = workload.first_cases(len(report.throughput.batch_sizes))
+        if selection.registry is None:
+            from dlopt.plugins.discovery import PluginSettings, load_providers
+
+            # A plugin that crashed or hung a worker as it loaded would do the same here.
+            settings = PluginSettings.from_env()
+            unsafe = {
+                n.removeprefix(PLUGIN_PREFIX) for n in done.faults if n.startswith(PLUGIN_PREFIX)
+            }
+            settings = attrs.evolve(settings, deny=settings.deny | unsafe)
+            selection = attrs.evolve(selection, registry=load_providers(settings))
+        try:
+            # Inside the working directory's life: the winner is copied out of the record
+            # as it is brought back (artifacts into the plan's directory, torch's caches
+            # into its own), so the decision needs nothing here once it exists.
+            return decision_in_host(attrs.evolve(selection, workload=workload), report, record)
+        except WinnerNotServed as exc:
+            raise IsolationError(str(exc)) from None
 
 
 def probe_in_worker(

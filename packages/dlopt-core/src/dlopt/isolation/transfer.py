@@ -102,6 +102,10 @@ class WorkerSpec:
     #: When the host's ``select`` was called (``time.time()``; 0: unknown): the time
     #: budget counts from there, the worker's start-up included.
     started_at: float = 0.0
+    #: The user named no plan cache: ``policy`` names one of the selection's own, in its
+    #: working directory, where the worker leaves its winner (artifacts and compile
+    #: caches, no program) for the host to bring back instead of building it again.
+    handback: bool = False
 
 
 def host_import_path() -> tuple[str, ...]:

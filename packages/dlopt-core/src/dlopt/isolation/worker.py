@@ -284,7 +284,16 @@ def run_selection(spec: WorkerSpec) -> None:
         ),
     )
     artifact_dir = Path(spec.artifact_dir) if spec.artifact_dir else None
-    decision = select(Selection(model, workload, context, registry, explicit, artifact_dir))
+    if spec.handback:
+        from dlopt.cache.record_store import PlanCacheWarning
+
+        # The user named no plan cache: a handback record that cannot be written only
+        # means the host builds the winner again, which is not theirs to be warned about.
+        warnings.filterwarnings("ignore", category=PlanCacheWarning)
+    selection = Selection(
+        model, workload, context, registry, explicit, artifact_dir, save_programs=not spec.handback
+    )
+    decision = select(selection)
     atomic_write_text(spec.result, decision.report.to_json() + "\n")
     watched.journal.append(
         {"kind": "done", "selected": decision.report.selected_plan}, durable=True
