@@ -244,3 +244,21 @@ def test_a_slow_model_under_a_tight_budget_still_builds_and_races_its_best_plan(
     assert report.selected_plan == "fast"
     assert report.candidate("fast").race.gate_passed is True
     assert report.decision_time.spent_s <= 20.0 * 1.1
+
+
+def test_cheap_plans_built_early_do_not_crowd_a_more_promising_one_out_of_the_budget():
+    # Four cheap, unpromising plans are built first (the most gain per second); a race of
+    # all of them and the promising one would not fit in what is left, but the race would
+    # leave the cheap ones out, so the promising plan is still built, and it wins.
+    race = FakeRace()
+    cheap = [
+        race.fake(f"cheap_{i}", 9e-3, setup_time_s=0.01, declared_prior=prior(1.05, 0.9, 1.2, 0.01))
+        for i in range(4)
+    ]
+    best = race.fake("best", 2e-3, setup_time_s=1.0, declared_prior=prior(4.0, 3.0, 5.0, 1.0))
+    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), *cheap, best, time_budget_s=4.5)
+    report = optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+    assert all(plan.builds == 1 for plan in cheap)
+    assert report.candidate("best").not_built is None and best.builds == 1
+    assert report.selected_plan == "best"
+    assert report.candidate("best").race.gate_passed is True

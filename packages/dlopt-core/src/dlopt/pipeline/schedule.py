@@ -228,9 +228,15 @@ class Schedule:
         alive = sum(1 for c in candidates if c.alive)
         # While no challenger is in the race yet, what must fit beside this build is the
         # least race that can confirm one (the race is given that much in any case);
-        # after that, the race of every plan built so far and this one.
+        # after that, the race of this plan, the reference and the plans built so far that
+        # promise at least as much: the race leaves out the least promising first
+        # (cut_the_race), so cheap plans built early do not crowd out a better one.
         if alive > 1:
-            reserve = self.race_reserve_s(alive + 1)
+            promise = prior.speedup
+            ahead = sum(
+                1 for c in candidates if c.alive and not c.is_reference and _promise(c) >= promise
+            )
+            reserve = self.race_reserve_s(ahead + 2)
         else:
             reserve = FINISH_RESERVE_S + self.race_floor_s()
         if need + reserve > left:
