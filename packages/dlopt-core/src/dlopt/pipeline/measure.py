@@ -20,6 +20,7 @@ from dlopt.measurement import (
 )
 from dlopt.pipeline.schedule import race_within_budget
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
+from dlopt.platform.arrays import count_nonfinite
 from dlopt.platform.tree import leaves_with_paths
 from dlopt.selection.throughput import P99, samples_for_quantile_bound
 from dlopt.validation import (
@@ -68,9 +69,9 @@ def _nonfinite_counts(outputs: Any) -> dict[str, int]:
             leaf.is_floating_point() or leaf.is_complex()
         ):
             continue
-        finite = torch.isfinite(leaf)
-        if not bool(finite.all()):
-            counts[path] = int(finite.numel() - finite.sum())
+        bad = count_nonfinite(leaf)  # not on torch's thread pool: see count_nonfinite
+        if bad:
+            counts[path] = bad
     return counts
 
 
