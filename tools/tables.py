@@ -202,7 +202,7 @@ def priors(results: Sequence[Path] | None = None, runs: Sequence[Path] = ()) -> 
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
     here = machine_class(ExecutionTarget("cpu").device)
     documents += [runs_document(directory, here) for directory in runs]
-    paths += [directory for directory in runs]
+    paths += runs
     table = {
         "format": TABLE_FORMAT,
         "from": [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths],

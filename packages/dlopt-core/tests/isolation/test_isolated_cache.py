@@ -12,7 +12,8 @@ import faulty_plans
 import pytest
 from faulty_plans import BUILDS_ENV, LoadsArtifacts, SavedProgramPlan, bounded, isolated_policy
 
-from dlopt import InferenceOptimizer
+from dlopt import InferenceOptimizer, verify_bundle
+from dlopt.bundle.store import PROGRAM_ARTIFACT
 from dlopt.cache.record_store import RECORD_NAME, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
 
 
@@ -91,5 +92,5 @@ def test_without_a_plan_cache_the_handback_record_saves_no_program(monkeypatch, 
     with decision:
         assert decision.selected_plan == "fast_program"
         assert decision.plan.metadata != {"served_as": "program"}
-        saved = decision._program(tmp_path / "bundle-programs")
-        assert saved is not None and saved.directory is not None
+        bundle = decision.save_bundle(tmp_path / "bundle", compiled_program=True)
+        assert PROGRAM_ARTIFACT in verify_bundle(bundle).manifest["artifacts"]

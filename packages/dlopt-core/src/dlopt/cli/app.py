@@ -3,8 +3,9 @@
 
 Exit codes: 0 success, 1 the work ran but failed (e.g. the reference model cannot run),
 2 bad usage or input (argparse's convention), 130 interrupted (SIGINT), 143 terminated
-(SIGTERM: what stopped is cleaned up as on Ctrl-C, an isolated selection's worker too). Each command lives in its own module
-(``cmd_<command>.py``) and registers itself on the parser built here.
+(SIGTERM: what stopped is cleaned up as on Ctrl-C, an isolated selection's worker too).
+Each command lives in its own module (``cmd_<command>.py``) and registers itself on the
+parser built here.
 """
 
 from __future__ import annotations

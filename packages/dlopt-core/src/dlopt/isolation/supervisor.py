@@ -344,9 +344,10 @@ def probe_in_worker(
 @contextlib.contextmanager
 def working_directory() -> Iterator[Path]:
     """A selection's working directory (the inputs, each worker's spec, journal and
-    result, the heartbeat, the workers' artifacts), removed once its workers are done,
-    however that ends: the report keeps what the journals said (``isolation.attempts``),
-    and the winner is rebuilt in the host's own directory."""
+    result, the heartbeat, the workers' artifacts, the handback record), removed once its
+    workers are done and the winner is back in the host, however that ends: the report
+    keeps what the journals said (``isolation.attempts``), and the winner was copied
+    into the host's own directory as it came back."""
     path = Path(tempfile.mkdtemp(prefix="dlopt-isolated-"))
     try:
         yield path

@@ -232,7 +232,7 @@ class Schedule:
         # promise at least as much: the race leaves out the least promising first
         # (cut_the_race), so cheap plans built early do not crowd out a better one.
         if alive > 1:
-            promise = prior.speedup
+            promise = _promise(cand)
             ahead = sum(
                 1 for c in candidates if c.alive and not c.is_reference and _promise(c) >= promise
             )

@@ -88,10 +88,12 @@ def descendants(pid: int) -> list[ProcessInfo]:
     for info in all_processes():
         children.setdefault(info.ppid, []).append(info)
     found: list[ProcessInfo] = []
+    seen = {pid}
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), ()):
-            if child.pid != pid and child not in found:
+            if child.pid not in seen:
+                seen.add(child.pid)
                 found.append(child)
                 todo.append(child.pid)
     return [info for info in found if not _ended(info.state)]
