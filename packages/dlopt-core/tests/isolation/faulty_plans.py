@@ -157,6 +157,22 @@ class LoadsArtifacts(FaultyPlan):
 BUILDS_ENV = "DLOPT_TEST_BUILDS_FILE"
 
 
+#: The environment variable holding the host's process id, for :class:`WrongInHost`.
+HOST_PID_ENV = "DLOPT_TEST_HOST_PID"
+
+
+class WrongInHost(FaultyPlan):
+    """``fast`` whose outputs are off by one in the process :data:`HOST_PID_ENV` names: it
+    wins the worker's race and fails validation when the host brings it back."""
+
+    name = "wrong_in_host"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        linear = model.linear
+        offset = 1.0 if os.environ.get(HOST_PID_ENV) == str(os.getpid()) else 0.0
+        return BuiltPlan(runner=lambda x: linear(x) + offset)
+
+
 class WritesArtifacts(FaultyPlan):
     """``fast`` that writes its model file into its plan directory, as an exporter does:
     what a selection must not leave behind in the temp directory."""

@@ -10,11 +10,20 @@ import tempfile
 
 import faulty_plans
 import pytest
-from faulty_plans import BUILDS_ENV, LoadsArtifacts, SavedProgramPlan, bounded, isolated_policy
+from faulty_plans import (
+    BUILDS_ENV,
+    HOST_PID_ENV,
+    LoadsArtifacts,
+    SavedProgramPlan,
+    WrongInHost,
+    bounded,
+    isolated_policy,
+)
 
 from dlopt import InferenceOptimizer, verify_bundle
 from dlopt.bundle.store import PROGRAM_ARTIFACT
 from dlopt.cache.record_store import RECORD_NAME, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
+from dlopt.isolation.supervisor import IsolationError
 
 
 def select(cache_dir):
@@ -94,3 +103,15 @@ def test_without_a_plan_cache_the_handback_record_saves_no_program(monkeypatch, 
         assert decision.plan.metadata != {"served_as": "program"}
         bundle = decision.save_bundle(tmp_path / "bundle", compiled_program=True)
         assert PROGRAM_ARTIFACT in verify_bundle(bundle).manifest["artifacts"]
+
+
+def test_a_winner_that_fails_when_brought_back_into_the_host_is_an_error_naming_it(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv(HOST_PID_ENV, str(os.getpid()))
+    with pytest.raises(IsolationError) as raised:
+        select_without_cache(WrongInHost(), monkeypatch, tmp_path)
+    message = str(raised.value)
+    assert "'wrong_in_host' passed in the worker but not when brought back" in message
+    assert "failed at validation" in message
+    assert not list(tmp_path.glob("dlopt-isolated-*"))  # nothing left behind either

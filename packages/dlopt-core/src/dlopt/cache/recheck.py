@@ -1,4 +1,5 @@
-"""A cache hit is checked before it is trusted.
+"""A selection's winner served again is checked before it is trusted: on a cache hit, and
+in the host of an isolated selection (:func:`recheck_record`, the one way back).
 
 The record's selected plan comes back (:mod:`dlopt.cache.reload`) through the
 pipeline's own prepare stage, so it is built (or loaded), called once per case and
@@ -83,29 +84,41 @@ class Recheck:
 
 
 def recheck_record(
-    record: CacheRecord,
+    record: CacheRecord | None,
+    chosen: str,
     candidates: Sequence[state.CandidateState],
     model: torch.nn.Module,
     context: ProviderContext,
     reference: ReferenceOutputs,
     guard: ModelGuard,
     run: state.SelectionContext,
+    *,
+    probe: bool = True,
 ) -> Recheck:
-    """Bring the record's plan back and check it (see the module docstring).
+    """Bring the plan ``chosen`` back (from ``record`` where there is one) and check it: the
+    one way a selection's winner is served again (see the module docstring).
 
+    ``probe``: race it again against the record's baseline (a cache hit). Without: only
+    build and validate it (the host of an isolated selection, whose worker raced it).
     ``candidates``: the plans this selection would race (reference first), not yet
     built. Every plan built here is closed except the reused one.
     """
-    report = record.report
-    chosen = report.selected_plan
     by_name = {c.name: c for c in candidates}
     if chosen not in by_name:
-        return Recheck(False, f"the cached plan {chosen!r} is not among the plans raced now")
-    reference_cand = candidates[0]
-    versus = report.baseline if report.baseline != chosen else reference_cand.name
-    if versus not in by_name:
-        return Recheck(False, f"the cached baseline {versus!r} is not among the plans raced now")
-    names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
+        return Recheck(False, f"{chosen!r} is not among the plans raced now")
+    versus = chosen
+    if probe:
+        assert record is not None, "a probe races the record's baseline"
+        reference_cand = candidates[0]
+        baseline = record.report.baseline
+        versus = baseline if baseline != chosen else reference_cand.name
+        if versus not in by_name:
+            return Recheck(
+                False, f"the cached baseline {versus!r} is not among the plans raced now"
+            )
+        names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
+    else:
+        names = [chosen]
     fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
     built = list(fresh.values())
     try:
@@ -130,9 +143,9 @@ def _check(
     reference itself) survive a probe against ``baseline``."""
     chosen, versus = selected.name, baseline.name
     if not selected.alive:
-        return Recheck(False, f"the cached plan {chosen!r} {_why_not(selected)}")
-    if selected is baseline:  # the reference itself was served: nothing to race it against
-        return Recheck(True, "the cached plan is the reference; it validated", selected)
+        return Recheck(False, f"{chosen!r} {_why_not(selected)}")
+    if selected is baseline:  # no probe, or the reference itself was served
+        return Recheck(True, f"{chosen!r} validated on every case", selected)
     if not baseline.alive:
         return Recheck(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
     pair = [baseline, selected]
@@ -146,7 +159,7 @@ def _check(
     checks.revalidate(pair, raced, reference, run)
     constraints.apply_measured_constraints(pair, raced.result, run)
     if not selected.alive:
-        return Recheck(False, f"the cached plan {chosen!r} {_why_not(selected)}")
+        return Recheck(False, f"{chosen!r} {_why_not(selected)}")
     interval = raced.result.candidate(chosen).speedup_vs_baseline
     shown = _interval_text(interval)
     if not probe_keeps(interval, min_speedup):

@@ -13,8 +13,9 @@ the objective races); the stages are :mod:`dlopt.pipeline`'s, in this order::
     -> report -> [plan cache: store] -> decision
 
 :func:`decision_in_host` is the other end of an isolated selection: the worker's winner
-brought back into the host (:func:`dlopt.cache.reload.bring_back`, as a cache hit brings a
-record's plan back) and validated against the host's own reference.
+brought back into the host and validated against the host's own reference, by the same
+function that brings a cache hit's plan back (:func:`dlopt.cache.recheck.recheck_record`,
+without the hit's probe: the worker raced it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import torch
 from dlopt.cache import lookup
 from dlopt.cache.recheck import Recheck, program_saver, recheck_record
 from dlopt.cache.record_store import CacheRecord
-from dlopt.cache.reload import bring_back
 from dlopt.cache.user_priors import user_priors
 from dlopt.contract.priors import OperatorMix
 from dlopt.contract.provider import ProviderContext, ProviderProtocol
@@ -215,16 +215,39 @@ def _cache_hit(
     if found.record is None or not run.policy.reuse_cached_plan:
         return None, None
     start = time.perf_counter()
+    chosen = found.record.report.selected_plan
     recheck = recheck_record(
-        found.record, candidates, selection.model, context, truth.reference, truth.guard, run
+        found.record,
+        chosen,
+        candidates,
+        selection.model,
+        context,
+        truth.reference,
+        truth.guard,
+        run,
     )
     seconds = time.perf_counter() - start
     if not (recheck.reused and recheck.selected is not None):
         return recheck, seconds
-    assert recheck.selected.plan is not None
     report = lookup.hit_report(found, recheck, seconds, run.policy)
+    return _served_again(recheck, report, found.record, selection, context, truth, scratch)
+
+
+def _served_again(
+    recheck: Recheck,
+    report: OptimizationReport,
+    record: CacheRecord | None,
+    selection: Selection,
+    context: ProviderContext,
+    truth: ground_truth.GroundTruth,
+    scratch: TemporaryArtifacts | None,
+) -> OptimizationDecision:
+    """The decision serving a winner brought back and rechecked (a cache hit, or the host
+    of an isolated selection)."""
+    assert recheck.selected is not None and recheck.selected.plan is not None
+    run = selection.context
     run.emit(Event(EventKind.DECISION_MADE, recheck.reason, candidate=report.selected_plan))
-    program = program_saver(recheck.selected, context, truth.reference, found.record)
+    program = program_saver(recheck.selected, context, truth.reference, record)
     return OptimizationDecision(
         recheck.selected.plan, report, scratch=scratch, program=program, fallback=selection.model
     )
@@ -241,36 +264,37 @@ def decision_in_host(
     assert registry is not None, "a winner is brought back with the providers loaded"
     policy = attrs.evolve(run.policy, include=(report.selected_plan,), exclude=())
     run = attrs.evolve(run, policy=policy)
+    selection = attrs.evolve(selection, context=run)
     candidates = plans.choose_plans(registry, selection.providers, policy)
-    chosen = next(c for c in candidates if c.name == report.selected_plan)
-    winner = bring_back(chosen, record)
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
-    truth = ground_truth.capture(model, selection.workload, run)
-    context = ProviderContext(
-        target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
-    )
     try:
-        prepare.prepare_plans([winner], model, context, truth.reference, truth.guard, run)
+        truth = ground_truth.capture(model, selection.workload, run)
+        context = ProviderContext(
+            target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
+        )
+        recheck = recheck_record(
+            record,
+            report.selected_plan,
+            candidates,
+            model,
+            context,
+            truth.reference,
+            truth.guard,
+            run,
+            probe=False,
+        )
     except BaseException:
-        close_all([winner])
         if scratch is not None:
             scratch.release()
         raise
-    if not winner.alive:
-        close_all([winner])
+    if not recheck.reused:
         if scratch is not None:
             scratch.release()
-        why = winner.error.message if winner.error is not None else "it was not built"
         raise WinnerNotServed(
             f"the selected plan {report.selected_plan!r} passed in the worker but not when "
-            f"rebuilt in this process: {why}"
+            f"brought back into this process: {recheck.reason}"
         )
-    run.emit(Event(EventKind.DECISION_MADE, report.selection_reason, candidate=winner.name))
-    assert winner.plan is not None
-    program = program_saver(winner, context, truth.reference, record)
-    return OptimizationDecision(
-        winner.plan, report, scratch=scratch, program=program, fallback=model
-    )
+    return _served_again(recheck, report, record, selection, context, truth, scratch)
 
 
 class WinnerNotServed(DloptError):
