@@ -262,3 +262,22 @@ def test_cheap_plans_built_early_do_not_crowd_a_more_promising_one_out_of_the_bu
     assert report.candidate("best").not_built is None and best.builds == 1
     assert report.selected_plan == "best"
     assert report.candidate("best").race.gate_passed is True
+
+
+def test_a_near_free_build_does_not_scale_a_compiles_expected_cost_down():
+    # A native plan builds in no time against its 0.05 s prior; the compile after it takes
+    # what its prior says. Read through a mean of ratios, the near-free build scaled the
+    # last plan's 6 s down to 1.5 s and started a build the budget had no room for.
+    race = FakeRace()
+    native = race.fake("native", 2e-3, setup_time_s=0.0, declared_prior=prior(1.5, 1.2, 1.8, 0.05))
+    compiled = race.fake(
+        "compiled", 1e-3, setup_time_s=1.0, declared_prior=prior(3.0, 2.0, 4.0, 1.0)
+    )
+    big = race.fake("big", 0.5e-3, setup_time_s=6.0, declared_prior=prior(5.0, 3.0, 8.0, 6.0))
+    eager = race.fake("eager_fp32", 3e-3)
+    report = select(race, eager, native, compiled, big, time_budget_s=6.0).report
+    assert native.builds == 1 and compiled.builds == 1
+    assert big.builds == 0
+    assert report.candidate("big").not_built.startswith("no time left")
+    assert 0.9 <= report.decision_time.cost_scale <= 1.0
+    assert report.decision_time.spent_s <= 6.0

@@ -16,7 +16,6 @@ docs/selection.md, "Decision time", explains the rules and their numbers.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -59,6 +58,9 @@ PRUNED_OBJECTIVES = (Objective.STEADY_STATE_LATENCY, Objective.MIN_LATENCY)
 MIN_RACE_SHARE = 0.1
 #: Bounds on how far this machine's builds may be from the priors' costs.
 COST_SCALE_RANGE = (0.25, 4.0)
+#: Seconds of builds taken to have cost what their priors said before any is measured:
+#: builds totalling much less say little of this machine.
+COST_SCALE_PSEUDO_S = 1.0
 #: What the first plan of a distribution pays beside its prior's cost: importing its SDK
 #: (about 1-1.5 s for torchao, ONNX Runtime's exporter or OpenVINO on a 2-core CPU).
 FIRST_OF_DISTRIBUTION_S = 1.5
@@ -142,21 +144,28 @@ class Schedule:
         )
 
     def cost_scale(self) -> float:
-        """How much longer this machine's builds take than their priors say (geometric
-        mean of actual over expected, bounded): later costs are read through it."""
-        if not self.costs:
-            return 1.0
-        logs = [math.log(max(actual, 1e-3) / prior) for prior, actual in self.costs]
+        """How much longer this machine's builds take than their priors say, bounded:
+        later costs are read through it. The ratio of the builds' total to their priors'
+        total, each with :data:`COST_SCALE_PSEUDO_S` of builds as the priors say added,
+        so the costly builds weigh most and a few hundredths of a second weigh little: a
+        native plan's near-free build (0.0 s against a 0.05 s prior) says nothing of what
+        a compile takes here, and as one ratio in a mean it scaled every later compile
+        down to the bound."""
+        expected = COST_SCALE_PSEUDO_S + sum(prior for prior, _ in self.costs)
+        actual = COST_SCALE_PSEUDO_S + sum(spent for _, spent in self.costs)
         low, high = COST_SCALE_RANGE
-        return min(max(math.exp(sum(logs) / len(logs)), low), high)
+        return min(max(actual / expected, low), high)
 
     def built(self, cand: CandidateState) -> None:
         """Record what ``cand``'s build and first calls took against its prior (and its
         distribution's first import)."""
-        if cand.is_reference or cand.prior is None or cand.setup_s is None:
+        if cand.setup_s is None:
             return
-        expected = cand.prior.cost_s + self._import_s(cand)
+        expected = _prior(cand).cost_s + self._import_s(cand)
+        # The reference's plugin too: the plans beside it (dlopt's own) import nothing more.
         self.imported.add(cand.info.plugin)
+        if cand.is_reference or cand.prior is None:
+            return
         self.costs.append((expected, cand.setup_s + sum(cand.first_calls_s)))
 
     def expected_cost_s(self, cand: CandidateState) -> float:
