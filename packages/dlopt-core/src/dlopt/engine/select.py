@@ -230,12 +230,15 @@ def _cache_hit(
     if not (recheck.reused and recheck.selected is not None):
         return recheck, seconds
     report = lookup.hit_report(found, recheck, seconds, run.policy)
-    return _served_again(recheck, report, found.record, selection, context, truth, scratch)
+    return _served_again(
+        recheck, report, recheck.reason, found.record, selection, context, truth, scratch
+    )
 
 
 def _served_again(
     recheck: Recheck,
     report: OptimizationReport,
+    reason: str,
     record: CacheRecord | None,
     selection: Selection,
     context: ProviderContext,
@@ -243,10 +246,10 @@ def _served_again(
     scratch: TemporaryArtifacts | None,
 ) -> OptimizationDecision:
     """The decision serving a winner brought back and rechecked (a cache hit, or the host
-    of an isolated selection)."""
+    of an isolated selection); ``reason`` is what its ``decision_made`` event says."""
     assert recheck.selected is not None and recheck.selected.plan is not None
     run = selection.context
-    run.emit(Event(EventKind.DECISION_MADE, recheck.reason, candidate=report.selected_plan))
+    run.emit(Event(EventKind.DECISION_MADE, reason, candidate=report.selected_plan))
     program = program_saver(recheck.selected, context, truth.reference, record)
     return OptimizationDecision(
         recheck.selected.plan, report, scratch=scratch, program=program, fallback=selection.model
@@ -283,18 +286,19 @@ def decision_in_host(
             run,
             probe=False,
         )
+        if not recheck.reused:
+            raise WinnerNotServed(
+                f"the selected plan {report.selected_plan!r} passed in the worker but not "
+                f"when brought back into this process: {recheck.reason}"
+            )
     except BaseException:
         if scratch is not None:
             scratch.release()
         raise
-    if not recheck.reused:
-        if scratch is not None:
-            scratch.release()
-        raise WinnerNotServed(
-            f"the selected plan {report.selected_plan!r} passed in the worker but not when "
-            f"brought back into this process: {recheck.reason}"
-        )
-    return _served_again(recheck, report, record, selection, context, truth, scratch)
+    # The worker's race chose it: its reason is the decision's, as in process.
+    return _served_again(
+        recheck, report, report.selection_reason, record, selection, context, truth, scratch
+    )
 
 
 class WinnerNotServed(DloptError):

@@ -161,12 +161,12 @@ class Schedule:
         distribution's first import)."""
         if cand.setup_s is None:
             return
-        expected = _prior(cand).cost_s + self._import_s(cand)
+        import_s = self._import_s(cand)
         # The reference's plugin too: the plans beside it (dlopt's own) import nothing more.
         self.imported.add(cand.info.plugin)
         if cand.is_reference or cand.prior is None:
             return
-        self.costs.append((expected, cand.setup_s + sum(cand.first_calls_s)))
+        self.costs.append((cand.prior.cost_s + import_s, cand.setup_s + sum(cand.first_calls_s)))
 
     def expected_cost_s(self, cand: CandidateState) -> float:
         """``cand``'s build and first calls as expected here: its prior's cost read through
