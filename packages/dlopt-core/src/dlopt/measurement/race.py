@@ -718,7 +718,7 @@ class _Race:
                     fixed = ratio_from_log(
                         boot[:3],
                         confidence=p.confidence,
-                        method=f"scipy.stats.bootstrap ({boot[3]}) of the mean paired score "
+                        method=f"bootstrap ({boot[3]}) of the mean paired score "
                         "difference; descriptive, not adjusted for sequential stopping",
                         rounds=len(diffs),
                     )

@@ -32,7 +32,8 @@ import numpy as np
 from attrs import frozen
 
 from dlopt._version import __version__
-from dlopt.measurement.stats import t_quantile
+from dlopt.measurement.distributions import f_upper_quantile, normal_quantile, normal_sf
+from dlopt.measurement.stats import t_quantile, t_tail
 from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).
@@ -41,9 +42,13 @@ _GRID_STEP = 0.05
 _KERNEL_SDS = 8.0
 
 
+def _normal_pdf(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """The density of a mean-zero normal with standard deviation ``scale`` at ``x``."""
+    return np.exp(-0.5 * (x / scale) ** 2) / (scale * math.sqrt(2.0 * math.pi))
+
+
 def _crossing_probability(c: float, first: int, last: int) -> float:
     """``P(max_{first <= n <= last} S_n / sqrt(n) >= c)`` for a standard random walk."""
-    from scipy.stats import norm
 
     h = _GRID_STEP
     low = -_KERNEL_SDS * math.sqrt(last) - c * math.sqrt(last)
@@ -51,11 +56,11 @@ def _crossing_probability(c: float, first: int, last: int) -> float:
     grid = np.arange(low, high + h, h)
     # Density of S_first, cut at the first boundary.
     bound = c * math.sqrt(first)
-    density = norm.pdf(grid, scale=math.sqrt(first))
-    crossed = float(norm.sf(bound / math.sqrt(first)))
+    density = _normal_pdf(grid, scale=math.sqrt(first))
+    crossed = normal_sf(bound / math.sqrt(first))
     density[grid >= bound] = 0.0
     offsets = np.arange(-_KERNEL_SDS, _KERNEL_SDS + h, h)
-    kernel = norm.pdf(offsets) * h
+    kernel = _normal_pdf(offsets) * h
     half = len(offsets) // 2
     for n in range(first + 1, last + 1):
         moved = np.convolve(density, kernel)[half : half + len(grid)]
@@ -78,10 +83,8 @@ def pocock_constant(alpha: float, first: int, last: int) -> float:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     if last < first or first < 2:
         raise ValueError(f"looks must satisfy 2 <= first <= last, got {first}..{last}")
-    from scipy.stats import norm
-
-    lo = float(norm.isf(alpha))  # one look: the plain one-sided quantile
-    hi = float(norm.isf(alpha / (last - first + 1)))  # Bonferroni over every look
+    lo = -normal_quantile(alpha)  # one look: the plain one-sided quantile
+    hi = -normal_quantile(alpha / (last - first + 1))  # Bonferroni over every look
     if last == first:
         return lo
     for _ in range(40):
@@ -258,9 +261,7 @@ def exact_per_look_level(alpha: float, first: int, last: int) -> float:
     estimate makes early looks err together); the second holds its level, and stays
     conservative for pooled variances with more degrees of freedom.
     """
-    from scipy.stats import norm
-
-    z_level = float(norm.sf(pocock_constant(alpha, first, last)))
+    z_level = normal_sf(pocock_constant(alpha, first, last))
     if last == first:
         return z_level
     t_level = float(np.quantile(_min_tail_probabilities(first, last), alpha))
@@ -275,9 +276,7 @@ def boundary(alpha: float, first: int, last: int, df: float) -> float:
 
 def look_confidence(critical: float, df: float) -> float:
     """The one-sided confidence of a boundary ``critical`` at ``df`` degrees of freedom."""
-    from scipy.stats import t
-
-    return 1.0 - float(t.sf(critical, max(int(df), 1)))
+    return 1.0 - t_tail(critical, max(int(df), 1))
 
 
 @frozen
@@ -359,11 +358,8 @@ def pooled_variance(scores: Mapping[str, Mapping[int, float]]) -> PooledVariance
     return None
 
 
-@lru_cache(maxsize=4096)
 def _f_upper(dfn: int, dfd: int, level: float = HETEROGENEITY_LEVEL) -> float:
-    from scipy.stats import f
-
-    return float(f.isf(level, dfn, dfd))
+    return f_upper_quantile(level, dfn, dfd)
 
 
 def pair_stats(

@@ -9,13 +9,12 @@ boundary); this module holds the per-case latency summary, the Student-t helpers
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 from attrs import frozen
 
+from dlopt.measurement import distributions
 from dlopt.platform.serialization import finite_or_none
 
 
@@ -89,16 +88,15 @@ def describe_ratio(interval: RatioInterval | None) -> str:
     return "no interval" if interval is None else interval.describe()
 
 
-@lru_cache(maxsize=4096)
-def _t_quantile(q: float, df: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(q, df))
-
-
 def t_quantile(q: float, df: int) -> float:
-    """``scipy.stats.t.ppf(q, df)``, cached."""
-    return _t_quantile(float(q), int(df))
+    """The Student-t quantile ``q`` at ``df`` degrees of freedom (cached; computed without
+    scipy, see :mod:`dlopt.measurement.distributions`)."""
+    return distributions.t_quantile(float(q), int(df))
+
+
+def t_tail(x: float, df: int) -> float:
+    """``P(T_df > x)``, the Student-t survival function."""
+    return distributions.t_sf(float(x), int(df))
 
 
 def t_interval(
@@ -106,7 +104,7 @@ def t_interval(
 ) -> tuple[float, float, float] | None:
     """Mean and two-sided ``1 - alpha`` Student-t interval of ``values`` (None if n < 2).
 
-    The quantile comes from ``scipy.stats.t.ppf`` (cached per level and degrees of freedom).
+    The quantile comes from :func:`t_quantile` (cached per level and degrees of freedom).
     """
     # Plain Python: the race calls this after every round, on a handful of values.
     vals = [float(v) for v in values]
@@ -115,36 +113,44 @@ def t_interval(
         return None
     mean = math.fsum(vals) / n
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
-    half = _t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
+    half = t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
 def bootstrap_mean_interval(
     values: Sequence[float] | np.ndarray, confidence: float, resamples: int, seed: int
 ) -> tuple[float, float, float, str] | None:
-    """Mean and ``scipy.stats.bootstrap`` interval (BCa; percentile if BCa degenerates)."""
-    from scipy.stats import bootstrap
-
+    """Mean and two-sided bootstrap interval of the mean of ``values``: BCa (bias-corrected
+    and accelerated), the percentile interval where BCa degenerates (every resample on one
+    side of the mean); ``None`` for fewer than 3 values, no resamples or no spread."""
     arr = np.asarray(values, dtype=float)
     if arr.size < 3 or resamples <= 0 or float(arr.std()) == 0.0:
         return None
     mean = float(arr.mean())
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            res = bootstrap(
-                (arr,),
-                np.mean,
-                confidence_level=confidence,
-                n_resamples=resamples,
-                method=method,
-                rng=np.random.default_rng(seed),
-                vectorized=True,
-            )
-        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-        if math.isfinite(low) and math.isfinite(high):
-            return mean, low, high, method
+    rng = np.random.default_rng(seed)
+    means = arr[rng.integers(0, arr.size, size=(resamples, arr.size))].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0
+    levels = (tail, 1.0 - tail)
+    bias = distributions.normal_quantile(np.count_nonzero(means < mean) / resamples)
+    leave_one_out = (arr.sum() - arr) / (arr.size - 1)
+    spread = leave_one_out.mean() - leave_one_out
+    acceleration = float((spread**3).sum() / (6.0 * ((spread**2).sum()) ** 1.5))
+    corrected = tuple(_bca_level(level, bias, acceleration) for level in levels)
+    for method, at in (("BCa", corrected), ("percentile", levels)):
+        if all(math.isfinite(v) for v in at):
+            low, high = (float(v) for v in np.percentile(means, [100.0 * v for v in at]))
+            if math.isfinite(low) and math.isfinite(high):
+                return mean, low, high, method
     return None
+
+
+def _bca_level(level: float, bias: float, acceleration: float) -> float:
+    """The percentile BCa reads for the interval end at ``level`` (nan where the bias
+    correction is infinite: every resample on one side of the mean)."""
+    if not math.isfinite(bias):
+        return math.nan
+    z = bias + distributions.normal_quantile(level)
+    return 1.0 - distributions.normal_sf(bias + z / (1.0 - acceleration * z))
 
 
 def ratio_from_log(

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from attrs import frozen
 
 from dlopt.measurement import RatioInterval
+from dlopt.measurement.distributions import binomial_quantile
 from dlopt.measurement.sequential import boundary
 from dlopt.measurement.stats import describe_ratio
 from dlopt.platform.serialization import finite_or_none
@@ -160,13 +161,11 @@ def quantile_upper_bound(samples_ms: Sequence[float], q: float, alpha: float) ->
     """Distribution-free upper confidence bound of the ``q`` quantile: the order statistic
     ``X_(k+1)`` with ``P(Binomial(n, q) <= k) >= 1 - alpha`` (``None``: too few samples
     for that confidence)."""
-    from scipy.stats import binom
-
     ordered = sorted(v for v in samples_ms if math.isfinite(v))
     n = len(ordered)
     if n == 0:
         return None
-    k = int(binom.ppf(1.0 - alpha, n, q))
+    k = binomial_quantile(1.0 - alpha, n, q)
     return ordered[k] if k < n else None
 
 
