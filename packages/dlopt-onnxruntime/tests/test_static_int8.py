@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from dlopt.errors import ConfigurationError, ProviderBuildError
-from dlopt.plugin import Precision, ProviderContext
+from dlopt.errors import ConfigurationError, PlanNotApplicable, ProviderBuildError
+from dlopt.plugin import OperatorMix, Precision, ProviderContext
 from dlopt.settings.policy import structure_options
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing.models import MLP
@@ -189,6 +189,23 @@ def test_static_plan_on_an_mlp_is_rejected_as_changing_nothing(tmp_path: Path) -
     assert "onnxruntime_cpu_int8 computes" in message and "int8_static_op_types" in message
 
 
+#: What a profiled reference call of an MLP gives: no convolution.
+NO_CONVOLUTION = OperatorMix(conv=0.0, linear=0.9, attention=0.0, other=0.1)
+
+
+def test_a_model_that_runs_no_convolution_is_refused_before_the_export(tmp_path: Path) -> None:
+    workload = WorkloadProfile.single(torch.randn(16, 64))
+    context = ProviderContext(
+        workload=workload, artifact_dir=tmp_path, options=_options(), operator_mix=NO_CONVOLUTION
+    )
+    with pytest.raises(PlanNotApplicable) as info:
+        _provider(STATIC).build(MLP(64, 128, 128, 16, activation="relu"), context)
+    message = str(info.value)
+    assert "runs no convolution" in message and "linear 90%" in message
+    assert "int8_static_op_types" in message and "onnxruntime_cpu_int8 computes" in message
+    assert not any(tmp_path.rglob("*.onnx")), "refused before anything was exported"
+
+
 def test_static_matmul_on_an_mlp_quantizes_and_passes_the_gate(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = MLP(64, 128, 128, 16, activation="relu")
@@ -196,7 +213,10 @@ def test_static_matmul_on_an_mlp_quantizes_and_passes_the_gate(tmp_path: Path) -
         torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
     )
     options = _options(int8_static_op_types=["MatMul", "Gemm"], int8_dynamic_op_types=[])
-    context = ProviderContext(workload=workload, artifact_dir=tmp_path, options=options)
+    # Op types of its own: the model's lack of convolutions refuses nothing.
+    context = ProviderContext(
+        workload=workload, artifact_dir=tmp_path, options=options, operator_mix=NO_CONVOLUTION
+    )
     plan = _provider(STATIC).build(model, context)
     try:
         quantized = plan.metadata["quantized_op_types"]

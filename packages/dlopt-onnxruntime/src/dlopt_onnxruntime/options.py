@@ -30,6 +30,9 @@ DEFAULT_INT8_OP_TYPES = ("MatMul", "Attention", "LSTM")
 #: Node types the static int8 plan quantizes with calibrated QDQ: convolutions, which
 #: dynamic quantization only turns into the slow ConvInteger (QDQ Conv fuses into QLinearConv).
 DEFAULT_STATIC_OP_TYPES = ("Conv",)
+#: ONNX node types of the convolutions a profiled reference call counts as such: a model
+#: that runs none has nothing for static op types within these to quantize.
+CONVOLUTION_OP_TYPES = frozenset({"Conv", "ConvTranspose"})
 #: Suffix of the calibration file the static int8 plan reads (numpy, without pickle).
 CALIBRATION_SUFFIX = ".npz"
 

@@ -19,6 +19,7 @@ from dlopt.plugin import (
     BuiltPlan,
     Concurrency,
     DloptError,
+    PlanNotApplicable,
     Precision,
     PreparedCase,
     Provider,
@@ -65,7 +66,12 @@ from dlopt_onnxruntime.export import (
     template_to_json,
     write_manifest,
 )
-from dlopt_onnxruntime.options import OrtInt8Options, OrtInt8StaticOptions, OrtOptions
+from dlopt_onnxruntime.options import (
+    CONVOLUTION_OP_TYPES,
+    OrtInt8Options,
+    OrtInt8StaticOptions,
+    OrtOptions,
+)
 from dlopt_onnxruntime.quantization import (
     QDQ_SUFFIX,
     CalibrationSet,
@@ -286,6 +292,7 @@ class OnnxRuntimeProvider(Provider):
         """
         options: OrtOptions = self.plan_options(context)
         self.require_available(context)
+        self._refuse_convolutions_of_a_model_without_any(options, context)
         cases = self.cases_with_reference(model, context)
         self.refuse_training_mode(model)
         import onnxruntime as ort
@@ -597,6 +604,30 @@ class OnnxRuntimeProvider(Provider):
         elif kind is Transform.FLOAT16:
             settings = Float16Settings()
         return TransformRecord(self.execution_provider, self.precision.value, kind, settings)
+
+    def _refuse_convolutions_of_a_model_without_any(
+        self, options: OrtOptions, context: ProviderContext
+    ) -> None:
+        """Static int8 of convolutions only (its default) does not apply to a model whose
+        profiled reference call ran no convolution: refused before the export, which
+        cost 2-3 s on a transformer encoder only to find no Conv node to quantize."""
+        if not isinstance(options, OrtInt8StaticOptions):
+            return
+        mix = context.operator_mix
+        if (
+            mix is None
+            or mix.conv > 0.0
+            or not set(options.int8_static_op_types) <= CONVOLUTION_OP_TYPES
+        ):
+            return
+        raise PlanNotApplicable(
+            f"{self.name}: the model runs no convolution (one profiled reference call: "
+            f"{mix.describe()}) and this plan quantizes only "
+            f"{', '.join(options.int8_static_op_types)} statically, so it would compute what "
+            "onnxruntime_cpu_int8 computes. Set its int8_static_op_types option to the "
+            f"model's compute ops (plan_options={{{self.name!r}: {{'int8_static_op_types': "
+            "['MatMul', 'Gemm'], 'int8_dynamic_op_types': []}}) to race it"
+        )
 
     def _transform(self, fp32_path: Path, setup: _BuildSetup) -> Path:
         """The model file the session opens: ``fp32_path`` quantized or converted."""
