@@ -94,3 +94,23 @@ def test_a_slow_models_probe_still_measures_its_minimum_rounds(call_s):
     assert interval is not None and interval.high is not None
     assert probe_keeps(interval, MIN_SPEEDUP)
     assert result.total_time_s <= PROBE_CEILING_S
+
+
+def test_a_slow_models_probe_warms_up_and_bursts_briefly():
+    """The probe's two plans were warmed and timed by the race that chose them: a short
+    warm-up and 4-call bursts make a slow model's probe (a cache hit's largest cost)
+    shorter than the race's own warm-up and bursts would, with the same rounds."""
+    race_like = attrs.evolve(
+        probe_policy(MeasurementPolicy()),
+        warmup_max_calls=MeasurementPolicy().warmup_max_calls,
+        warmup_max_time_s=MeasurementPolicy().warmup_max_time_s,
+        timed_calls_per_burst=MeasurementPolicy().timed_calls_per_burst,
+        seed=1,
+    )
+    plans = {"baseline": [0.15], "cached": [0.15 / 1.6]}
+    brief = probe(1.6, 0.15, seed=1)
+    full = run_simulated_race(
+        plans, baseline="baseline", min_speedup=MIN_SPEEDUP, policy=race_like, seed=1
+    )
+    assert brief.rounds == full.rounds
+    assert brief.total_time_s < 0.85 * full.total_time_s

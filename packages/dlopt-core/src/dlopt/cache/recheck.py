@@ -37,6 +37,10 @@ from dlopt.validation import ModelGuard, ReferenceOutputs
 PROBE_MAX_ROUNDS = 12
 PROBE_MAX_TIME_S = 3.0
 PROBE_CEILING_S = 60.0
+#: The probe's warm-up per plan and case (calls, seconds) and timed calls per burst.
+PROBE_WARMUP_CALLS = 10
+PROBE_WARMUP_S = 0.5
+PROBE_BURST_CALLS = 4
 
 
 def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
@@ -60,6 +64,11 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
         auto_budget_max_s=max(floor, min(measurement.auto_budget_max_s, PROBE_CEILING_S)),
         futility_confidence=None,
         warmup_leave_factor=None,
+        # Two plans the race already warmed and timed once: a short warm-up and the
+        # shortest bursts (the rates below hold with them, tests/cache).
+        warmup_max_calls=min(measurement.warmup_max_calls, PROBE_WARMUP_CALLS),
+        warmup_max_time_s=min(measurement.warmup_max_time_s, PROBE_WARMUP_S),
+        timed_calls_per_burst=PROBE_BURST_CALLS,
     )
 
 
