@@ -150,7 +150,10 @@ def _bca_level(level: float, bias: float, acceleration: float) -> float:
     if not math.isfinite(bias):
         return math.nan
     z = bias + distributions.normal_quantile(level)
-    return 1.0 - distributions.normal_sf(bias + z / (1.0 - acceleration * z))
+    scale = 1.0 - acceleration * z
+    if scale <= 0.0:  # an acceleration this large leaves BCa undefined
+        return math.nan
+    return 1.0 - distributions.normal_sf(bias + z / scale)
 
 
 def ratio_from_log(
