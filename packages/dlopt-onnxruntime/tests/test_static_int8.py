@@ -182,8 +182,11 @@ def test_static_plan_on_an_mlp_is_rejected_as_changing_nothing(tmp_path: Path) -
         torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
     )
     context = ProviderContext(workload=workload, artifact_dir=tmp_path, options=_options())
+    model = MLP(64, 128, 128, 16, activation="relu")
+    # A 3-D buffer the forward never reads: nothing before the export rules out a Conv.
+    model.register_buffer("unused_table", torch.zeros(2, 2, 2))
     with pytest.raises(ProviderBuildError) as info:
-        _provider(STATIC).build(MLP(64, 128, 128, 16, activation="relu"), context)
+        _provider(STATIC).build(model, context)
     message = str(info.value)
     assert "quantized no Conv node" in message and "Gemm x3" in message
     assert "onnxruntime_cpu_int8 computes" in message and "int8_static_op_types" in message
@@ -193,17 +196,45 @@ def test_static_plan_on_an_mlp_is_rejected_as_changing_nothing(tmp_path: Path) -
 NO_CONVOLUTION = OperatorMix(conv=0.0, linear=0.9, attention=0.0, other=0.1)
 
 
-def test_a_model_that_runs_no_convolution_is_refused_before_the_export(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mix", [NO_CONVOLUTION, None], ids=["profiled", "not profiled"])
+def test_a_model_without_convolutions_is_refused_before_the_export(
+    tmp_path: Path, mix: OperatorMix | None
+) -> None:
     workload = WorkloadProfile.single(torch.randn(16, 64))
     context = ProviderContext(
-        workload=workload, artifact_dir=tmp_path, options=_options(), operator_mix=NO_CONVOLUTION
+        workload=workload, artifact_dir=tmp_path, options=_options(), operator_mix=mix
     )
     with pytest.raises(PlanNotApplicable) as info:
         _provider(STATIC).build(MLP(64, 128, 128, 16, activation="relu"), context)
     message = str(info.value)
-    assert "runs no convolution" in message and "linear 90%" in message
-    assert "int8_static_op_types" in message and "onnxruntime_cpu_int8 computes" in message
+    assert "has no convolution" in message
+    assert ("linear 90%" in message) == (mix is not None)
+    assert "int8_static_op_types" in message and "onnxruntime_cpu_int8" in message
     assert not any(tmp_path.rglob("*.onnx")), "refused before anything was exported"
+
+
+class FunctionalConv(torch.nn.Module):
+    """A convolution through torch.nn.functional: no Conv2d module for a hook to time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, 3, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(x, self.weight).relu().mean(dim=(2, 3))
+
+
+def test_a_convolution_the_operator_mix_missed_is_still_quantized(tmp_path: Path) -> None:
+    # A mix timed by module hooks sees no convolution here; the 4-D weight says otherwise.
+    workload = _images(9, 4)
+    context = ProviderContext(
+        workload=workload, artifact_dir=tmp_path, options=_options(), operator_mix=NO_CONVOLUTION
+    )
+    plan = _provider(STATIC).build(FunctionalConv().eval(), context)
+    try:
+        assert any(op.startswith("Conv") for op in plan.metadata["quantized_op_types"])
+    finally:
+        plan.close()
 
 
 def test_static_matmul_on_an_mlp_quantizes_and_passes_the_gate(tmp_path: Path) -> None:

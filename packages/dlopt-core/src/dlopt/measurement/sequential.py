@@ -49,7 +49,6 @@ def _normal_pdf(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
 
 def _crossing_probability(c: float, first: int, last: int) -> float:
     """``P(max_{first <= n <= last} S_n / sqrt(n) >= c)`` for a standard random walk."""
-
     h = _GRID_STEP
     low = -_KERNEL_SDS * math.sqrt(last) - c * math.sqrt(last)
     high = c * math.sqrt(last)
