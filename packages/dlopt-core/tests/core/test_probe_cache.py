@@ -63,6 +63,23 @@ def test_an_upgraded_distribution_changes_the_environment_fingerprint(tmp_path, 
         machine.environment_fingerprint.cache_clear()
 
 
+def test_another_virtualenv_with_the_same_versions_is_another_environment(monkeypatch):
+    # An unavailable probe's reason names files of its environment ("cannot load
+    # /venv-a/.../libopenvino_intel_gpu_plugin.so"): another venv must not read it back.
+    import sys
+
+    from dlopt.platform import machine
+
+    machine.environment_fingerprint.cache_clear()
+    before = machine.environment_fingerprint()
+    monkeypatch.setattr(sys, "prefix", sys.prefix + "-another")
+    machine.environment_fingerprint.cache_clear()
+    try:
+        assert machine.environment_fingerprint() != before
+    finally:
+        machine.environment_fingerprint.cache_clear()
+
+
 def test_a_failed_probe_is_not_kept_and_off_means_off(kept, monkeypatch):
     Counted.raises = True
     assert Counted().probe(ProviderContext()).available is False

@@ -125,8 +125,10 @@ def machine_class_of(flags: Iterable[str]) -> str:
 @lru_cache(maxsize=1)
 def environment_fingerprint() -> str:
     """A SHA-256 of what can change a provider's probe without dlopt knowing: the Python
-    and platform, every installed distribution and its version, the CPU's flags, and the
-    accelerator devices and driver the system shows. Computed once per process."""
+    environment (its location: two virtualenvs with the same versions are two
+    environments, and a probe's answer can name files inside one) and platform, every
+    installed distribution and its version, the CPU's flags, and the accelerator devices
+    and driver the system shows. Computed once per process."""
     import hashlib
     import sys
 
@@ -149,6 +151,7 @@ def environment_fingerprint() -> str:
     with suppress(OSError), open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
         driver = handle.readline().strip()
     parts = [
+        sys.prefix,
         platform.python_version(),
         platform.platform(),
         *distributions,
