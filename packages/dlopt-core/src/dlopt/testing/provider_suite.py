@@ -848,17 +848,20 @@ class ProviderContractSuite:
             name = setup.provider.name
             failures: list[str] = []
             # The threads start their calls together: on a busy machine a thread started
-            # late could otherwise find the others done, and nothing would overlap.
+            # late could otherwise find the others done, and nothing would overlap. Each
+            # walks the cases from its own starting case: threads in lockstep on one case
+            # would compute the same outputs, and state they share would go unseen.
             start = threading.Barrier(4)
+            cases = setup.reference.cases
 
-            def caller() -> None:
+            def caller(first: int) -> None:
                 runner: Callable[..., Any] = plan
                 if concurrency is Concurrency.PER_THREAD and plan.thread_runner is not None:
                     runner = plan.thread_runner()
                 try:
                     start.wait(timeout=60)
                     for _ in range(3):
-                        for case in setup.reference.cases:
+                        for case in (*cases[first:], *cases[:first]):
                             args, kwargs = copy_inputs(case.args, case.kwargs)
                             with torch.inference_mode():
                                 out = runner(*args, **kwargs)
@@ -870,7 +873,7 @@ class ProviderContractSuite:
                 except Exception as exc:
                     failures.append(f"{type(exc).__name__}: {exc}")
 
-            threads = [threading.Thread(target=caller) for _ in range(4)]
+            threads = [threading.Thread(target=caller, args=(i % len(cases),)) for i in range(4)]
             for thread in threads:
                 thread.start()
             for thread in threads:
