@@ -39,6 +39,12 @@ def test_f_upper_quantile_agrees_with_scipy_stats(dfn: int, dfd: int, level: flo
     assert distributions.f_sf(x, dfn, dfd) == pytest.approx(level, rel=1e-9)
 
 
+@pytest.mark.parametrize("level", [0.0, 1.0, 1.5])
+def test_an_f_level_outside_zero_and_one_is_refused(level: float) -> None:
+    with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+        distributions.f_upper_quantile(level, 2, 10)
+
+
 @pytest.mark.parametrize("p", [1e-12, 1e-4, 0.3, 0.5, 0.975, 1 - 1e-9])
 def test_normal_agrees_with_scipy_stats(p: float) -> None:
     x = distributions.normal_quantile(p)

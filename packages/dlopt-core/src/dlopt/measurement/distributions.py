@@ -164,6 +164,8 @@ def t_quantile(q: float, df: int) -> float:
 def f_upper_quantile(level: float, dfn: int, dfd: int) -> float:
     """The ``x`` with ``P(F > x) = level`` for F with ``dfn`` and ``dfd`` degrees of
     freedom (cached)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"an F tail level is in (0, 1), got {level}")
     return _upper_quantile(
         level, lambda v: f_sf(v, dfn, dfd), lambda v: _f_log_density(v, dfn, dfd)
     )
