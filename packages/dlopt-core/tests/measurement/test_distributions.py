@@ -13,8 +13,9 @@ import pytest
 from scipy import stats
 
 from dlopt.measurement import distributions
-from dlopt.measurement.sequential import _f_upper, look_confidence
-from dlopt.measurement.stats import bootstrap_mean_interval, t_quantile, t_tail
+from dlopt.measurement.distributions import f_upper_quantile, t_quantile, t_sf
+from dlopt.measurement.sequential import look_confidence
+from dlopt.measurement.stats import bootstrap_mean_interval
 from dlopt.selection.throughput import quantile_upper_bound
 
 DEGREES = [1, 2, 3, 4, 7, 30, 57, 400, 2000]
@@ -26,7 +27,7 @@ LEVELS = [0.6, 0.9, 0.975, 0.999, 1 - 1e-5, 1 - 1e-9, 0.1, 1e-4]
 def test_t_quantile_and_tail_agree_with_scipy_stats(q: float, df: int) -> None:
     assert t_quantile(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-10)
     x = float(stats.t.ppf(q, df))
-    assert t_tail(x, df) == pytest.approx(stats.t.sf(x, df), rel=1e-10)
+    assert t_sf(x, df) == pytest.approx(stats.t.sf(x, df), rel=1e-10)
     assert look_confidence(x, df) == pytest.approx(q, rel=1e-10)
 
 
@@ -34,7 +35,9 @@ def test_t_quantile_and_tail_agree_with_scipy_stats(q: float, df: int) -> None:
 @pytest.mark.parametrize("dfd", [1, 4, 30, 1000])
 @pytest.mark.parametrize("level", [0.4, 0.05, 1e-3, 1e-6])
 def test_f_upper_quantile_agrees_with_scipy_stats(dfn: int, dfd: int, level: float) -> None:
-    assert _f_upper(dfn, dfd, level) == pytest.approx(stats.f.isf(level, dfn, dfd), rel=1e-9)
+    assert f_upper_quantile(level, dfn, dfd) == pytest.approx(
+        stats.f.isf(level, dfn, dfd), rel=1e-9
+    )
     x = float(stats.f.isf(level, dfn, dfd))
     assert distributions.f_sf(x, dfn, dfd) == pytest.approx(level, rel=1e-9)
 
@@ -42,7 +45,7 @@ def test_f_upper_quantile_agrees_with_scipy_stats(dfn: int, dfd: int, level: flo
 @pytest.mark.parametrize("level", [0.0, 1.0, 1.5])
 def test_an_f_level_outside_zero_and_one_is_refused(level: float) -> None:
     with pytest.raises(ValueError, match="in \\(0, 1\\)"):
-        distributions.f_upper_quantile(level, 2, 10)
+        f_upper_quantile(level, 2, 10)
 
 
 @pytest.mark.parametrize("p", [1e-12, 1e-4, 0.3, 0.5, 0.975, 1 - 1e-9])

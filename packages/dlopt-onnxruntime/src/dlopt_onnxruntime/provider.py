@@ -609,18 +609,17 @@ class OnnxRuntimeProvider(Provider):
         self, model: torch.nn.Module, options: OrtOptions, context: ProviderContext
     ) -> None:
         """Static int8 of convolutions only (its default) does not apply to a model with no
-        convolution weight (no parameter or buffer of 3 or more dimensions) whose profiled
-        reference call, where there is one, ran no convolution layer: refused before the
-        export, which cost 2.4 s on a transformer encoder only to find no Conv node."""
+        convolution weight (no parameter or buffer of 3 or more dimensions; a functional
+        ``conv2d``, which the operator mix's module hooks miss, has one too): refused
+        before the export, which cost 2.4 s on a transformer encoder only to find no Conv
+        node. The profiled mix, where there is one, is quoted in the message."""
         if not isinstance(options, OrtInt8StaticOptions):
             return
         if not set(options.int8_static_op_types) <= CONVOLUTION_OP_TYPES:
             return
-        mix = context.operator_mix
-        if mix is not None and mix.conv > 0.0:
-            return
         if any(t.dim() >= 3 for t in (*model.parameters(), *model.buffers())):
             return
+        mix = context.operator_mix
         profiled = f" (one profiled reference call: {mix.describe()})" if mix is not None else ""
         raise PlanNotApplicable(
             f"{self.name}: the model has no convolution{profiled}, and this plan quantizes "

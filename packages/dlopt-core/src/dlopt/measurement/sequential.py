@@ -32,8 +32,13 @@ import numpy as np
 from attrs import frozen
 
 from dlopt._version import __version__
-from dlopt.measurement.distributions import f_upper_quantile, normal_quantile, normal_sf
-from dlopt.measurement.stats import t_quantile, t_tail
+from dlopt.measurement.distributions import (
+    f_upper_quantile,
+    normal_quantile,
+    normal_sf,
+    t_quantile,
+    t_sf,
+)
 from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).
@@ -275,7 +280,7 @@ def boundary(alpha: float, first: int, last: int, df: float) -> float:
 
 def look_confidence(critical: float, df: float) -> float:
     """The one-sided confidence of a boundary ``critical`` at ``df`` degrees of freedom."""
-    return 1.0 - t_tail(critical, max(int(df), 1))
+    return 1.0 - t_sf(critical, max(int(df), 1))
 
 
 @frozen
@@ -349,16 +354,12 @@ def pooled_variance(scores: Mapping[str, Mapping[int, float]]) -> PooledVariance
         rest = float(others.mean()) if others.size else 0.0
         # A plan's residuals carry about (n-1)(P-1)/P degrees of freedom.
         dfn = max(1, round((len(common) - 1) * (len(plans) - 1) / len(plans)))
-        limit = _f_upper(dfn, df, HETEROGENEITY_LEVEL / len(plans))
+        limit = f_upper_quantile(HETEROGENEITY_LEVEL / len(plans), dfn, df)
         if rest > 0 and per_plan[worst] > limit * rest:
             del plans[worst]
             continue
         return PooledVariance(frozenset(plans), tuple(common), variance, df)
     return None
-
-
-def _f_upper(dfn: int, dfd: int, level: float = HETEROGENEITY_LEVEL) -> float:
-    return f_upper_quantile(level, dfn, dfd)
 
 
 def pair_stats(
@@ -379,7 +380,7 @@ def pair_stats(
     var = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
     if pooled is not None and set(common) >= set(pooled.rounds) and pooled.variance > 0:
         pooled_var = 2.0 * pooled.variance
-        if var <= pooled_var * _f_upper(n - 1, pooled.df, PAIR_CHECK_LEVEL):
+        if var <= pooled_var * f_upper_quantile(PAIR_CHECK_LEVEL, n - 1, pooled.df):
             sd = math.sqrt(pooled_var)
             return PairStats(n, mean, sd, sd / math.sqrt(n), float(pooled.df), True)
     sd = math.sqrt(var)

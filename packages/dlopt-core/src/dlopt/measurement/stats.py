@@ -88,23 +88,13 @@ def describe_ratio(interval: RatioInterval | None) -> str:
     return "no interval" if interval is None else interval.describe()
 
 
-def t_quantile(q: float, df: int) -> float:
-    """The Student-t quantile ``q`` at ``df`` degrees of freedom (cached; computed without
-    scipy, see :mod:`dlopt.measurement.distributions`)."""
-    return distributions.t_quantile(float(q), int(df))
-
-
-def t_tail(x: float, df: int) -> float:
-    """``P(T_df > x)``, the Student-t survival function."""
-    return distributions.t_sf(float(x), int(df))
-
-
 def t_interval(
     values: Sequence[float] | np.ndarray, alpha: float
 ) -> tuple[float, float, float] | None:
     """Mean and two-sided ``1 - alpha`` Student-t interval of ``values`` (None if n < 2).
 
-    The quantile comes from :func:`t_quantile` (cached per level and degrees of freedom).
+    The quantile comes from :func:`dlopt.measurement.distributions.t_quantile` (cached per
+    level and degrees of freedom).
     """
     # Plain Python: the race calls this after every round, on a handful of values.
     vals = [float(v) for v in values]
@@ -113,7 +103,7 @@ def t_interval(
         return None
     mean = math.fsum(vals) / n
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (n - 1))
-    half = t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
+    half = distributions.t_quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
