@@ -1,12 +1,12 @@
 """A selection's winner served again is checked before it is trusted: on a cache hit, and
 in the host of an isolated selection (:func:`recheck_record`, the one way back).
 
-The record's selected plan comes back (:mod:`dlopt.cache.reload`) through the
-pipeline's own prepare stage, so it is built (or loaded), called once per case and
-validated against the fresh eager reference exactly as in a race, with the build limits
-checked. Then a short paired, interleaved probe of the race engine (two plans: the
-baseline and the cached pick, :func:`probe_policy`) measures it again, its last outputs
-are validated again and the measured limits checked.
+The record's selected plan comes back (:mod:`dlopt.cache.reload`) through the stages a
+race runs (:func:`dlopt.pipeline.race_stages.prepare_and_race`), so it is built (or
+loaded), called once per case and validated against the fresh eager reference exactly as
+in a race, with the build limits checked. Then a short paired, interleaved probe of the
+race engine (two plans: the baseline and the cached pick, :func:`probe_policy`) measures
+it again, its last outputs are validated again and the measured limits checked.
 
 The rule (:func:`probe_keeps`): the cached pick is reused unless the probe's upper
 confidence bound of its speedup over the baseline falls below ``min_speedup``. The bound
@@ -28,8 +28,9 @@ from dlopt.cache.record_store import CacheRecord
 from dlopt.cache.reload import ProgramSaver, bring_back
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval
-from dlopt.pipeline import checks, constraints, measure, prepare, state
-from dlopt.validation import ModelGuard, ReferenceOutputs
+from dlopt.pipeline import measure, prepare, race_stages, state
+from dlopt.pipeline.ground_truth import GroundTruth
+from dlopt.validation import ReferenceOutputs
 
 #: The probe's rounds: at most this many paired rounds (it stops earlier once the gate
 #: is decided either way), within :data:`PROBE_MAX_TIME_S` of measurement, or longer
@@ -98,8 +99,7 @@ def recheck_record(
     candidates: Sequence[state.CandidateState],
     model: torch.nn.Module,
     context: ProviderContext,
-    reference: ReferenceOutputs,
-    guard: ModelGuard,
+    truth: GroundTruth,
     run: state.SelectionContext,
     *,
     probe: bool = True,
@@ -110,7 +110,8 @@ def recheck_record(
     ``probe``: race it again against the record's baseline (a cache hit). Without: only
     build and validate it (the host of an isolated selection, whose worker raced it).
     ``candidates``: the plans this selection would race (reference first), not yet
-    built. Every plan built here is closed except the reused one.
+    built; ``truth``: this process's reference outputs and the guard on ``model``. Every
+    plan built here is closed except the reused one.
     """
     by_name = {c.name: c for c in candidates}
     if chosen not in by_name:
@@ -129,10 +130,17 @@ def recheck_record(
     else:
         names = [chosen]
     fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
-    built = list(fresh.values())
+    built = list(fresh.values())  # reference first
+    probe_run = attrs.evolve(
+        run, policy=attrs.evolve(run.policy, measurement=probe_policy(run.policy.measurement))
+    )
     try:
-        prepare.prepare_plans(built, model, context, reference, guard, run)  # reference first
-        outcome = _check(fresh[chosen], fresh[versus], model, reference, guard, run)
+        # The probe races the pick against its baseline (the reference is prepared first
+        # but races only where it is the baseline); without a probe nothing races.
+        raced = race_stages.prepare_and_race(
+            built, model, context, truth, probe_run, racers={versus, chosen}
+        )
+        outcome = _verdict(fresh[chosen], fresh[versus], raced, run.policy.constraints.min_speedup)
     except BaseException:
         state.close_all(built)
         raise
@@ -140,16 +148,15 @@ def recheck_record(
     return outcome
 
 
-def _check(
+def _verdict(
     selected: state.CandidateState,
     baseline: state.CandidateState,
-    model: torch.nn.Module,
-    reference: ReferenceOutputs,
-    guard: ModelGuard,
-    run: state.SelectionContext,
+    raced: measure.RaceOutcome | None,
+    min_speedup: float,
 ) -> Recheck:
-    """The prepared cached pick, judged: it must have validated, then (unless it is the
-    reference itself) survive a probe against ``baseline``."""
+    """The prepared (and, with a probe, raced) cached pick, judged: it must have validated
+    and, unless it is the reference itself or was not probed, kept its speedup over
+    ``baseline`` (:func:`probe_keeps`)."""
     chosen, versus = selected.name, baseline.name
     if not selected.alive:
         return Recheck(False, f"{chosen!r} {_why_not(selected)}")
@@ -157,18 +164,7 @@ def _check(
         return Recheck(True, f"{chosen!r} validated on every case", selected)
     if not baseline.alive:
         return Recheck(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
-    pair = [baseline, selected]
-    min_speedup = run.policy.constraints.min_speedup
-    probe_run = attrs.evolve(
-        run,
-        policy=attrs.evolve(run.policy, measurement=probe_policy(run.policy.measurement)),
-    )
-    raced = measure.race(pair, reference, probe_run)
-    checks.check_model_after_race(model, guard)
-    checks.revalidate(pair, raced, reference, run)
-    constraints.apply_measured_constraints(pair, raced.result, run)
-    if not selected.alive:
-        return Recheck(False, f"{chosen!r} {_why_not(selected)}")
+    assert raced is not None, "two survivors of a probe are raced"
     interval = raced.result.candidate(chosen).speedup_vs_baseline
     shown = _interval_text(interval)
     if not probe_keeps(interval, min_speedup):

@@ -385,7 +385,7 @@ def bring_back(cand: CandidateState, record: CacheRecord | None) -> CandidateSta
     chose back: from ``record`` (its program or artifacts, and torch's compile caches,
     where the record's directory may be trusted), else built as a race builds it. The one
     way a winner comes back: on a cache hit, and in the host after an isolated race.
-    Prepare it (:func:`dlopt.pipeline.prepare.prepare_plans`) to build and check it."""
+    Prepare it (:func:`dlopt.pipeline.race_stages.prepare_and_race`) to build and check it."""
     fresh = CandidateState(info=cand.info, options=cand.options)
     if record is None:
         return fresh

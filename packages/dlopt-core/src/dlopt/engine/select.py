@@ -38,7 +38,7 @@ from dlopt.errors import DloptError
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.evidence.report import DecisionTimeEvidence, OptimizationReport
-from dlopt.pipeline import checks, choose, constraints, ground_truth, measure, plans, prepare
+from dlopt.pipeline import checks, choose, ground_truth, plans, race_stages
 from dlopt.pipeline.schedule import Schedule, assign_priors
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.fileio import TemporaryArtifacts
@@ -103,17 +103,10 @@ def select(selection: Selection) -> OptimizationDecision:
                 return hit
             recheck, recheck_s = hit
         run, schedule, timing = _plan_the_time(run, candidates, context, truth)
-        prepare.prepare_plans(candidates, model, context, reference, guard, run, schedule)
-        for cand in schedule.cut_the_race(candidates):
-            run.emit(
-                Event(
-                    EventKind.CANDIDATE_SKIPPED, f"not raced: {cand.not_raced}", candidate=cand.name
-                )
-            )
-        raced = measure.race(candidates, reference, run, race_floor_s=schedule.race_floor_s())
-        checks.check_model_after_race(model, guard)
-        checks.revalidate(candidates, raced, reference, run)
-        constraints.apply_measured_constraints(candidates, raced.result, run)
+        raced = race_stages.prepare_and_race(
+            candidates, model, context, truth, run, schedule=schedule
+        )
+        assert raced is not None, "the selection's own race always runs"
         expected_calls = _expected_calls(selection)
         outcome = choose.choose_served(
             candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
@@ -222,8 +215,7 @@ def _cache_hit(
         candidates,
         selection.model,
         context,
-        truth.reference,
-        truth.guard,
+        truth,
         run,
     )
     seconds = time.perf_counter() - start
@@ -281,8 +273,7 @@ def decision_in_host(
             candidates,
             model,
             context,
-            truth.reference,
-            truth.guard,
+            truth,
             run,
             probe=False,
         )

@@ -10,7 +10,9 @@
 ``SelectionContext`` (policy, target, clock, event sink) and ``StageError`` (a failure, as
 a value). Each stage takes the previous stage's result and records its own on the
 candidates; only an unrecoverable state (the reference cannot serve, the user's model was
-changed for good) raises. :func:`dlopt.engine.select.select` wires them on one screen.
+changed for good) raises. :func:`dlopt.engine.select.select` wires them on one screen;
+``race_stages`` runs prepare through constraints for both races (a selection's, and a
+cache hit's probe).
 
 This package imports nothing itself: reading a report (which stores ``StageError``)
 does not load the stages.
