@@ -164,8 +164,27 @@ class InferenceOptimizer:
         converted here, once.
         """
         started_ns = self.clock.now_ns()  # the time budget counts from here, plugins loaded after
-        if self.policy.isolation == "process":
-            return self._select_isolated(model, workload, should_continue, started_ns)
+        isolated = self.policy.isolation == "process"
+        if isolated:
+            # Nothing of a plugin runs here before the race (the worker loads them): without
+            # a registry the events go to this optimizer's observers only.
+            ref, model, workload = self._host_model(model, workload)
+            registry = self._registry
+        else:
+            self._check_model(model, workload)
+            registry = self._registry if self._registry is not None else load_providers()
+        assert workload is not None
+        selection = self._selection(model, workload, registry, should_continue, started_ns)
+        with self._threads():
+            if isolated:
+                from dlopt.isolation.supervisor import select_in_worker
+
+                return select_in_worker(selection, ref)
+            return select(selection)
+
+    def _check_model(self, model: Any, workload: object) -> None:
+        """An in-process selection's model is a live module on the target's device, and its
+        workload is given."""
         if workload is None:
             raise ConfigurationError("select(model, workload): give the workload to race on")
         if not isinstance(model, torch.nn.Module):
@@ -174,19 +193,14 @@ class InferenceOptimizer:
                 "functions in a Module"
             )
         self._check_model_device(model)
-        registry = self._registry if self._registry is not None else load_providers()
-        selection = self._selection(model, workload, registry, should_continue, started_ns)
-        with self._threads():
-            return select(selection)
 
-    def _select_isolated(
-        self,
-        model: Any,
-        workload: WorkloadProfile | Sequence[WorkloadCase] | None,
-        should_continue: Callable[[], bool] | None,
-        started_ns: int,
-    ) -> OptimizationDecision:
-        from dlopt.isolation.supervisor import build_host_model, model_reference, select_in_worker
+    def _host_model(
+        self, model: Any, workload: WorkloadProfile | Sequence[WorkloadCase] | None
+    ) -> tuple[str, torch.nn.Module, WorkloadProfile | Sequence[WorkloadCase]]:
+        """An isolated selection's factory reference, the host's own copy of the model
+        (the winner is validated against it here) and the workload (the factory's, when
+        none is given)."""
+        from dlopt.isolation.supervisor import build_host_model, model_reference
 
         ref = model_reference(model)
         host_model, returned = build_host_model(ref, self.target)
@@ -197,13 +211,7 @@ class InferenceOptimizer:
                     f"from {ref}"
                 )
             workload = returned
-        # Nothing of a plugin runs here before the race (the worker loads them): without
-        # a registry the events go to this optimizer's observers only.
-        selection = self._selection(
-            host_model, workload, self._registry, should_continue, started_ns
-        )
-        with self._threads():
-            return select_in_worker(selection, ref)
+        return ref, host_model, workload
 
     def _selection(
         self,
