@@ -57,6 +57,29 @@ def test_a_model_openvino_cannot_convert_is_refused_with_its_reason(tmp_path: Pa
     assert "src/frontends" not in message  # OpenVINO's source locations are left out
 
 
+def test_conversion_traces_once_without_torchs_trace_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trace check calls the model and its trace again and imports
+    # torch.distributed.tensor for the comparison; the race validates every case anyway.
+    traces: list[dict[str, Any]] = []
+    trace = torch.jit.trace
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        traces.append(kwargs)
+        return trace(*args, **kwargs)
+
+    monkeypatch.setattr(torch.jit, "trace", recorded)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(3, 4)
+    plan = CPU.build(model, _context(tmp_path, WorkloadCase("a", args=(x,))))
+    try:
+        assert [t.get("check_trace") for t in traces] == [False]
+        torch.testing.assert_close(plan(x), model(x), rtol=1e-4, atol=1e-5)
+    finally:
+        plan.close()
+
+
 def test_a_model_in_training_mode_is_refused(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
     context = _context(tmp_path, WorkloadCase("a", args=(torch.randn(2, 4),)))
