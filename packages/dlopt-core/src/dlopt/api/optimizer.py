@@ -164,8 +164,8 @@ class InferenceOptimizer:
         converted here, once.
         """
         started_ns = self.clock.now_ns()  # the time budget counts from here, plugins loaded after
-        isolated = self.policy.isolation == "process"
-        if isolated:
+        ref: str | None = None  # the factory an isolated worker rebuilds the model from
+        if self.policy.isolation == "process":
             # Nothing of a plugin runs here before the race (the worker loads them): without
             # a registry the events go to this optimizer's observers only.
             ref, model, workload = self._host_model(model, workload)
@@ -176,7 +176,7 @@ class InferenceOptimizer:
         assert workload is not None
         selection = self._selection(model, workload, registry, should_continue, started_ns)
         with self._threads():
-            if isolated:
+            if ref is not None:
                 from dlopt.isolation.supervisor import select_in_worker
 
                 return select_in_worker(selection, ref)

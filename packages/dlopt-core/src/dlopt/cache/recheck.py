@@ -155,16 +155,16 @@ def _verdict(
     min_speedup: float,
 ) -> Recheck:
     """The prepared (and, with a probe, raced) cached pick, judged: it must have validated
-    and, unless it is the reference itself or was not probed, kept its speedup over
-    ``baseline`` (:func:`probe_keeps`)."""
+    (and passed the race's checks) and, unless it is the reference itself or was not
+    probed, kept its speedup over ``baseline`` (:func:`probe_keeps`), which must have
+    survived its preparation."""
     chosen, versus = selected.name, baseline.name
     if not selected.alive:
         return Recheck(False, f"{chosen!r} {_why_not(selected)}")
     if selected is baseline:  # no probe, or the reference itself was served
         return Recheck(True, f"{chosen!r} validated on every case", selected)
-    if not baseline.alive:
+    if raced is None:  # the baseline did not survive its preparation
         return Recheck(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
-    assert raced is not None, "two survivors of a probe are raced"
     interval = raced.result.candidate(chosen).speedup_vs_baseline
     shown = _interval_text(interval)
     if not probe_keeps(interval, min_speedup):
