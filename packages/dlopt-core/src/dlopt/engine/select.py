@@ -9,7 +9,8 @@ the objective races); the stages are :mod:`dlopt.pipeline`'s, in this order::
     -> time budget and priors (schedule)
     -> plans -> prepare (probe, build, first calls, validation, build limits; in the
        schedule's order, skipping what cannot win or has no time left)
-    -> measure (the race) -> checks -> measured limits -> choose -> serving check
+    -> measure (the race) -> checks -> measured limits      [these four: race_stages]
+    -> choose -> serving check
     -> report -> [plan cache: store] -> decision
 
 :func:`decision_in_host` is the other end of an isolated selection: the worker's winner

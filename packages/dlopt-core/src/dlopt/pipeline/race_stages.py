@@ -31,9 +31,10 @@ def prepare_and_race(
     schedule: Schedule | None = None,
     racers: Collection[str] | None = None,
 ) -> measure.RaceOutcome | None:
-    """Prepare ``candidates`` (reference first) against ``truth``'s reference, then race the survivors and check them:
-    the model is unchanged, each survivor's last raced outputs validate again, and the
-    measured limits hold. Failures are recorded on the candidates.
+    """Prepare ``candidates`` (reference first) against ``truth``'s reference, then race
+    the survivors and check them: the model is unchanged, each survivor's last raced
+    outputs validate again, and the measured limits hold. Failures are recorded on the
+    candidates.
 
     ``schedule``: build in its order, skipping what cannot win, and keep out of the race
     the plans its time has no room for. ``racers``: race only these plans (the first alive
