@@ -254,7 +254,11 @@ def convert(
                 warnings.catch_warnings(),
             ):
                 warnings.simplefilter("ignore")  # the tracer's TracerWarnings
-                converted = ov.convert_model(traced(wrapper, flat), input=shapes)
+                converted = ov.convert_model(
+                    _decoder_without_trace_check(wrapper, flat),
+                    input=shapes,
+                    share_weights=False,
+                )
         except Exception as exc:
             said = printed.result.lines() if printed.result else ()
             raise ConversionFailed(
@@ -273,14 +277,14 @@ def convert(
     return converted
 
 
-def traced(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> Any:
+def _decoder_without_trace_check(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> Any:
     """OpenVINO's TorchScript decoder of ``module`` traced on ``example``, its weights
-    copied, without torch's trace check.
+    copied, without torch's trace check (``convert_model`` would trace with it).
 
     The check calls the module and its trace again and compares them with
     ``torch.testing.assert_close``, whose first use imports ``torch.distributed.tensor``.
     Without it the int8 build of a transformer encoder layer took 2.1-2.2 s instead of
-    3.0 s on a 2-core CPU; the comparison is one the race makes anyway (every plan's
+    2.9-3.0 s on a 2-core CPU; the comparison is one the race makes anyway (every plan's
     outputs are validated against the eager reference on every case before it races)."""
     from openvino.frontend.pytorch.ts_decoder import TorchScriptPythonDecoder
 
