@@ -239,9 +239,11 @@ if [ -d "$WORK/trt10/tensorrt_libs" ]; then
 fi
 
 # A short race of every provider (max-autotune excluded: its CUDA compile alone takes minutes).
+# --all-plans: the default time budget would leave most CUDA plans unbuilt (no CUDA priors
+# ship in the table, so none can be ruled out, and 10 s holds only the first few builds).
 step select 300 bash -c 'cd "$0" && exec "$@"' "$HERE" "$PY" -m dlopt select gpucheck:mlp --device cuda \
   --case b1=1x512@3 --case b32=32x512@1 --max-measure-time "$SELECT_MEASURE_S" --seed 1 \
-  --exclude inductor_max_autotune --report "$OUT/select_report.json" --artifacts "$WORK/artifacts"
+  --all-plans --exclude inductor_max_autotune --report "$OUT/select_report.json" --artifacts "$WORK/artifacts"
 
 # The provider contract suite over real Torch-TensorRT builds (skips with the probe's reason).
 step pytest_trt_contract 150 bash -c 'cd "$0" && exec "$@"' "$REPO" "${PYTEST[@]}" \

@@ -155,6 +155,8 @@ def select(path: str) -> None:
             note = f"{error.get('stage')}: {error.get('message')}"
         elif candidate.get("status") == "unavailable":
             note = candidate.get("availability_reason") or ""
+        elif candidate.get("not_built"):
+            note = f"not built: {candidate['not_built']}"
         latency = candidate.get("latency_ms")
         shown = "-" if latency is None else f"{latency:.3f}ms"
         print(

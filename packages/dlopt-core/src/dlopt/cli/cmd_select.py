@@ -48,7 +48,13 @@ from dlopt.cli.preflight import (
 )
 from dlopt.errors import ConfigurationError, WorkloadError
 from dlopt.measurement import MeasurementPolicy
-from dlopt.settings.policy import OBJECTIVES, DeploymentConstraints, OptimizationPolicy
+from dlopt.settings.policy import (
+    AUTO_BUDGET_BASE_S,
+    AUTO_BUDGET_PER_CALL,
+    OBJECTIVES,
+    DeploymentConstraints,
+    OptimizationPolicy,
+)
 from dlopt.vocabulary import GradMode, UnseenSignature
 
 _DTYPES = {
@@ -509,8 +515,9 @@ def add_select_command(sub: Any) -> None:
         default="auto",
         metavar="SECONDS",
         help="wall seconds from the start to the decision, builds and race included: when "
-        "they end, the best plan confirmed so far serves (default auto: about 12 s plus 600 "
-        "calls of the eager model; 'none': no budget)",
+        "they end, the best plan confirmed so far serves (default auto: "
+        f"{AUTO_BUDGET_BASE_S:g} s plus {AUTO_BUDGET_PER_CALL:g} calls of the eager model on "
+        "every case; 'none': no budget)",
     )
     p.add_argument(
         "--all-plans",
