@@ -22,6 +22,7 @@ import torch
 from attrs import frozen
 
 from dlopt.api.bundles import load_bundle
+from dlopt.bundle import store
 from dlopt.bundle.store import BundleError, BundleLoadError, verify_bundle
 from dlopt.contract.provider import BuiltPlan
 from dlopt.engine.decision import OptimizationDecision
@@ -81,7 +82,9 @@ def test_concurrent_saves_leave_one_consistent_bundle(report, tmp_path):
         _decision(report, _artifacts(tmp_path, "a")),
         _decision(report, {"other": _artifacts(tmp_path, "b")["model"]}, plan="eager_fp32"),
     ]
-    start = threading.Barrier(len(writers))
+    # A writer that fails breaks the barrier, so the other one stops too and the test
+    # reports the error instead of waiting forever for its partner.
+    start = threading.Barrier(len(writers), timeout=60)
     errors: list[BaseException] = []
 
     def save(decision: OptimizationDecision) -> None:
@@ -89,8 +92,11 @@ def test_concurrent_saves_leave_one_consistent_bundle(report, tmp_path):
             for _ in range(15):
                 start.wait()
                 decision.save_bundle(target)
+        except threading.BrokenBarrierError:
+            pass  # the other writer failed: its error is the one reported
         except BaseException as exc:  # reported by the assert below
             errors.append(exc)
+            start.abort()
 
     threads = [threading.Thread(target=save, args=(w,)) for w in writers]
     for thread in threads:
@@ -105,6 +111,35 @@ def test_concurrent_saves_leave_one_consistent_bundle(report, tmp_path):
         {"model", "engine"} if loaded.report.selected_plan == "fast" else {"other"}
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle", "src-a", "src-b"]
+
+
+@pytest.mark.parametrize("moment", ["destination check", "install"])
+def test_a_bundle_another_writer_moves_away_mid_check_is_looked_at_again(
+    report, tmp_path, monkeypatch, moment
+):
+    # Between seeing the earlier bundle and checking it, another writer renames it away
+    # (to replace it with its own): the directory is gone, not "not a directory".
+    target = tmp_path / "bundle"
+    _decision(report, {"other": _artifacts(tmp_path, "b")["model"]}, plan="eager_fp32").save_bundle(
+        target
+    )
+    real_check = store._check_replaceable
+    calls = []
+
+    def moved_away_first(root: Path) -> bool:
+        calls.append(root)
+        wanted = 1 if moment == "destination check" else 2
+        if len(calls) == wanted:
+            os.rename(root, tmp_path / "moved-by-the-other-writer")
+        return real_check(root)
+
+    monkeypatch.setattr(store, "_check_replaceable", moved_away_first)
+    _decision(report, _artifacts(tmp_path, "a")).save_bundle(target)
+    assert verify_bundle(target).report.selected_plan == report.selected_plan
+    assert set(json.loads((target / "manifest.json").read_text())["artifacts"]) == {
+        "model",
+        "engine",
+    }
 
 
 def test_a_changed_report_fails_verification_naming_the_file(report, tmp_path):

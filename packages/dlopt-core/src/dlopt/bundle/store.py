@@ -100,7 +100,7 @@ def check_bundle_destination(directory: str | os.PathLike[str]) -> Path:
     """
     root = Path(os.path.abspath(directory))
     if os.path.lexists(root):
-        _check_replaceable(root)
+        _check_replaceable(root)  # gone meanwhile (another writer's): a new directory
     try:
         check_can_create_in(root.parent, purpose=f"the bundle {root}")
     except ValueError as exc:
@@ -161,25 +161,34 @@ def write_bundle(
     return Path(directory)
 
 
-def _check_replaceable(root: Path) -> None:
+def _check_replaceable(root: Path) -> bool:
+    """Whether ``root``, which existed a moment ago, may be replaced by a bundle: an
+    earlier bundle or an empty directory. ``False``: it is gone (another writer moved it
+    away meanwhile: look again). Anything else raises :class:`BundleError`."""
     if root.is_symlink():
         raise BundleError(f"{root} is a symbolic link; write the bundle to a real directory path")
     if not root.is_dir():
+        if not os.path.lexists(root):
+            return False
         raise BundleError(
             f"cannot write a bundle to {root}: it exists and is not a directory; "
             "choose a new or empty directory"
         )
     if (root / MANIFEST_NAME).is_file():
-        return
+        return True
     try:
         empty = not any(root.iterdir())
+    except FileNotFoundError:
+        return False
     except OSError as exc:
         raise BundleError(f"cannot read {root}: {exc.strerror or exc}") from None
-    if not empty:
+    # Another writer may have put its whole bundle there since the manifest was looked for.
+    if not empty and not (root / MANIFEST_NAME).is_file():
         raise BundleError(
             f"{root} exists and is not a dlopt bundle (it has no {MANIFEST_NAME}); refusing "
             "to replace it: choose a new or empty directory"
         )
+    return True
 
 
 def _check_component(value: str, what: str) -> None:
@@ -277,7 +286,8 @@ def _install(staging: Path, root: Path) -> None:
     for _ in range(_INSTALL_ATTEMPTS):
         old: Path | None = None
         if os.path.lexists(root):
-            _check_replaceable(root)
+            if not _check_replaceable(root):
+                continue  # another writer moved it away meanwhile: look again
             old = root.parent / f".{root.name}.{secrets.token_hex(8)}.old"
             try:
                 os.rename(root, old)
