@@ -1,0 +1,95 @@
+"""``tools/tables.py priors``: the shipped prior table from the benchmark suite's results.
+
+The tool is not part of an installed distribution; it is loaded from the checkout. The
+documents below are the shape of the suite's ``results.json`` (one oracle and dlopt's
+runs per workload), cut to the fields the table reads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "tables.py"
+AVX512_BF16 = ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"]
+
+
+@pytest.fixture(scope="module")
+def tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dlopt_tables_tool", TOOL)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _workload(
+    key: str,
+    plan_ms: dict[str, float],
+    dlopt_costs: list[dict[str, float]],
+    budget_costs: list[dict[str, float]] | None = None,
+    mix: str = "conv",
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "operator_mix": mix,
+        "oracle": {"plans": [{"name": n, "median_ms": ms} for n, ms in plan_ms.items()]},
+        "dlopt": [{"plan_costs_s": costs} for costs in dlopt_costs],
+        "budget": [{"plan_costs_s": costs} for costs in budget_costs or []],
+    }
+
+
+def _document(*workloads: dict[str, Any]) -> dict[str, Any]:
+    return {"environment": {"isa_flags": AVX512_BF16}, "results": list(workloads)}
+
+
+def _entry(entries: list[dict[str, Any]], plan: str) -> dict[str, Any]:
+    (entry,) = [e for e in entries if e["plan"] == plan and e["mix"] == "conv"]
+    return entry
+
+
+def test_a_plan_built_cheaply_in_one_run_costs_what_the_full_path_took(tables: ModuleType):
+    # One run built the int8 plan after another plan of its distribution (export reused:
+    # 0.2 s); a later run built it first (the export paid: 4-6 s). The prior must promise
+    # the full path, or the scheduler puts the plan first and overruns what it counted.
+    newer = _document(
+        _workload("a", {"eager_fp32": 10.0, "int8": 4.0}, [{"int8": 4.0}, {"int8": 4.4}]),
+        _workload("b", {"eager_fp32": 10.0, "int8": 5.0}, [{"int8": 6.0}]),
+    )
+    older = _document(
+        _workload("a", {"eager_fp32": 10.0, "int8": 4.0}, [{"int8": 0.2}]),
+        _workload("b", {"eager_fp32": 10.0, "int8": 5.0}, [{"int8": 0.3}]),
+        _workload("c", {"eager_fp32": 10.0, "int8": 5.0}, [{"int8": 0.1}]),
+    )
+    for order in ([newer, older], [older, newer]):
+        entry = _entry(tables.prior_entries(order), "int8")
+        # each workload's slowest run (4.4 s, 6.0 s), the median over the workloads: 5.2 s
+        assert entry["cost_s"] == pytest.approx(5.2)
+        # speedups pool every document: 2.5x, 2x, 2.5x, 2x, 2x
+        assert entry["workloads"] == 5
+        assert entry["low"] == pytest.approx(2.0 / tables.WIDEN, abs=1e-3)
+        assert entry["high"] == pytest.approx(2.5 * tables.WIDEN, abs=1e-3)
+
+
+def test_budget_runs_count_toward_a_cost_and_an_unbuilt_plan_costs_the_slowest_elsewhere(
+    tables: ModuleType,
+):
+    document = _document(
+        _workload(
+            "a",
+            {"eager_fp32": 10.0, "pt2e": 4.0, "compiled": 8.0, "never_built": 9.0},
+            [{"eager_fp32": 0.1}],
+            budget_costs=[{"pt2e": 13.0}],
+        ),
+        _workload("b", {"eager_fp32": 10.0, "compiled": 8.0}, [{"compiled": 7.0}], mix="linear"),
+    )
+    entries = tables.prior_entries([document])
+    assert _entry(entries, "pt2e")["cost_s"] == pytest.approx(13.0)
+    assert _entry(entries, "eager_fp32")["cost_s"] == pytest.approx(0.1)
+    # not built on the conv workload: what it took on the linear one
+    assert _entry(entries, "compiled")["cost_s"] == pytest.approx(7.0)
+    assert _entry(entries, "never_built")["cost_s"] == pytest.approx(tables.UNKNOWN_COST_S)
