@@ -74,6 +74,14 @@ WIDEN = 1.3
 WIDEN_ONE = 1.6
 #: The cheapest cost a prior claims (seconds): a plan is never free to build.
 MIN_COST_S = 0.05
+#: Plans that reuse one export within a process (dlopt-onnxruntime keeps its ONNX export
+#: for the plans after the first, dlopt-openvino its converted model): whichever is built
+#: first pays it, and a run records the others at their cheap path. Each plan of a group
+#: costs what the group's costliest plan does on that machine class and mix.
+SHARED_EXPORT_GROUPS = (
+    ("onnxruntime_cpu", "onnxruntime_cpu_int8", "onnxruntime_cpu_int8_static"),
+    ("openvino_cpu", "openvino_cpu_bf16", "openvino_cpu_int8"),
+)
 #: The mix kind of the suite's workloads whose results recorded none (older results):
 #: what :func:`dlopt.pipeline.ground_truth.operator_mix` gives for each.
 SUITE_MIX = {
@@ -138,8 +146,8 @@ def plan_cost(spent_per_document: Sequence[Sequence[float]]) -> float:
     where it was the first ONNX Runtime plan built. A prior that promises the cheap path
     puts the plan first and spends seconds the scheduler did not count; one that
     promises the full path at worst builds it later. A plan that no document built first
-    (ONNX Runtime fp32 and OpenVINO bf16 so far) still gets its cheap path: the table
-    does not model the export its group shares."""
+    (ONNX Runtime fp32 and OpenVINO bf16 so far) gets its group's cost instead:
+    :data:`SHARED_EXPORT_GROUPS`."""
     return max(statistics.median(spent) for spent in spent_per_document if spent)
 
 
@@ -167,11 +175,23 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     for (_, _, plan), (_, spent) in grouped.items():
         for seconds in spent.values():
             slowest[plan] = max(slowest.get(plan, 0.0), max(seconds))
+    cost_of = {
+        key: plan_cost(list(spent.values())) if spent else slowest.get(key[2], UNKNOWN_COST_S)
+        for key, (_, spent) in grouped.items()
+    }
+    # Only what was measured on this machine class and mix sets a group's cost (not a
+    # member's cost from elsewhere).
+    for group in SHARED_EXPORT_GROUPS:
+        for machine, mix in {(m, x) for m, x, plan in cost_of if plan in group}:
+            members = [(machine, mix, plan) for plan in group if (machine, mix, plan) in cost_of]
+            measured = [cost_of[key] for key in members if grouped[key][1]]
+            if measured:
+                cost_of.update(dict.fromkeys(members, max(measured)))
     entries = []
-    for (machine, mix, plan), (points, spent) in sorted(grouped.items()):
+    for (machine, mix, plan), (points, _) in sorted(grouped.items()):
         widen = WIDEN if len(points) > 1 else WIDEN_ONE
         center = math.exp(statistics.fmean(math.log(p) for p in points))
-        cost = plan_cost(list(spent.values())) if spent else slowest.get(plan, UNKNOWN_COST_S)
+        cost = cost_of[(machine, mix, plan)]
         entries.append(
             {
                 "machine": machine,

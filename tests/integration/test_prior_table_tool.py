@@ -93,3 +93,38 @@ def test_budget_runs_count_toward_a_cost_and_an_unbuilt_plan_costs_the_slowest_e
     # not built on the conv workload: what it took on the linear one
     assert _entry(entries, "compiled")["cost_s"] == pytest.approx(7.0)
     assert _entry(entries, "never_built")["cost_s"] == pytest.approx(tables.UNKNOWN_COST_S)
+
+
+def test_plans_that_share_an_export_cost_what_their_costliest_plan_does(tables: ModuleType):
+    # The fp32 plan only ever came after the int8 one, reusing its export (0.05 s): built
+    # first it would pay the export, so it is priced as the group's costliest plan.
+    fp32, int8, static = tables.SHARED_EXPORT_GROUPS[0]
+    document = _document(
+        _workload(
+            "a",
+            {"eager_fp32": 10.0, fp32: 5.0, int8: 4.0, "inductor": 8.0},
+            [{fp32: 0.05, int8: 4.5, "inductor": 3.0}],
+        ),
+        _workload("b", {"eager_fp32": 10.0, fp32: 5.0}, [{fp32: 9.0}], mix="linear"),
+    )
+    entries = tables.prior_entries([document])
+    assert _entry(entries, fp32)["cost_s"] == pytest.approx(4.5)
+    assert _entry(entries, int8)["cost_s"] == pytest.approx(4.5)
+    assert not [e for e in entries if e["plan"] == static]  # not timed: no entry
+    assert _entry(entries, "inductor")["cost_s"] == pytest.approx(3.0)  # no group
+    # groups are per machine class and mix: the linear workload's 9 s stays there
+    (linear,) = [e for e in entries if e["plan"] == fp32 and e["mix"] == "linear"]
+    assert linear["cost_s"] == pytest.approx(9.0)
+
+
+def test_a_groups_cost_is_set_by_what_was_measured_there(tables: ModuleType):
+    # fp32 was never built on the conv workload: its 9 s from the linear one does not
+    # raise the conv group's cost, measured at 4 s by the int8 plan.
+    fp32, int8, _ = tables.SHARED_EXPORT_GROUPS[0]
+    document = _document(
+        _workload("a", {"eager_fp32": 10.0, fp32: 5.0, int8: 4.0}, [{int8: 4.0}]),
+        _workload("b", {"eager_fp32": 10.0, fp32: 5.0}, [{fp32: 9.0}], mix="linear"),
+    )
+    entries = tables.prior_entries([document])
+    assert _entry(entries, int8)["cost_s"] == pytest.approx(4.0)
+    assert _entry(entries, fp32)["cost_s"] == pytest.approx(4.0)
