@@ -124,12 +124,13 @@ def test_a_bundle_another_writer_moves_away_mid_check_is_looked_at_again(
         target
     )
     real_check = store._check_replaceable
+    # the destination check is the first look at the earlier bundle, the install the second
+    moved_at_call = 1 if moment == "destination check" else 2
     calls = []
 
     def moved_away_first(root: Path) -> bool:
         calls.append(root)
-        wanted = 1 if moment == "destination check" else 2
-        if len(calls) == wanted:
+        if len(calls) == moved_at_call:
             os.rename(root, tmp_path / "moved-by-the-other-writer")
         return real_check(root)
 
