@@ -17,7 +17,8 @@ hand-made records.
   measured (**prior coverage**); ``nox -s demo`` within 20 s; and the repeat decision a
   plan cache hit in at most a tenth of the workload's race.
 - **the oracle's plans** are every plan a dlopt run validated or did not build (pruned by
-  its prior, or no time left): regret is against the best plan dlopt could have built.
+  its prior, no time left, or its precision failed): regret is against the best plan
+  dlopt could have built.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ class ModelResult:
         return tuple(seen)
 
     def not_built_plans(self) -> tuple[str, ...]:
-        """Plans some dlopt run did not build (its prior, or no time left)."""
+        """Plans some dlopt run did not build (its prior, no time left, its precision)."""
         seen: dict[str, None] = {}
         for run in self.decisions():
             seen.update(dict.fromkeys(run.not_built))
@@ -237,15 +238,19 @@ def mix_kind_of(runs: Sequence[DecisionRun]) -> str | None:
 
 NOT_BUILT_PRIOR = "its prior is at most"
 NOT_BUILT_TIME = "no time left"
+NOT_BUILT_PRECISION = "its precision"
 
 
 def not_built_kind(why: str) -> str:
     """``prior`` (its prior cannot beat the confirmed leader), ``time`` (the budget had
-    no room for it) or ``other``."""
+    no room for it), ``precision`` (a plan of its precision failed validation far over
+    the limits) or ``other``."""
     if why.startswith(NOT_BUILT_PRIOR):
         return "prior"
     if why.startswith(NOT_BUILT_TIME):
         return "time"
+    if why.startswith(NOT_BUILT_PRECISION):
+        return "precision"
     return "other"
 
 
@@ -254,7 +259,9 @@ def not_built_count(reasons: dict[str, str]) -> str:
     if not reasons:
         return "0"
     kinds = Counter(not_built_kind(why) for why in reasons.values())
-    parts = [f"{kind} {kinds[kind]}" for kind in ("prior", "time", "other") if kinds[kind]]
+    parts = [
+        f"{kind} {kinds[kind]}" for kind in ("prior", "time", "precision", "other") if kinds[kind]
+    ]
     return f"{len(reasons)} ({', '.join(parts)})"
 
 
@@ -835,7 +842,8 @@ def markdown(
         "those dlopt could have built (validated in a dlopt run, or not built there and "
         "built and validated by the oracle), one figure per run. Speedup vs eager is the "
         "oracle's. Plans not built: in the run with the median wall time, pruned by their "
-        'prior (prior) or for want of time (time); "Plans not built" lists them.',
+        "prior (prior), for want of time (time), or because a plan of their precision "
+        'failed validation far over its limits (precision); "Plans not built" lists them.',
         "",
         "| workload | dlopt pick (stable) | dlopt wall s | measure s | timed calls | plans "
         "not built (why) | dlopt regret | pick interval vs eager | peer pick (stable) | peer "

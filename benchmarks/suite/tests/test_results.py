@@ -487,8 +487,10 @@ def test_the_mix_kind_is_the_most_common_of_the_reports():
 def test_not_built_counts_kinds_and_short_reasons():
     assert not_built_kind(PRUNED) == "prior" and not_built_kind(LATE) == "time"
     assert not_built_kind("something else") == "other"
-    reasons = {"a": PRUNED, "b": PRUNED, "c": LATE, "d": "cancelled"}
-    assert not_built_count(reasons) == "4 (prior 2, time 1, other 1)"
+    failed = "its precision (bf16) fails validation on this model: native_bf16 measured ..."
+    assert not_built_kind(failed) == "precision"
+    reasons = {"a": PRUNED, "b": PRUNED, "c": LATE, "d": "cancelled", "e": failed}
+    assert not_built_count(reasons) == "5 (prior 2, time 1, precision 1, other 1)"
     assert not_built_count({}) == "0"
     assert short_reason(LATE) == (
         "no time left: its build and first calls are expected to take 12.0 s and the race "

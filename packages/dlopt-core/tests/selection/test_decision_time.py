@@ -281,3 +281,109 @@ def test_a_near_free_build_does_not_scale_a_compiles_expected_cost_down():
     assert report.candidate("big").not_built.startswith("no time left")
     assert 0.9 <= report.decision_time.cost_scale <= 1.0
     assert report.decision_time.spent_s <= 6.0
+
+
+def bf16_plans(race: FakeRace, error_scale: float):
+    """Eager, an eager bf16 plan failing validation by ``error_scale``, a costly compiled
+    bf16 plan and a compiled int8 one."""
+    return (
+        race.fake("eager_fp32", 3e-3),
+        race.fake(
+            "native_bf16",
+            2e-3,
+            precision="bf16",
+            fail="validation",
+            error_scale=error_scale,
+            declared_prior=prior(1.5, 1.2, 1.8, 0.05),
+        ),
+        race.fake(
+            "compiled_bf16",
+            1e-3,
+            precision="bf16",
+            setup_time_s=5.0,
+            declared_prior=prior(2.5, 1.5, 3.5, 5.0),
+        ),
+        race.fake(
+            "compiled_int8",
+            1e-3,
+            precision="int8",
+            setup_time_s=5.0,
+            declared_prior=prior(2.4, 1.5, 3.5, 5.0),
+        ),
+    )
+
+
+def test_a_bf16_plan_far_over_its_limits_spares_the_builds_of_the_other_bf16_plans():
+    race = FakeRace()
+    eager, native, compiled, int8 = bf16_plans(race, error_scale=1.0)
+    report = select(race, eager, native, compiled, int8, time_budget_s=None).report
+    assert native.builds == 1 and report.candidate("native_bf16").status is Status.REJECTED
+    assert compiled.builds == 0
+    why = report.candidate("compiled_bf16").not_built
+    assert why.startswith("its precision (bf16) fails validation on this model: native_bf16 ")
+    assert "(bf16 limits)" in why and "plans computing in bf16 share its rounding" in why
+    assert int8.builds == 1  # another precision: its own rounding, judged on its own
+
+    # The rule is a prediction: exhaustive builds and judges the plan anyway.
+    race = FakeRace()
+    eager, native, compiled, int8 = bf16_plans(race, error_scale=1.0)
+    report = select(race, eager, native, compiled, int8, exhaustive=True).report
+    assert compiled.builds == 1 and report.candidate("compiled_bf16").not_built is None
+
+
+def test_a_near_miss_of_the_bf16_limits_does_not_condemn_the_other_bf16_plans():
+    # Just over the limit: another plan's rounding may land under it.
+    race = FakeRace()
+    eager, native, compiled, int8 = bf16_plans(race, error_scale=0.04)
+    report = select(race, eager, native, compiled, int8, time_budget_s=None).report
+    reason = report.candidate("native_bf16").error.message
+    assert "(bf16 limits)" in reason and "rel_l2" in reason
+    assert compiled.builds == 1
+
+
+def test_an_int8_plan_failing_its_limits_does_not_condemn_the_other_int8_plans():
+    race = FakeRace()
+    eager = race.fake("eager_fp32", 3e-3)
+    static = race.fake(
+        "static_int8",
+        1e-3,
+        precision="int8",
+        fail="validation",
+        error_scale=1.0,
+        declared_prior=prior(3.0, 2.0, 4.0, 0.5),
+    )
+    dynamic = race.fake(
+        "dynamic_int8", 1.5e-3, precision="int8", declared_prior=prior(2.0, 1.5, 2.5, 1.0)
+    )
+    report = select(race, eager, static, dynamic, time_budget_s=None).report
+    assert static.builds == 1 and dynamic.builds == 1
+    assert report.selected_plan == "dynamic_int8"
+
+
+def firm_budget_plans(race: FakeRace):
+    """Eager, a plan whose build costs what its prior says, and one whose 6 s build fits a
+    10-11 s budget only if it takes no longer than expected."""
+    return (
+        race.fake("eager_fp32", 3e-3),
+        race.fake("first", 1e-3, setup_time_s=1.0, declared_prior=prior(3.0, 2.0, 4.0, 1.0)),
+        race.fake("big", 0.5e-3, setup_time_s=6.0, declared_prior=prior(5.0, 3.0, 8.0, 6.0)),
+    )
+
+
+def test_a_budget_the_user_set_starts_no_build_that_could_run_it_over():
+    race = FakeRace()
+    eager, first, big = firm_budget_plans(race)
+    report = select(race, eager, first, big, time_budget_s=10.0).report
+    assert first.builds == 1 and big.builds == 0
+    why = report.candidate("big").not_built
+    assert why.startswith("no time left: its build and first calls are expected to take 6.")
+    assert "(up to 9." in why and "the budget is firm)" in why
+    assert report.decision_time.spent_s <= 10.0
+
+    # dlopt's own budget is no promise: the same build, with about as much time, is started.
+    race = FakeRace()
+    eager, first, big = firm_budget_plans(race)
+    report = select(race, eager, first, big, time_budget_s="auto").report
+    assert report.decision_time.budget_rule == "auto"
+    assert 10.0 <= report.decision_time.budget_s <= 11.0
+    assert big.builds == 1 and report.selected_plan == "big"

@@ -65,8 +65,9 @@ def prepare_plans(
 ) -> None:
     """Prepare every candidate (the reference first: if it cannot serve, nothing more is
     built). With a ``schedule`` the others go in its order, a plan it says cannot matter
-    is not built (``not_built`` says why), and a validated plan is screened when that can
-    spare later builds. ``run.should_continue`` is asked before each build; ``False``
+    is not built (``not_built`` says why), a validation failure that condemns the plan's
+    precision is noted for the plans after it, and a validated plan is screened when that
+    can spare later builds. ``run.should_continue`` is asked before each build; ``False``
     raises :class:`~dlopt.errors.SelectionCancelled` (the caller releases what was built).
     """
     order = schedule.order(candidates) if schedule is not None else list(candidates)
@@ -89,6 +90,7 @@ def prepare_plans(
         if schedule is None:
             continue
         schedule.built(cand)
+        schedule.rejected(cand)
         if schedule.worth_screening(cand, order[index + 1 :]):
             schedule.screen(cand, order[0], reference)
 
