@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,11 @@ def boundaries() -> Path:
 # For every machine class the suite ran on, every operator-mix kind of its workloads and
 # every plan that passed validation there: the speedup over eager fp32 the oracle measured
 # (geometric mean over the workloads of that kind, the interval their spread widened by
-# WIDEN, more for a kind measured on one workload only) and the median seconds
-# dlopt's own runs spent building and first-calling it (the highest such median over the
-# documents: see plan_cost). The coverage of such intervals is what the suite checks
-# (``prior coverage`` in docs/benchmarks/results.md).
+# WIDEN, more for a kind measured on one workload only), the median seconds dlopt's own
+# runs spent building and first-calling it (the highest such median over the documents:
+# see plan_cost), and on how many workloads of that kind it failed (see failed_plans).
+# The coverage of such intervals is what the suite checks (``prior coverage`` in
+# docs/benchmarks/results.md).
 
 
 #: How far beyond the measured spread an interval reaches (x/÷), and further still when
@@ -126,6 +128,34 @@ def measured_speedups(result: Mapping[str, Any]) -> dict[str, float]:
     return {name: float(medians["eager_fp32"]) / float(ms) for name, ms in medians.items() if ms}
 
 
+#: How a validation failure's message names the limits it missed: "(bf16 limits)",
+#: "(int8 limits + override for out)".
+VALIDATION_LIMITS = re.compile(r"\(\w+ limits[ )]")
+
+
+def failed_plans(result: Mapping[str, Any], passed: Collection[str]) -> set[str]:
+    """The plans that did not pass on this workload (``passed``: those that did): the
+    oracle's failures in validation (its message names the limits), and the plans a dlopt
+    run built (it spent their build) that no run validated. A plan that does not apply to
+    the model (channels-last without images, an fx trace error) fails fast and is not
+    counted."""
+    oracle = result.get("oracle") or {}
+    failed = {
+        name
+        for name, message in (oracle.get("failures") or {}).items()
+        if VALIDATION_LIMITS.search(str(message))
+    }
+    runs = [*(result.get("dlopt") or []), *(result.get("budget") or [])]
+    validated = {name for run in runs for name in run.get("valid_plans") or ()}
+    for run in runs:
+        failed.update(
+            name
+            for name in run.get("plan_costs_s") or {}
+            if name not in validated and name not in passed
+        )
+    return failed - set(passed)
+
+
 def plan_costs(result: Mapping[str, Any]) -> dict[str, float]:
     """Per plan, the most its build plus first calls took over dlopt's runs (the default
     ones and the ``--time-budget`` ones): the first decision on a machine compiles with
@@ -157,6 +187,7 @@ def plan_cost(spent_per_document: Sequence[Sequence[float]]) -> float:
 def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The table's entries from suite results documents (``results.json``)."""
     grouped: dict[tuple[str, str, str], tuple[list[float], dict[int, list[float]]]] = {}
+    failures: dict[tuple[str, str, str], int] = {}
     for index, document in enumerate(documents):
         machine = document.get("machine_class") or machine_class_of(
             document.get("environment", {}).get("isa_flags", ())
@@ -166,11 +197,14 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             if mix is None:
                 continue
             costs = plan_costs(result)
-            for plan, speedup in measured_speedups(result).items():
+            speedups = measured_speedups(result)
+            for plan, speedup in speedups.items():
                 points, spent = grouped.setdefault((machine, mix, plan), ([], {}))
                 points.append(speedup)
                 if plan in costs:
                     spent.setdefault(index, []).append(costs[plan])
+            for plan in failed_plans(result, speedups):
+                failures[(machine, mix, plan)] = failures.get((machine, mix, plan), 0) + 1
     # A plan dlopt never built on a (machine, mix) (it was not built for want of time)
     # costs there what it cost at the most elsewhere, else what dlopt assumes of a plan
     # nothing is known of: never the 1 s that would put an unmeasured compile first.
@@ -205,6 +239,7 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 "high": round(max(points) * widen, 4),
                 "cost_s": round(max(cost, MIN_COST_S), 3),
                 "workloads": len(points),
+                "failed": failures.get((machine, mix, plan), 0),
             }
         )
     return entries

@@ -128,3 +128,32 @@ def test_a_groups_cost_is_set_by_what_was_measured_there(tables: ModuleType):
     entries = tables.prior_entries([document])
     assert _entry(entries, int8)["cost_s"] == pytest.approx(4.0)
     assert _entry(entries, fp32)["cost_s"] == pytest.approx(4.0)
+
+
+def test_a_plan_counts_the_workloads_it_failed_validation_on(tables: ModuleType):
+    # int8 passed on "a" and failed the int8 limits on "b" (the oracle's failure) and "c"
+    # (built by a dlopt run, never validated); the channels-last plan does not apply to
+    # "b" (not a validation failure: it fails fast).
+    limits = "RuntimeError: case 'b', output out: rel_l2 0.2 > limit 0.08 (int8 limits)"
+    not_applicable = "RuntimeError: channels-last needs 4-D or 5-D floating inputs"
+    passed_a = _workload("a", {"eager_fp32": 10.0, "int8": 4.0, "cl": 8.0}, [{"int8": 2.0}])
+    passed_a["dlopt"][0]["valid_plans"] = ["eager_fp32", "int8"]
+    failed_b = _workload("b", {"eager_fp32": 10.0}, [{}])
+    failed_b["oracle"]["failures"] = {"int8": limits, "cl": not_applicable}
+    failed_c = _workload("c", {"eager_fp32": 10.0}, [{"eager_fp32": 0.1, "int8": 3.0}])
+    failed_c["dlopt"][0]["valid_plans"] = ["eager_fp32"]
+    entries = tables.prior_entries([_document(passed_a, failed_b, failed_c)])
+    int8 = _entry(entries, "int8")
+    assert (int8["workloads"], int8["failed"]) == (1, 2)
+    cl = _entry(entries, "cl")
+    assert (cl["workloads"], cl["failed"]) == (1, 0)
+    assert _entry(entries, "eager_fp32")["failed"] == 0
+
+    # The prior read from such an entry passes a third of the time, and says so.
+    from dlopt.selection.prior_table import TABLE_FORMAT, table_from_json
+
+    table = table_from_json({"format": TABLE_FORMAT, "entries": entries})
+    prior = table[("avx512_bf16", "conv", "int8")]
+    assert prior.pass_rate == pytest.approx(1 / 3)
+    assert prior.source.endswith("conv models, 1 workload(s), failed validation on 2 more")
+    assert table[("avx512_bf16", "conv", "cl")].pass_rate == 1.0

@@ -387,3 +387,47 @@ def test_a_budget_the_user_set_starts_no_build_that_could_run_it_over():
     assert report.decision_time.budget_rule == "auto"
     assert 10.0 <= report.decision_time.budget_s <= 11.0
     assert big.builds == 1 and report.selected_plan == "big"
+
+
+def test_a_plan_that_often_fails_validation_is_built_after_one_as_good_that_passes():
+    race = FakeRace()
+    order: list[str] = []
+    flaky = Prior(2.0, 1.5, 3.0, 1.0, "the test's", pass_rate=0.25)
+    optimizer = race.optimizer(
+        race.fake("eager_fp32", 3e-3),
+        race.fake("flaky", 1.5e-3, declared_prior=flaky),
+        race.fake("steady", 1.5e-3, declared_prior=prior(2.0, 1.5, 3.0, 1.0)),
+        time_budget_s=None,
+    )
+    built = [lambda e: order.append(e.candidate) if e.kind.value == "candidate_built" else None]
+    optimizer.with_policy(optimizer.policy, observers=built).select_signature(Tiny().eval(), X)
+    assert order == ["eager_fp32", "steady", "flaky"]
+    assert flaky.value == pytest.approx(0.25 * prior(2.0, 1.5, 3.0, 1.0).value)
+    assert flaky.describe() == "2.00x [1.50, 3.00], ~1.0 s, passed 25%"
+    with pytest.raises(ValueError, match="pass_rate must be a number in"):
+        Prior(2.0, 1.5, 3.0, 1.0, pass_rate=1.5)
+
+
+def test_your_own_selections_give_a_plan_the_share_of_them_it_passed_validation_in(tmp_path):
+    import attrs
+
+    from dlopt.cache.user_priors import user_priors
+
+    def select_once(flaky_fails: bool):
+        race = FakeRace()
+        flaky = race.fake(
+            "flaky", 1e-3, fail="validation" if flaky_fails else "none", error_scale=0.5
+        )
+        optimizer = race.optimizer(race.fake("eager_fp32", 3e-3), flaky)
+        policy = attrs.evolve(optimizer.policy, plan_cache_dir=str(tmp_path))
+        # A new Tiny has new weights: a new key, a new record.
+        return optimizer.with_policy(policy).select_signature(Tiny().eval(), X).report
+
+    for fails in (False, True, False, True):
+        select_once(fails)
+    timing = select_once(False).decision_time
+    priors = user_priors(str(tmp_path), timing.machine_class, timing.mix_kind)
+    flaky = priors["flaky"]
+    assert flaky.pass_rate == pytest.approx(3 / 5)
+    assert flaky.source.endswith("models, failed validation in 2 more")
+    assert flaky.source.startswith("your evidence: 3 selection(s) on ")

@@ -3,9 +3,10 @@
 A plan cache holds the report of every selection it kept, its own races and those a fleet
 published into it. A report records, per plan, the speedup over eager fp32 the race
 measured and what the plan's build and first calls took, with the machine class and the
-operator mix's kind of that selection (``decision_time``). On the same machine class, for
-a model of the same kind, those make a plan's prior, ahead of the table shipped with
-dlopt-core (:mod:`dlopt.selection.prior_table`).
+operator mix's kind of that selection (``decision_time``), and which plans failed
+validation. On the same machine class, for a model of the same kind, those make a plan's
+prior (its pass rate: the selections it passed in, of those it was judged in), ahead of
+the table shipped with dlopt-core (:mod:`dlopt.selection.prior_table`).
 
 Reports are read as strict JSON (never unpickled or executed); one that cannot be read is
 skipped, and the newest :data:`MAX_RECORDS` records are read at most.
@@ -21,6 +22,7 @@ from dlopt.bundle.store import REPORT_NAME
 from dlopt.cache.record_store import BUNDLE_DIR, PlanCache
 from dlopt.contract.priors import Prior
 from dlopt.evidence.report import OptimizationReport, load_report
+from dlopt.vocabulary import Stage
 
 #: The newest records read for evidence (reading is cheap, but a cache may be large).
 MAX_RECORDS = 200
@@ -39,6 +41,7 @@ def user_priors(cache_dir: str | None, machine: str, kind: str) -> dict[str, Pri
         return {}
     speedups: dict[str, list[tuple[float, float, float]]] = {}
     costs: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
     for summary in cache.summaries()[:MAX_RECORDS]:
         report = _report(summary.path / BUNDLE_DIR / REPORT_NAME)
         timing = report.decision_time if report is not None else None
@@ -50,6 +53,8 @@ def user_priors(cache_dir: str | None, machine: str, kind: str) -> dict[str, Pri
             measured = cand.race.speedup_vs_reference
             if cand.role == "reference":
                 continue
+            if cand.error is not None and cand.error.stage is Stage.VALIDATION:
+                failed[cand.name] = failed.get(cand.name, 0) + 1
             if measured is not None and measured.point is not None:
                 low = measured.low if measured.low is not None else measured.point
                 high = measured.high if measured.high is not None else measured.point
@@ -63,12 +68,16 @@ def user_priors(cache_dir: str | None, machine: str, kind: str) -> dict[str, Pri
         low = min(low for _, low, _ in seen) / WIDEN
         high = max(high for _, _, high in seen) * WIDEN
         cost = statistics.median(costs.get(name) or [1.0])
+        source = f"your evidence: {len(seen)} selection(s) on {machine}, {kind} models"
+        if failed.get(name):
+            source += f", failed validation in {failed[name]} more"
         priors[name] = Prior(
             point,
             min(low, point),
             max(high, point),
             max(cost, 1e-3),
-            f"your evidence: {len(seen)} selection(s) on {machine}, {kind} models",
+            source,
+            pass_rate=len(seen) / (len(seen) + failed.get(name, 0)),
         )
     return priors
 

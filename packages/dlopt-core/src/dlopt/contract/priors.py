@@ -52,16 +52,24 @@ def _positive(instance: object, attribute: Any, value: float) -> None:
         raise ValueError(f"Prior.{attribute.name} must be a finite number > 0, got {value!r}")
 
 
+def _fraction(instance: object, attribute: Any, value: float) -> None:
+    if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+        raise ValueError(f"Prior.{attribute.name} must be a number in [0, 1], got {value!r}")
+
+
 @frozen
 class Prior:
     """A plan's expected speedup over eager fp32 (``speedup`` in ``[low, high]``), the
-    seconds its build and first calls are expected to take, and where that came from."""
+    seconds its build and first calls are expected to take, where that came from, and the
+    share of such models it passed validation on (``pass_rate``: the speedup is of the
+    ones it passed)."""
 
     speedup: float = field(validator=_positive)
     low: float = field(validator=_positive)
     high: float = field(validator=_positive)
     cost_s: float = field(validator=_positive)
     source: str = "no evidence"
+    pass_rate: float = field(default=1.0, validator=_fraction)
 
     def __attrs_post_init__(self) -> None:
         if not self.low <= self.speedup <= self.high:
@@ -72,12 +80,16 @@ class Prior:
 
     @property
     def value(self) -> float:
-        """Expected gain per second of cost: the log speedup a second of building buys
-        (a plan expected no faster than eager is worth nothing)."""
-        return math.log(max(self.speedup, 1.0)) / self.cost_s
+        """Expected gain per second of cost: the log speedup a second of building buys,
+        times the chance the plan passes validation (a plan expected no faster than eager
+        is worth nothing; one that fails gains nothing and spends its build)."""
+        return self.pass_rate * math.log(max(self.speedup, 1.0)) / self.cost_s
 
     def describe(self) -> str:
-        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}], ~{self.cost_s:.1f} s"
+        passes = f", passed {self.pass_rate:.0%}" if self.pass_rate < 1.0 else ""
+        return (
+            f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}], ~{self.cost_s:.1f} s{passes}"
+        )
 
     def scaled_cost(self, factor: float) -> Prior:
         """This prior with its cost times ``factor`` (what this machine's builds take)."""

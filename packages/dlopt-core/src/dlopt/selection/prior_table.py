@@ -14,7 +14,8 @@ Where a prior comes from, the first that knows wins:
 3. the table shipped with dlopt-core (``priors.json`` beside this module), keyed by the
    machine class (:func:`dlopt.platform.machine.machine_class`), the operator mix's kind
    and the plan, regenerated from the benchmark suite's results by
-   ``python tools/tables.py priors``;
+   ``python tools/tables.py priors``: an entry's ``workloads`` are those the plan passed
+   validation on (its speedup is theirs), ``failed`` those it failed on (its pass rate);
 4. nothing known: a wide interval that prunes nothing, at a cost that puts the plan after
    those whose value is known.
 
@@ -67,12 +68,17 @@ def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior
     table = {}
     for entry in data["entries"]:
         key = (str(entry["machine"]), str(entry["mix"]), str(entry["plan"]))
+        passed, failed = int(entry["workloads"]), int(entry.get("failed", 0))
+        source = f"table: {key[0]}, {key[1]} models, {passed} workload(s)"
+        if failed:
+            source += f", failed validation on {failed} more"
         table[key] = Prior(
             float(entry["speedup"]),
             float(entry["low"]),
             float(entry["high"]),
             float(entry["cost_s"]),
-            f"table: {key[0]}, {key[1]} models, {int(entry['workloads'])} workload(s)",
+            source,
+            pass_rate=passed / (passed + failed) if passed + failed else 1.0,
         )
     return table
 
