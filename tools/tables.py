@@ -146,15 +146,16 @@ def failed_plans(result: Mapping[str, Any], passed: Collection[str]) -> set[str]
         for name, message in (oracle.get("failures") or {}).items()
         if VALIDATION_LIMITS.search(str(message))
     }
-    runs = [*(result.get("dlopt") or []), *(result.get("budget") or [])]
+    runs = decision_runs(result)
     validated = {name for run in runs for name in run.get("valid_plans") or ()}
     for run in runs:
-        failed.update(
-            name
-            for name in run.get("plan_costs_s") or {}
-            if name not in validated and name not in passed
-        )
+        failed.update(name for name in run.get("plan_costs_s") or {} if name not in validated)
     return failed - set(passed)
+
+
+def decision_runs(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """dlopt's runs of one workload: the default ones and the ``--time-budget`` ones."""
+    return [*(result.get("dlopt") or []), *(result.get("budget") or [])]
 
 
 def plan_costs(result: Mapping[str, Any]) -> dict[str, float]:
@@ -163,7 +164,7 @@ def plan_costs(result: Mapping[str, Any]) -> dict[str, float]:
     cold caches, and that is the one a prior's cost must not promise too little for
     (later runs find torch's compile caches warm)."""
     seen: dict[str, list[float]] = {}
-    for run in [*(result.get("dlopt") or []), *(result.get("budget") or [])]:
+    for run in decision_runs(result):
         for name, seconds in (run.get("plan_costs_s") or {}).items():
             if seconds is not None:
                 seen.setdefault(name, []).append(float(seconds))

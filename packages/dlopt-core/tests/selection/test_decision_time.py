@@ -296,19 +296,15 @@ def bf16_plans(race: FakeRace, error_scale: float):
             error_scale=error_scale,
             declared_prior=prior(1.5, 1.2, 1.8, 0.05),
         ),
-        race.fake(
-            "compiled_bf16",
-            1e-3,
-            precision="bf16",
-            setup_time_s=5.0,
-            declared_prior=prior(2.5, 1.5, 3.5, 5.0),
-        ),
-        race.fake(
-            "compiled_int8",
-            1e-3,
-            precision="int8",
-            setup_time_s=5.0,
-            declared_prior=prior(2.4, 1.5, 3.5, 5.0),
+        *(
+            race.fake(
+                f"compiled_{precision}",
+                1e-3,
+                precision=precision,
+                setup_time_s=5.0,
+                declared_prior=prior(speedup, 1.5, 3.5, 5.0),
+            )
+            for precision, speedup in (("bf16", 2.5), ("int8", 2.4))
         ),
     )
 
@@ -332,9 +328,12 @@ def test_a_bf16_plan_far_over_its_limits_spares_the_builds_of_the_other_bf16_pla
 
 
 def test_a_near_miss_of_the_bf16_limits_does_not_condemn_the_other_bf16_plans():
-    # Just over the limit: another plan's rounding may land under it.
+    # Just over the limit (rel_l2 about 1.3x it, whatever the weights: an error of 0.05x
+    # the outputs' mean magnitude on every element): another plan's rounding may land
+    # under it.
+    torch.manual_seed(0)
     race = FakeRace()
-    eager, native, compiled, int8 = bf16_plans(race, error_scale=0.04)
+    eager, native, compiled, int8 = bf16_plans(race, error_scale=0.05)
     report = select(race, eager, native, compiled, int8, time_budget_s=None).report
     reason = report.candidate("native_bf16").error.message
     assert "(bf16 limits)" in reason and "rel_l2" in reason

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dlopt.bundle.store import REPORT_NAME
 from dlopt.cache.record_store import BUNDLE_DIR, PlanCache
-from dlopt.contract.priors import Prior
+from dlopt.contract.priors import Prior, pass_rate
 from dlopt.evidence.report import OptimizationReport, load_report
 from dlopt.vocabulary import Stage
 
@@ -77,7 +77,7 @@ def user_priors(cache_dir: str | None, machine: str, kind: str) -> dict[str, Pri
             max(high, point),
             max(cost, 1e-3),
             source,
-            pass_rate=len(seen) / (len(seen) + failed.get(name, 0)),
+            pass_rate=pass_rate(len(seen), failed.get(name, 0)),
         )
     return priors
 

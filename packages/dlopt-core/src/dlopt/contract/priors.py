@@ -57,6 +57,13 @@ def _fraction(instance: object, attribute: Any, value: float) -> None:
         raise ValueError(f"Prior.{attribute.name} must be a number in [0, 1], got {value!r}")
 
 
+def pass_rate(passed: int, failed: int) -> float:
+    """The share of ``passed + failed`` judged models a plan passed validation on (1 when
+    none was judged: nothing says it fails)."""
+    judged = passed + failed
+    return passed / judged if judged else 1.0
+
+
 @frozen
 class Prior:
     """A plan's expected speedup over eager fp32 (``speedup`` in ``[low, high]``), the

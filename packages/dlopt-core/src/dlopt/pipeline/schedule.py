@@ -149,14 +149,19 @@ class Schedule:
     costs: list[tuple[float, float]] = attrs.field(factory=list)
     #: The distributions (plugins) a plan has been built from: their SDKs are imported.
     imported: set[str] = attrs.field(factory=set)
-    #: The budget is the user's (``time_budget_s`` seconds), not ``"auto"``: a promise.
-    firm: bool = False
-    #: Per reduced float precision that failed validation here by far: what showed it.
-    failed_precisions: dict[Precision, str] = attrs.field(factory=dict)
+    #: Per reduced float precision (its value, as a probe record names it) that failed
+    #: validation here by far: what showed it.
+    failed_precisions: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def exhaustive(self) -> bool:
         return self.run.policy.exhaustive
+
+    @property
+    def firm(self) -> bool:
+        """The budget is the user's (``time_budget_s`` seconds, not ``"auto"``): a promise."""
+        budget = self.run.policy.time_budget_s
+        return not self.exhaustive and budget is not None and budget != "auto"
 
     def order(self, candidates: Sequence[CandidateState]) -> list[CandidateState]:
         """The reference first, then by expected gain per second (the given order breaks
@@ -201,7 +206,7 @@ class Schedule:
         precision = cand.plan.precision if cand.plan is not None else None
         if (
             precision not in SHARED_ROUNDING
-            or precision in self.failed_precisions
+            or precision.value in self.failed_precisions
             or cand.error is None
             or cand.error.stage is not Stage.VALIDATION
             or cand.validation is None
@@ -224,7 +229,7 @@ class Schedule:
                     )
                     worst = (over, text)
         if worst is not None and worst[0] >= PRECISION_FAILURE_MARGIN:
-            self.failed_precisions[precision] = worst[1]
+            self.failed_precisions[precision.value] = worst[1]
 
     def expected_cost_s(self, cand: CandidateState) -> float:
         """``cand``'s build and first calls as expected here: its prior's cost read through
@@ -268,12 +273,13 @@ class Schedule:
         """Why ``cand`` is not built (``None``: build it)."""
         if self.exhaustive or cand.is_reference:
             return None
-        precision = _declared_precision(cand)
-        if precision in self.failed_precisions:
+        # The precision the provider declares, as its probe recorded it (before the build).
+        precision = cand.status.precision if cand.status is not None else ""
+        shown = self.failed_precisions.get(precision)
+        if shown is not None:
             return (
-                f"{PRECISION_FAILED} ({precision.value}) fails validation on this model: "
-                f"{self.failed_precisions[precision]}; plans computing in "
-                f"{precision.value} share its rounding"
+                f"{PRECISION_FAILED} ({precision}) fails validation on this model: "
+                f"{shown}; plans computing in {precision} share its rounding"
             )
         prior = _prior(cand)
         leader = self.leader(candidates)
@@ -481,15 +487,6 @@ def _promise_text(cand: CandidateState) -> str:
         return f"screened at {_interval(cand.screening)}"
     prior = _prior(cand)
     return f"its prior: {prior.describe()}, {prior.source}"
-
-
-def _declared_precision(cand: CandidateState) -> Precision | None:
-    """The precision ``cand``'s provider declares before building (``None``: none that
-    parses: a provider that breaks the protocol is judged by its build)."""
-    try:
-        return Precision.parse(cand.info.provider.precision)
-    except Exception:
-        return None
 
 
 def _prior(cand: CandidateState) -> Prior:

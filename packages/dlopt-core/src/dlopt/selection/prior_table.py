@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from dlopt.contract.priors import Prior
+from dlopt.contract.priors import Prior, pass_rate
 from dlopt.platform.serialization import parse_strict_json
 
 #: The shipped table's file, beside this module.
@@ -78,7 +78,7 @@ def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior
             float(entry["high"]),
             float(entry["cost_s"]),
             source,
-            pass_rate=passed / (passed + failed) if passed + failed else 1.0,
+            pass_rate=pass_rate(passed, failed),
         )
     return table
 
