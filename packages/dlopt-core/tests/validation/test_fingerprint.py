@@ -110,3 +110,70 @@ def test_tied_weights_are_fingerprinted_under_both_names():
     assert len(fp.diff(m).changed) == 2
     guard.restore(m)
     assert fp.matches(m) and m[1].weight is m[0].weight
+
+
+def _flip_low_bit(t: torch.Tensor, index: int) -> None:
+    """Change one element's lowest bit: a change no tolerance would see."""
+    with torch.no_grad():
+        t.view(-1).view(torch.int32)[index] ^= 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "low bit of a weight",
+        "zero to negative zero",
+        "nan payload",
+        "tied weight through its second name",
+        "training flag",
+        "dtype",
+    ],
+)
+def test_guard_check_against_the_snapshot_sees_every_change(change):
+    m = model()
+    m[2].weight = m[0].weight if change == "tied weight through its second name" else m[2].weight
+    if change in ("zero to negative zero", "nan payload"):
+        with torch.no_grad():
+            m[0].bias[0] = 0.0 if change == "zero to negative zero" else float("nan")
+    guard = ModelGuard(m)
+    assert guard.check(m) is None
+    if change == "low bit of a weight":
+        _flip_low_bit(m[0].weight, 5)
+    elif change == "zero to negative zero":
+        with torch.no_grad():
+            m[0].bias[0] = -0.0
+    elif change == "nan payload":
+        _flip_low_bit(m[0].bias, 0)
+        assert torch.isnan(m[0].bias[0])
+    elif change == "tied weight through its second name":
+        # Listed first under its first name: the change is made through the second.
+        _flip_low_bit(m[2].weight, 3)
+    elif change == "training flag":
+        m[1].train()
+    else:
+        m[1].double()
+    problem = guard.check(m, plan="p")
+    assert problem is not None and problem.startswith("plan 'p' mutated the user's model")
+    guard.restore(m)
+    assert guard.check(m) is None
+
+
+def test_guard_check_compares_with_the_snapshot_without_hashing(monkeypatch):
+    import dlopt.validation.fingerprint as fingerprint
+
+    m = model()
+    guard = ModelGuard(m)
+    hashed: list[tuple[int, ...]] = []
+    real = fingerprint.hash_tensor
+    monkeypatch.setattr(
+        fingerprint, "hash_tensor", lambda t: hashed.append(tuple(t.shape)) or real(t)
+    )
+    assert guard.check(m) is None
+    assert hashed == []  # an intact model: every tensor vouched for by the snapshot
+    with torch.no_grad():
+        m[2].bias.add_(1.0)
+    assert "changed: 2.bias (values)" in guard.check(m)
+    # Without a snapshot the fingerprint alone decides, by hashing.
+    hashed.clear()
+    assert ModelGuard(model(), snapshot=False).check(model()) is None
+    assert hashed
