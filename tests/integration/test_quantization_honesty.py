@@ -251,3 +251,29 @@ def test_torchao_scheme_reports_the_fraction_it_quantized(tmp_path: Path, scheme
         assert (mlp.metadata["quantized_layers"], mlp.metadata["quantized_fraction"]) == (2, 1.0)
     finally:
         mlp.close()
+
+
+# ------------------------------------------------------------------ declared schemes
+
+
+def test_every_shipped_integer_plan_declares_how_it_scales_activations():
+    """The build schedule spares the other static int8 plans when one fails far over its
+    limits (docs/selection.md): each shipped int8 plan must say which scheme it is."""
+    from dlopt.plugins.discovery import load_providers
+
+    declared = {
+        info.name: getattr(getattr(info.provider, "quantization", None), "value", None)
+        for info in load_providers().providers
+        if getattr(info.provider, "precision", None) in ("int8", "int4")
+    }
+    expected = {
+        "onnxruntime_cpu_int8": "dynamic",
+        "onnxruntime_cpu_int8_static": "static",
+        "openvino_cpu_int8": "static",
+        "torchao_pt2e_int8_static": "static",
+        "torchao_int8_dynamic_inductor": "dynamic",
+        "torchao_int8_weight_only_inductor": "weight_only",
+    }
+    shipped = {name: declared[name] for name in expected if name in declared}
+    assert shipped == {name: expected[name] for name in shipped}
+    assert len(shipped) >= 3, f"too few shipped int8 plans installed: {sorted(declared)}"

@@ -24,7 +24,8 @@ move between releases, this module's names do not (they only grow). A plugin mod
 
 Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implements 1.0,
 0.2.x implements 2.0, 0.3.x implements 2.1 (2.0 plus ``BuiltPlan.serving``,
-``BuiltPlan.thread_runner`` and the optional ``prior(context) -> Prior | None``;
+``BuiltPlan.thread_runner``, the optional ``prior(context) -> Prior | None`` and the
+optional ``quantization`` declaration, a :class:`Quantization`;
 require ``dlopt-core>=0.3,<0.4`` for 2.1).
 """
 
@@ -74,7 +75,7 @@ from dlopt.platform.probing import (
 from dlopt.platform.retired import retired_names
 from dlopt.platform.serialization import atomic_write_text, strict_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
-from dlopt.precision import Precision
+from dlopt.precision import Precision, Quantization
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.vocabulary import Concurrency, TextEnum
@@ -99,6 +100,7 @@ __all__ = [
     "ProviderAvailability",
     "ProviderBuildError",
     "ProviderContext",
+    "Quantization",
     "Register",
     "Reload",
     "Role",

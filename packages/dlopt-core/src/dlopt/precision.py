@@ -36,3 +36,17 @@ class Precision(TextEnum):
         except ValueError:
             choices = ", ".join(p.value for p in cls)
             raise ValueError(f"unknown precision {value!r}; use one of: {choices}") from None
+
+
+class Quantization(TextEnum):
+    """How an integer plan scales its activations (its weights are scaled ahead of time
+    in every scheme). A provider declares it beside its precision (``Provider.quantization``):
+    plans of one scheme share its rounding on a model, which the build schedule uses
+    (docs/selection.md, "A precision that fails")."""
+
+    #: Scales calibrated ahead of time on sample inputs, fixed while serving.
+    STATIC = "static"
+    #: Scales computed from each call's own activations.
+    DYNAMIC = "dynamic"
+    #: Activations stay in floating point; only the weights are integers.
+    WEIGHT_ONLY = "weight_only"

@@ -340,23 +340,57 @@ def test_a_near_miss_of_the_bf16_limits_does_not_condemn_the_other_bf16_plans():
     assert compiled.builds == 1
 
 
-def test_an_int8_plan_failing_its_limits_does_not_condemn_the_other_int8_plans():
+def int8_plans(race: FakeRace, failing: str | None, others: tuple[str | None, ...]):
+    """Eager, a cheap int8 plan declaring ``failing`` that fails validation far over its
+    limits, and one costlier int8 plan per entry of ``others`` (its declaration)."""
+    return (
+        race.fake("eager_fp32", 3e-3),
+        race.fake(
+            "first_int8",
+            1e-3,
+            precision="int8",
+            quantization=failing,
+            fail="validation",
+            error_scale=1.0,
+            declared_prior=prior(3.0, 2.0, 4.0, 0.5),
+        ),
+        *(
+            race.fake(
+                f"int8_{i}_{scheme}",
+                1.5e-3,
+                precision="int8",
+                quantization=scheme,
+                setup_time_s=2.0,
+                declared_prior=prior(2.0, 1.5, 2.5, 2.0),
+            )
+            for i, scheme in enumerate(others)
+        ),
+    )
+
+
+def test_a_static_int8_plan_far_over_its_limits_spares_only_the_other_static_int8_plans():
     race = FakeRace()
-    eager = race.fake("eager_fp32", 3e-3)
-    static = race.fake(
-        "static_int8",
-        1e-3,
-        precision="int8",
-        fail="validation",
-        error_scale=1.0,
-        declared_prior=prior(3.0, 2.0, 4.0, 0.5),
+    eager, failed, static, dynamic, undeclared = int8_plans(
+        race, "static", ("static", "dynamic", None)
     )
-    dynamic = race.fake(
-        "dynamic_int8", 1.5e-3, precision="int8", declared_prior=prior(2.0, 1.5, 2.5, 1.0)
+    report = select(race, eager, failed, static, dynamic, undeclared, time_budget_s=None).report
+    assert failed.builds == 1 and static.builds == 0
+    why = report.candidate(static.name).not_built
+    assert why.startswith(
+        "its precision (static int8) fails validation on this model: first_int8 measured "
     )
-    report = select(race, eager, static, dynamic, time_budget_s=None).report
-    assert static.builds == 1 and dynamic.builds == 1
-    assert report.selected_plan == "dynamic_int8"
+    assert "(int8 limits)" in why and "activation scales calibrated ahead of time" in why
+    # Scales from each call, or no declaration: judged on their own.
+    assert dynamic.builds == 1 and undeclared.builds == 1
+    assert report.selected_plan in (dynamic.name, undeclared.name)
+
+
+def test_an_int8_plan_failing_its_limits_condemns_nothing_unless_it_declares_static():
+    for failing in ("dynamic", "weight_only", None):
+        race = FakeRace()
+        plans = int8_plans(race, failing, ("static", "dynamic"))
+        select(race, *plans, time_budget_s=None)
+        assert [p.builds for p in plans[1:]] == [1, 1, 1], failing
 
 
 def firm_budget_plans(race: FakeRace):

@@ -26,6 +26,7 @@ from dlopt.plugin import (
     Provider,
     ProviderAvailability,
     ProviderContext,
+    Quantization,
     Role,
     ServingTraits,
     atomic_write_text,
@@ -484,6 +485,27 @@ def test_a_role_that_is_not_a_role_fails():
 
     with pytest.raises(FAILED, match="declares role 'baseline'; use one of reference"):
         suite(Baseline).test_declares_name_role_and_precision()
+
+
+@pytest.mark.parametrize(
+    ("precision", "quantization", "message"),
+    [
+        (Precision.INT8, "static", "use dlopt.plugin.Quantization"),
+        (Precision.FP32, Quantization.STATIC, "but computes in fp32"),
+    ],
+)
+def test_a_quantization_declaration_must_be_a_scheme_of_an_integer_plan(
+    precision, quantization, message
+):
+    class Declares(GoodProvider):
+        pass
+
+    Declares.precision = precision
+    Declares.quantization = quantization
+    with pytest.raises(FAILED, match=message):
+        suite(Declares).test_declares_name_role_and_precision()
+    Declares.precision, Declares.quantization = Precision.INT8, Quantization.STATIC
+    suite(Declares).test_declares_name_role_and_precision()
 
 
 def test_a_plan_name_that_is_a_path_fails():

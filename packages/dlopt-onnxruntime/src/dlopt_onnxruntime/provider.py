@@ -26,6 +26,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Quantization,
     Role,
     ServingTraits,
     capture_output,
@@ -162,6 +163,13 @@ class OnnxRuntimeProvider(Provider):
     install_hint: str = field(init=False, repr=False, eq=False)
 
     role = Role.CHALLENGER
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """Int8 on CPU: static where calibrated (``static_int8``), else dynamic."""
+        if self.precision is not Precision.INT8:
+            return None
+        return Quantization.STATIC if self.static_int8 else Quantization.DYNAMIC
 
     @options_type.default
     def _default_options_type(self) -> type[OrtOptions]:

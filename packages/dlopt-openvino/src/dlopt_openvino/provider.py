@@ -30,6 +30,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Quantization,
     Reload,
     Role,
     ServingTraits,
@@ -104,6 +105,11 @@ class OpenVinoProvider(Provider):
     role = Role.CHALLENGER
     reloads_by = Reload.LOAD
     install_hint = _probe.INSTALL_HINT
+
+    @property
+    def quantization(self) -> Quantization | None:
+        """Int8: NNCF calibrates activation scales on the workload's inputs (static)."""
+        return Quantization.STATIC if self.precision is Precision.INT8 else None
 
     @options_type.default
     def _default_options_type(self) -> type[OpenVinoOptions]:

@@ -30,6 +30,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Quantization,
     Reload,
     Role,
     ServingTraits,
@@ -321,6 +322,10 @@ class TorchAOProvider(Provider):
     @precision.default
     def _default_precision(self) -> Precision:
         return self.scheme.precision
+
+    @property
+    def quantization(self) -> Quantization:
+        return self.scheme.quantization
 
     @options_type.default
     def _default_options_type(self) -> type[TorchAOOptions]:

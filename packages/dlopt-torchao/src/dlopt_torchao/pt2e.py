@@ -34,6 +34,7 @@ from dlopt.plugin import (
     ProviderAvailability,
     ProviderBuildError,
     ProviderContext,
+    Quantization,
     Role,
     WorkloadCase,
     atomic_write_text,
@@ -233,6 +234,7 @@ class PT2EStaticInt8Provider(Provider):
 
     name: str = "torchao_pt2e_int8_static"
     precision: Precision = Precision.INT8
+    quantization = Quantization.STATIC
     role = Role.CHALLENGER
     options_type = PT2EOptions
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from dlopt.plugin import ExecutionTarget, Precision, TextEnum
+from dlopt.plugin import ExecutionTarget, Precision, Quantization, TextEnum
 
 #: torch's CPU int4 packing (_convert_weight_to_int4pack_for_cpu) needs N % 16 == 0.
 _CPU_INT4_N_TILE = 16
@@ -43,12 +43,23 @@ class Scheme(TextEnum):
     def precision(self) -> Precision:
         return _PRECISION[self]
 
+    @property
+    def quantization(self) -> Quantization:
+        """How the scheme scales activations (fp8: per call, like int8 dynamic)."""
+        return _QUANTIZATION[self]
+
 
 _PRECISION = {
     Scheme.INT8_DYNAMIC: Precision.INT8,
     Scheme.INT8_WEIGHT_ONLY: Precision.INT8,
     Scheme.INT4_WEIGHT_ONLY: Precision.INT4,
     Scheme.FP8: Precision.FP8,
+}
+_QUANTIZATION = {
+    Scheme.INT8_DYNAMIC: Quantization.DYNAMIC,
+    Scheme.INT8_WEIGHT_ONLY: Quantization.WEIGHT_ONLY,
+    Scheme.INT4_WEIGHT_ONLY: Quantization.WEIGHT_ONLY,
+    Scheme.FP8: Quantization.DYNAMIC,
 }
 
 

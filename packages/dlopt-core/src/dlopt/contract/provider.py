@@ -19,7 +19,7 @@ from attrs import define, field, frozen
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.errors import ProviderBuildError
 from dlopt.platform.retired import retired_names
-from dlopt.precision import Precision
+from dlopt.precision import Precision, Quantization
 from dlopt.settings.target import ExecutionTarget
 from dlopt.vocabulary import Concurrency, GradMode, TextEnum
 
@@ -447,6 +447,10 @@ class Provider:
 
     name: str
     precision: Precision = Precision.FP32
+    #: For an integer precision: how the plan scales activations (optional, ``None``
+    #: when not declared). Plans declaring ``STATIC`` int8 share their rounding on a model:
+    #: one that fails validation far over its limits spares the builds of the others.
+    quantization: Quantization | None = None
     role: Role = Role.CHALLENGER
     options_type: type | None = None
     #: The install hint used when ``availability`` raises.

@@ -49,6 +49,8 @@ class ProbeRecord:
     availability: ProviderAvailability
     probe_time_s: float
     sdk_output: tuple[str, ...] = ()
+    #: How the plan scales activations, where its provider declares it (``"static"``...).
+    quantization: str | None = None
 
 
 class _FromPolicy:
@@ -125,6 +127,7 @@ def probe_provider(
     output = capture.result.lines() if capture.result is not None else ()
     availability = _with_output(availability, output)
     precision = getattr(info.provider, "precision", None)
+    quantization = getattr(info.provider, "quantization", None)
     return ProbeRecord(
         name=info.name,
         plugin=info.plugin,
@@ -134,6 +137,9 @@ def probe_provider(
         availability=availability,
         probe_time_s=time.perf_counter() - start,
         sdk_output=output,
+        quantization=None
+        if quantization is None
+        else getattr(quantization, "value", str(quantization)),
     )
 
 

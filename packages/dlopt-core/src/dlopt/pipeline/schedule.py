@@ -8,9 +8,9 @@ optimistic bound cannot beat the confirmed leader by more than the indifference 
 when the time budget has no room for its build beside what the race needs. A validated
 plan is screened (:meth:`Schedule.screen`: a few paired rounds against the reference)
 when what it measures could spare the builds of plans after it: that is what confirms a
-leader. A plan is not built either when a plan of its reduced float precision (bf16,
-fp16) already failed validation here by far (:meth:`Schedule.rejected`): the error is the
-format's rounding, which every plan computing in it shares. Under a time budget the user
+leader. A plan is not built either when a plan of its rounding (bf16, fp16, or int8 with
+static activation scales) already failed validation here by far (:meth:`Schedule.rejected`):
+the error is the format's rounding, which every plan computing in it shares. Under a time budget the user
 set, a build is started only when its cost could run over the estimate by
 :data:`FIRM_BUDGET_COST_MARGIN` and still fit. ``OptimizationPolicy(exhaustive=True)``
 builds every plan, with no budget.
@@ -29,7 +29,7 @@ from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
 from dlopt.pipeline.state import CandidateState, SelectionContext
-from dlopt.precision import Precision
+from dlopt.precision import Precision, Quantization
 from dlopt.selection.prior_table import table_prior, unknown_prior
 from dlopt.validation import ReferenceOutputs
 from dlopt.vocabulary import Objective, Stage
@@ -77,8 +77,14 @@ FIRST_OF_DISTRIBUTION_S = 1.5
 FIRM_BUDGET_COST_MARGIN = 1.5
 #: Reduced float formats whose error on a model is the format's own rounding, which every
 #: plan computing in it shares: plans differ in fusion and operator order, not in the
-#: format. (Not int8: its schemes differ, and dynamic int8 passed where static failed.)
+#: format.
 SHARED_ROUNDING = (Precision.BF16, Precision.FP16)
+#: Int8 with static activation scales shares its rounding too: per-tensor activation
+#: scales calibrated on the same cases put every such plan on the same coarse grid. On
+#: the suite's eight workloads the three static int8 plans (PT2E, ONNX Runtime's, NNCF's)
+#: passed together or failed together, at 1.9-3.1x the limit (docs/selection.md); dynamic
+#: int8 (scales from each call) passed where they failed, so it is not grouped with them.
+STATIC_INT8 = "static int8"
 #: How many times its limit a plan's relative L2 error must be before the plans of its
 #: precision not yet built are taken to fail too: on the suite's ImageNet models each
 #: compiled bf16 plan measured 0.75-1.03x eager bf16's error (docs/selection.md); a near
@@ -86,6 +92,26 @@ SHARED_ROUNDING = (Precision.BF16, Precision.FP16)
 PRECISION_FAILURE_MARGIN = 2.0
 #: How a reason for not building a plan whose precision failed here begins.
 PRECISION_FAILED = "its precision"
+
+
+def rounding_of(precision: Precision | str | None, quantization: str | None) -> str | None:
+    """The rounding a plan shares with every plan declaring the same, by name (``"bf16"``,
+    ``"fp16"``, :data:`STATIC_INT8`), or ``None`` where plans of its kind may differ."""
+    if precision is None or precision == "":
+        return None
+    try:
+        parsed = Precision.parse(precision)
+    except ValueError:  # a probe record of a worker that failed says "unknown"
+        return None
+    if parsed in SHARED_ROUNDING:
+        return parsed.value
+    if parsed is Precision.INT8 and quantization == Quantization.STATIC.value:
+        return STATIC_INT8
+    return None
+
+
+def _declared_quantization(cand: CandidateState) -> str | None:
+    return cand.status.quantization if cand.status is not None else None
 
 
 def assign_priors(
@@ -149,9 +175,9 @@ class Schedule:
     costs: list[tuple[float, float]] = attrs.field(factory=list)
     #: The distributions (plugins) a plan has been built from: their SDKs are imported.
     imported: set[str] = attrs.field(factory=set)
-    #: Per reduced float precision (its value, as a probe record names it) that failed
+    #: Per rounding (:func:`rounding_of`: ``"bf16"``, ``"static int8"``...) that failed
     #: validation here by far: what showed it.
-    failed_precisions: dict[str, str] = attrs.field(factory=dict)
+    failed_roundings: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def exhaustive(self) -> bool:
@@ -200,13 +226,15 @@ class Schedule:
         self.costs.append((cand.prior.cost_s + import_s, cand.setup_s + sum(cand.first_calls_s)))
 
     def rejected(self, cand: CandidateState) -> None:
-        """Note ``cand``'s validation failure when it condemns its precision: a
-        :data:`SHARED_ROUNDING` format whose relative L2 error on some output was at least
+        """Note ``cand``'s validation failure when it condemns its rounding
+        (:func:`rounding_of`): its relative L2 error on some output was at least
         :data:`PRECISION_FAILURE_MARGIN` times its limit."""
         precision = cand.plan.precision if cand.plan is not None else None
+        rounding = rounding_of(precision, _declared_quantization(cand))
         if (
-            precision not in SHARED_ROUNDING
-            or precision.value in self.failed_precisions
+            precision is None
+            or rounding is None
+            or rounding in self.failed_roundings
             or cand.error is None
             or cand.error.stage is not Stage.VALIDATION
             or cand.validation is None
@@ -229,7 +257,7 @@ class Schedule:
                     )
                     worst = (over, text)
         if worst is not None and worst[0] >= PRECISION_FAILURE_MARGIN:
-            self.failed_precisions[precision.value] = worst[1]
+            self.failed_roundings[rounding] = worst[1]
 
     def expected_cost_s(self, cand: CandidateState) -> float:
         """``cand``'s build and first calls as expected here: its prior's cost read through
@@ -273,13 +301,19 @@ class Schedule:
         """Why ``cand`` is not built (``None``: build it)."""
         if self.exhaustive or cand.is_reference:
             return None
-        # The precision the provider declares, as its probe recorded it (before the build).
+        # What the provider declares, as its probe recorded it (before the build).
         precision = cand.status.precision if cand.status is not None else ""
-        shown = self.failed_precisions.get(precision)
+        rounding = rounding_of(precision, _declared_quantization(cand))
+        shown = self.failed_roundings.get(rounding) if rounding is not None else None
         if shown is not None:
+            sharing = (
+                "plans computing in int8 with activation scales calibrated ahead of time"
+                if rounding == STATIC_INT8
+                else f"plans computing in {rounding}"
+            )
             return (
-                f"{PRECISION_FAILED} ({precision}) fails validation on this model: "
-                f"{shown}; plans computing in {precision} share its rounding"
+                f"{PRECISION_FAILED} ({rounding}) fails validation on this model: "
+                f"{shown}; {sharing} share its rounding"
             )
         prior = _prior(cand)
         leader = self.leader(candidates)

@@ -25,7 +25,7 @@ from dlopt.contract.provider import (
 )
 from dlopt.errors import PlanNotApplicable
 from dlopt.platform.tree import map_tensors
-from dlopt.precision import Precision
+from dlopt.precision import Precision, Quantization
 from dlopt.vocabulary import TextEnum
 
 
@@ -55,6 +55,10 @@ class FakeProvider:
     latency_s: float | Callable[[int], float] = 1e-3
     precision: Precision = field(default=Precision.FP32, converter=_precision)
     role: Role = field(default=Role.CHALLENGER, converter=Role)
+    #: How an integer plan declares it scales activations (``None``: not declared).
+    quantization: Quantization | None = field(
+        default=None, converter=lambda value: None if value is None else Quantization(value)
+    )
     setup_time_s: float = 0.0
     first_call_time_s: float = 0.0
     fail: FailingStage = field(default=FailingStage.NONE, converter=FailingStage)

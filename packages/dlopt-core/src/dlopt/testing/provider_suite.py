@@ -82,7 +82,7 @@ from dlopt.platform.serialization import to_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.plugins.boundary import check_built_plan, is_plain_name, normalize_availability
 from dlopt.plugins.discovery import ENTRY_POINT_GROUP
-from dlopt.precision import Precision
+from dlopt.precision import Precision, Quantization
 from dlopt.settings.policy import OptimizationPolicy, structure_options
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
@@ -701,9 +701,21 @@ class ProviderContractSuite:
                 "names): use letters, digits, '_', '.' and '-'"
             )
         try:
-            Precision.parse(provider.precision)
+            precision = Precision.parse(provider.precision)
         except (ValueError, TypeError) as exc:
             _fail(f"provider {provider.name!r} declares an unknown precision: {exc}")
+        quantization = getattr(provider, "quantization", None)
+        if quantization is not None:
+            if not isinstance(quantization, Quantization):
+                _fail(
+                    f"provider {provider.name!r} declares quantization {quantization!r}: use "
+                    f"dlopt.plugin.Quantization ({', '.join(q.value for q in Quantization)})"
+                )
+            if precision in (Precision.FP32, Precision.TF32):
+                _fail(
+                    f"provider {provider.name!r} declares quantization {quantization.value!r} "
+                    f"but computes in {precision.value}: declare the precision it quantizes to"
+                )
         try:
             Role.of(provider)
         except TypeError as exc:
