@@ -139,6 +139,22 @@ def test_plans_are_built_in_order_of_expected_gain_per_second():
     assert order[:3] == ["eager_fp32", "cheap_big", "cheap_small"]
 
 
+def test_a_plan_is_screened_only_when_a_build_it_could_spare_is_next():
+    race = FakeRace()
+    eager = race.fake("eager_fp32", 3e-3)
+    # Built first (near free), then the strong plan; the costly one could be spared by
+    # either, and the strong plan's screening spares it.
+    weak = race.fake("weak", 2e-3, declared_prior=prior(1.5, 1.2, 1.8, 0.05))
+    strong = race.fake("strong", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 1.0))
+    costly = race.fake(
+        "costly", 2.5e-3, setup_time_s=20.0, declared_prior=prior(1.1, 0.9, 1.4, 20.0)
+    )
+    report = select(race, eager, weak, strong, costly, time_budget_s=None).report
+    assert costly.builds == 0 and "strong is confirmed at" in report.candidate("costly").not_built
+    assert report.candidate("strong").prior.screening is not None
+    assert report.candidate("weak").prior.screening is None  # its rounds would spare nothing more
+
+
 def test_the_automatic_budget_grows_with_the_model_and_exhaustive_has_none():
     assert budget_seconds(OptimizationPolicy(), 0.002) == (auto_time_budget(0.002), "auto")
     assert auto_time_budget(0.1) > auto_time_budget(0.002) >= 10.0

@@ -66,8 +66,8 @@ def prepare_plans(
     """Prepare every candidate (the reference first: if it cannot serve, nothing more is
     built). With a ``schedule`` the others go in its order, a plan it says cannot matter
     is not built (``not_built`` says why), a validation failure that condemns the plan's
-    precision is noted for the plans after it, and a validated plan is screened when that
-    can spare later builds. ``run.should_continue`` is asked before each build; ``False``
+    precision is noted for the plans after it, and a validated plan is screened when a
+    build it could spare is next. ``run.should_continue`` is asked before each build; ``False``
     raises :class:`~dlopt.errors.SelectionCancelled` (the caller releases what was built).
     """
     order = schedule.order(candidates) if schedule is not None else list(candidates)
@@ -80,6 +80,10 @@ def prepare_plans(
                 raise ReferenceCheckError(reference_failure(cand))
             continue
         why = schedule.skip_reason(cand, order) if schedule is not None else None
+        if schedule is not None and why is None:
+            # A plan built before that could spare this build is screened first.
+            schedule.screen_before(index, order, reference)
+            why = schedule.skip_reason(cand, order)
         if why is not None:
             cand.not_built = why
             run.emit(Event(EventKind.CANDIDATE_SKIPPED, f"not built: {why}", candidate=cand.name))
@@ -91,8 +95,6 @@ def prepare_plans(
             continue
         schedule.built(cand)
         schedule.rejected(cand)
-        if schedule.worth_screening(cand, order[index + 1 :]):
-            schedule.screen(cand, order[0], reference)
 
 
 def _available(cand: CandidateState, context: ProviderContext, run: SelectionContext) -> bool:
