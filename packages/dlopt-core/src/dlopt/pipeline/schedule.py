@@ -8,10 +8,11 @@ optimistic bound cannot beat the confirmed leader by more than the indifference 
 when the time budget has no room for its build beside what the race needs. A validated
 plan is screened (:meth:`Schedule.screen`: a few paired rounds against the reference)
 before a build it could spare is next, when what it measures could spare more build time
-than it costs (:meth:`Schedule.screen_before`): that is what confirms a leader. A plan is not built either when a plan of its rounding (bf16, fp16, or int8 with
-static activation scales) already failed validation here by far (:meth:`Schedule.rejected`):
-the error is the format's rounding, which every plan computing in it shares. Under a time budget the user
-set, a build is started only when its cost could run over the estimate by
+than it costs (:meth:`Schedule.screen_before`): that is what confirms a leader. A plan is
+not built either when a plan of its rounding (bf16, fp16, or int8 with static activation
+scales) already failed validation here by far (:meth:`Schedule.rejected`): the error is
+the format's rounding, which every plan computing in it shares. Under a time budget the
+user set, a build is started only when its cost could run over the estimate by
 :data:`FIRM_BUDGET_COST_MARGIN` and still fit. ``OptimizationPolicy(exhaustive=True)``
 builds every plan, with no budget.
 
@@ -86,7 +87,7 @@ SHARED_ROUNDING = (Precision.BF16, Precision.FP16)
 #: int8 (scales from each call) passed where they failed, so it is not grouped with them.
 STATIC_INT8 = "static int8"
 #: How many times its limit a plan's relative L2 error must be before the plans of its
-#: precision not yet built are taken to fail too: on the suite's ImageNet models each
+#: rounding not yet built are taken to fail too: on the suite's ImageNet models each
 #: compiled bf16 plan measured 0.75-1.03x eager bf16's error (docs/selection.md); a near
 #: miss says little (another plan's rounding may land under the limit).
 PRECISION_FAILURE_MARGIN = 2.0
