@@ -49,6 +49,30 @@ def test_miss_stores_a_record_and_the_next_selection_is_a_revalidated_hit(tmp_pa
     torch.testing.assert_close(second(x), model(x))
 
 
+def test_a_hit_does_not_profile_the_model_and_a_race_after_a_failed_recheck_does(
+    tmp_path, monkeypatch
+):
+    # The operator mix and the per-case call times feed only the priors and the time
+    # budget: a hit builds nothing, so it pays neither's reference calls.
+    from dlopt.pipeline import ground_truth
+
+    profiled: list[int] = []
+    real = ground_truth.operator_mix
+    monkeypatch.setattr(
+        ground_truth, "operator_mix", lambda *a, **k: profiled.append(1) or real(*a, **k)
+    )
+    model, x = small_model(), torch.randn(4, 8)
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    assert profiled == [1] and first.report.decision_time.operator_mix.linear > 0
+    hit = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    assert hit.report.cache.cache_hit is True and profiled == [1]
+    again = cached_optimizer(FakeRace(seed=5), tmp_path, fast_latency=3e-3).select_signature(
+        model, x
+    )
+    assert again.report.cache.cache_hit is False and profiled == [1, 1]
+    assert again.report.decision_time.operator_mix.linear > 0
+
+
 def test_a_plan_that_regressed_is_caught_and_raced_again(tmp_path):
     model, x = small_model(), torch.randn(4, 8)
     cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)

@@ -88,11 +88,7 @@ def select(selection: Selection) -> OptimizationDecision:
         truth = ground_truth.capture(model, selection.workload, run)
         workload, reference, guard = truth.workload, truth.reference, truth.guard
         context = ProviderContext(
-            target=run.target,
-            policy=policy,
-            workload=workload,
-            artifact_dir=artifact_dir,
-            operator_mix=truth.mix,
+            target=run.target, policy=policy, workload=workload, artifact_dir=artifact_dir
         )
         found, recheck, recheck_s = None, None, None
         if policy.plan_cache_dir is not None:
@@ -103,6 +99,10 @@ def select(selection: Selection) -> OptimizationDecision:
             if isinstance(hit, OptimizationDecision):
                 return hit
             recheck, recheck_s = hit
+        # Plans will be built: where a reference call spends its time, and how long it
+        # takes, is what their priors and the time budget read.
+        truth = ground_truth.profiled(truth, model, run)
+        context = attrs.evolve(context, operator_mix=truth.mix)
         run, schedule, timing = _plan_the_time(run, candidates, context, truth)
         raced = race_stages.prepare_and_race(
             candidates, model, context, truth, run, schedule=schedule

@@ -5,7 +5,9 @@ for (a ``max_batch_size`` profile), the model's weights are fingerprinted (a pla
 changes them is caught and undone), and eager fp32 runs every case twice in the
 workload's calling context (:func:`dlopt.validation.capture_reference` refuses a reference
 that cannot serve as ground truth). A race, a cache hit's check and a winner brought back
-into the host of an isolated selection all start here.
+into the host of an isolated selection all start here; only a race goes on to
+:func:`profiled` (where a reference call spends its time, and how long it takes), which
+its priors and time budget read.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
 @attrs.frozen(eq=False)
 class GroundTruth:
     """The workload as raced (cut for memory), the guard on the model's weights, the
-    reference outputs, and where one reference call spends its time."""
+    reference outputs, and, once :func:`profiled`, where one reference call spends its
+    time and how long each case's call takes."""
 
     workload: WorkloadProfile
     guard: ModelGuard
@@ -53,13 +56,23 @@ class GroundTruth:
 def capture(
     model: torch.nn.Module, workload: WorkloadProfile, context: SelectionContext
 ) -> GroundTruth:
-    """The ground truth of one selection (see the module docstring)."""
+    """The ground truth of one selection (see the module docstring), not yet profiled."""
     quality = context.policy.quality
     guard = ModelGuard(model, snapshot=quality.snapshot_weights)
     workload = fit_to_memory(model, workload, context.target.input_device)
     reference = capture_reference(model, workload, quality, target=context.target, guard=guard)
-    mix = operator_mix(model, reference)
-    return GroundTruth(workload, guard, reference, mix, reference_case_s(model, reference, context))
+    return GroundTruth(workload, guard, reference)
+
+
+def profiled(truth: GroundTruth, model: torch.nn.Module, context: SelectionContext) -> GroundTruth:
+    """``truth`` with its operator mix and per-case call times: one more reference call per
+    case for each, taken only when plans are to be built (a cache hit and a winner
+    brought back into the host of an isolated selection need neither)."""
+    return attrs.evolve(
+        truth,
+        mix=operator_mix(model, truth.reference),
+        case_call_s=reference_case_s(model, truth.reference, context),
+    )
 
 
 #: Module classes by the kind of work they do; a module counts to the first kind whose
