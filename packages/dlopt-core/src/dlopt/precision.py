@@ -42,7 +42,7 @@ class Quantization(TextEnum):
     """How an integer plan scales its activations (its weights are scaled ahead of time
     in every scheme). A provider declares it beside its precision (``Provider.quantization``):
     plans of one scheme share its rounding on a model, which the build schedule uses
-    (docs/selection.md, "A precision that fails")."""
+    (docs/selection.md, "A precision that failed here")."""
 
     #: Scales calibrated ahead of time on sample inputs, fixed while serving.
     STATIC = "static"

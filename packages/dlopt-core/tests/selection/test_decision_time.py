@@ -299,18 +299,20 @@ def test_a_near_free_build_does_not_scale_a_compiles_expected_cost_down():
     assert report.decision_time.spent_s <= 6.0
 
 
+def failing_plan(race: FakeRace, name: str, precision: str, error_scale: float, **fields):
+    """A cheap plan of ``precision`` whose outputs fail validation by ``error_scale``."""
+    return race.fake(
+        name, 1e-3, precision=precision, fail="validation", error_scale=error_scale, **fields
+    )
+
+
 def bf16_plans(race: FakeRace, error_scale: float):
     """Eager, an eager bf16 plan failing validation by ``error_scale``, a costly compiled
     bf16 plan and a compiled int8 one."""
     return (
         race.fake("eager_fp32", 3e-3),
-        race.fake(
-            "native_bf16",
-            2e-3,
-            precision="bf16",
-            fail="validation",
-            error_scale=error_scale,
-            declared_prior=prior(1.5, 1.2, 1.8, 0.05),
+        failing_plan(
+            race, "native_bf16", "bf16", error_scale, declared_prior=prior(1.5, 1.2, 1.8, 0.05)
         ),
         *(
             race.fake(
@@ -361,13 +363,12 @@ def int8_plans(race: FakeRace, failing: str | None, others: tuple[str | None, ..
     limits, and one costlier int8 plan per entry of ``others`` (its declaration)."""
     return (
         race.fake("eager_fp32", 3e-3),
-        race.fake(
+        failing_plan(
+            race,
             "first_int8",
-            1e-3,
-            precision="int8",
+            "int8",
+            1.0,
             quantization=failing,
-            fail="validation",
-            error_scale=1.0,
             declared_prior=prior(3.0, 2.0, 4.0, 0.5),
         ),
         *(

@@ -80,9 +80,8 @@ def prepare_plans(
                 raise ReferenceCheckError(reference_failure(cand))
             continue
         why = schedule.skip_reason(cand, order) if schedule is not None else None
-        if schedule is not None and why is None:
-            # A plan built before that could spare this build is screened first.
-            schedule.screen_before(index, order, reference)
+        # A plan built before that could spare this build is screened first.
+        if why is None and schedule is not None and schedule.screen_before(index, order, reference):
             why = schedule.skip_reason(cand, order)
         if why is not None:
             cand.not_built = why

@@ -406,21 +406,22 @@ class Schedule:
         plan still ``waiting`` would be pruned if ``cand`` measured what its prior says."""
         if self.exhaustive or not cand.alive or cand.is_reference:
             return False
-        expected = _prior(cand).speedup
-        zone = self.run.policy.measurement.indifference_zone
         spared = sum(
-            self.expected_cost_s(other)
-            for other in waiting
-            if _prior(other).high <= expected * zone
+            self.expected_cost_s(other) for other in waiting if self.could_spare(cand, other)
         )
         return spared > self.screen_cost_s()
 
+    def could_spare(self, screened: CandidateState, plan: CandidateState) -> bool:
+        """Whether ``plan`` would be pruned if ``screened`` measured what its prior says."""
+        zone = self.run.policy.measurement.indifference_zone
+        return _prior(plan).high <= _prior(screened).speedup * zone
+
     def screen_before(
         self, index: int, order: Sequence[CandidateState], reference: ReferenceOutputs
-    ) -> None:
+    ) -> bool:
         """Before ``order[index]`` is built: screen the plan built earlier that could spare
         it if it measured what its prior says (the most promising such plan), when that
-        could spare more build time than the screening costs.
+        could spare more build time than the screening costs. True when it screened one.
 
         Screening waits until a build it could spare is next: a plan screened right after
         its validation cost its rounds even where a more promising plan built after it
@@ -428,8 +429,7 @@ class Schedule:
         decision, spared nothing that OpenVINO int8's did not)."""
         cand = order[index]
         if self.exhaustive or cand.is_reference:
-            return
-        zone = self.run.policy.measurement.indifference_zone
+            return False
         screeners = [
             built
             for built in order[:index]
@@ -437,14 +437,16 @@ class Schedule:
             and not built.is_reference
             and built.plan is not None
             and built.name not in self.screened
-            and _prior(cand).high <= _prior(built).speedup * zone
+            and self.could_spare(built, cand)
         ]
         if not screeners:
-            return
+            return False
         best = max(screeners, key=lambda built: _prior(built).speedup)
-        if self.worth_screening(best, order[index:]):
-            self.screened.add(best.name)
-            self.screen(best, order[0], reference)
+        if not self.worth_screening(best, order[index:]):
+            return False
+        self.screened.add(best.name)
+        self.screen(best, order[0], reference)
+        return True
 
     def screen_cost_s(self) -> float:
         """What one screening is expected to take (the reference and the plan)."""

@@ -88,19 +88,24 @@ def hash_tensor(t: torch.Tensor) -> str:
         t = t.int_repr()
     if t.device.type == "meta":
         return "meta"
-    flat = t.reshape(-1)
-    if not flat.is_contiguous():
-        flat = flat.contiguous()
-    try:
-        raw = flat.view(torch.uint8)
-    except RuntimeError:
-        raw = flat.clone().view(torch.uint8)
+    raw = _flat_bytes(t)
     for start in range(0, raw.numel(), _CHUNK_BYTES):
         chunk = raw[start : start + _CHUNK_BYTES]
         if chunk.device.type != "cpu":
             chunk = chunk.cpu()
         h.update(chunk.numpy().data)  # a contiguous slice: hashed without a copy
     return h.hexdigest()
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as one contiguous run of bytes (a view where the layout allows)."""
+    flat = t.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    try:
+        return flat.view(torch.uint8)
+    except RuntimeError:  # a storage offset the byte view cannot keep
+        return flat.clone().view(torch.uint8)
 
 
 def _bitwise_equal(t: torch.Tensor, saved: torch.Tensor) -> bool:
@@ -112,15 +117,7 @@ def _bitwise_equal(t: torch.Tensor, saved: torch.Tensor) -> bool:
         return False
     if t.shape != saved.shape:
         return False
-    mine, theirs = t.reshape(-1), saved.reshape(-1)
-    if not mine.is_contiguous():
-        mine = mine.contiguous()
-    if not theirs.is_contiguous():
-        theirs = theirs.contiguous()
-    try:
-        mine, theirs = mine.view(torch.uint8), theirs.view(torch.uint8)
-    except RuntimeError:
-        return False
+    mine, theirs = _flat_bytes(t), _flat_bytes(saved)
     # Compared in 8-byte words where the bytes allow it: several times faster than bytes.
     if mine.numel() % 8 == 0:
         with contextlib.suppress(RuntimeError):  # a misaligned offset: stays in bytes
