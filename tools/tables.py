@@ -11,6 +11,7 @@ strict JSON; the tests check that a shipped table matches what its code computes
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -100,6 +101,20 @@ SUITE_MIX = {
     "efficientnet_b0": "conv",
     "resnet50": "conv",
 }
+#: The ATen operator calls of one reference call (the first case) of each of the suite's
+#: workloads, for results whose dlopt reports did not count them: what
+#: ``python tools/tables.py operator-calls`` prints in the bench-suite environment.
+#: (``nn.TransformerEncoderLayer`` in inference mode runs one fused operator.)
+SUITE_OPERATOR_CALLS: dict[str, int] = {
+    "mlp": 3,
+    "convnet": 28,
+    "convnet_weighted": 28,
+    "encoder": 1,
+    "bert": 113,
+    "mobilenet_v2": 153,
+    "efficientnet_b0": 240,
+    "resnet50": 175,
+}
 DEFAULT_RESULTS = (
     "docs/benchmarks/results.json",
     "docs/benchmarks/first-run/results.json",
@@ -186,10 +201,37 @@ def plan_cost(spent_per_document: Sequence[Sequence[float]]) -> float:
     return max(statistics.median(spent) for spent in spent_per_document if spent)
 
 
+def workload_operator_calls(result: Mapping[str, Any]) -> int | None:
+    """The ATen operator calls of one reference call of the workload, as dlopt's runs of
+    it counted them, else as :data:`SUITE_OPERATOR_CALLS` has them (``None``: unknown)."""
+    for run in decision_runs(result):
+        if run.get("operator_calls"):
+            return int(run["operator_calls"])
+    return SUITE_OPERATOR_CALLS.get(str(result.get("key", "")))
+
+
+def cost_per_operator(points: Sequence[tuple[int, float]]) -> float:
+    """The seconds a plan's cost grows by per operator call, from ``(operator calls,
+    cost)`` of the workloads it was built on: the median of the slopes between every two
+    workloads of different sizes (one cold compile or one reused export among them does
+    not set it), never below 0; 0 without two sizes."""
+    slopes = [
+        (cost_b - cost_a) / (calls_b - calls_a)
+        for (calls_a, cost_a), (calls_b, cost_b) in itertools.combinations(sorted(points), 2)
+        if calls_b > calls_a
+    ]
+    return max(statistics.median(slopes), 0.0) if slopes else 0.0
+
+
 def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The table's entries from suite results documents (``results.json``)."""
     grouped: dict[tuple[str, str, str], tuple[list[float], dict[int, list[float]]]] = {}
     failures: dict[tuple[str, str, str], int] = {}
+    # Per (machine, plan), the (operator calls, cost) of every workload that built it: how
+    # its cost grows with the model (a compiler's work per operator does not depend on
+    # the mix); per (machine, mix, plan), the sizes its cost was measured at.
+    sized_costs: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    measured_at: dict[tuple[str, str, str], list[int]] = {}
     for index, document in enumerate(documents):
         machine = document.get("machine_class") or machine_class_of(
             document.get("environment", {}).get("isa_flags", ())
@@ -200,11 +242,15 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 continue
             costs = plan_costs(result)
             speedups = measured_speedups(result)
+            calls = workload_operator_calls(result)
             for plan, speedup in speedups.items():
                 points, spent = grouped.setdefault((machine, mix, plan), ([], {}))
                 points.append(speedup)
                 if plan in costs:
                     spent.setdefault(index, []).append(costs[plan])
+                    if calls:
+                        sized_costs.setdefault((machine, plan), []).append((calls, costs[plan]))
+                        measured_at.setdefault((machine, mix, plan), []).append(calls)
             for plan in failed_plans(result, speedups):
                 failures[(machine, mix, plan)] = failures.get((machine, mix, plan), 0) + 1
     # A plan dlopt never built on a (machine, mix) (it was not built for want of time)
@@ -226,11 +272,22 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             measured = [cost_of[key] for key in members if grouped[key][1]]
             if measured:
                 cost_of.update(dict.fromkeys(members, max(measured)))
+    growth = {key: cost_per_operator(points) for key, points in sized_costs.items()}
+    # A group's export grows alike for each of its plans: the steepest measured sets it.
+    # (and each of its plans is priced at the sizes any of them was measured at).
+    for group in SHARED_EXPORT_GROUPS:
+        for machine in {m for m, plan in growth if plan in group}:
+            steepest = max(growth.get((machine, plan), 0.0) for plan in group)
+            growth.update({(machine, plan): steepest for plan in group})
+        for machine, mix in {(m, x) for m, x, plan in measured_at if plan in group}:
+            sizes = [n for plan in group for n in measured_at.get((machine, mix, plan), [])]
+            measured_at.update({(machine, mix, plan): sizes for plan in group})
     entries = []
     for (machine, mix, plan), (points, _) in sorted(grouped.items()):
         widen = WIDEN if len(points) > 1 else WIDEN_ONE
         center = math.exp(statistics.fmean(math.log(p) for p in points))
         cost = cost_of[(machine, mix, plan)]
+        sizes = measured_at.get((machine, mix, plan), [])
         entries.append(
             {
                 "machine": machine,
@@ -240,6 +297,8 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 "low": round(min(points) / widen, 4),
                 "high": round(max(points) * widen, 4),
                 "cost_s": round(max(cost, MIN_COST_S), 3),
+                "operator_calls": round(statistics.median(sizes)) if sizes else 0,
+                "cost_per_operator_s": round(growth.get((machine, plan), 0.0), 5) if sizes else 0.0,
                 "workloads": len(points),
                 "failed": failures.get((machine, mix, plan), 0),
             }
@@ -267,27 +326,57 @@ def runs_document(runs: Path, machine: str) -> dict[str, Any]:
     return {"machine_class": machine, "from_runs": str(runs), "results": results}
 
 
-def priors(results: Sequence[Path] | None = None, runs: Sequence[Path] = ()) -> Path:
+def priors(
+    results: Sequence[Path] | None = None,
+    runs: Sequence[Path] = (),
+    machines: Collection[str] = (),
+) -> Path:
     """Write the shipped prior table from ``results`` (default: the suite's latest) and the
-    raw records of the suite ``runs`` (directories; run on this machine)."""
+    raw records of the suite ``runs`` (directories; run on this machine). ``machines``:
+    regenerate only these machine classes' entries, keeping the shipped table's others
+    (a class whose new table has not been run in full beside it stays as it is)."""
     from dlopt.platform.machine import machine_class
     from dlopt.selection.prior_table import TABLE_FILE, TABLE_FORMAT
     from dlopt.settings.target import ExecutionTarget
 
     root = CORE.parents[3]
+    path = CORE / "selection" / TABLE_FILE
     paths = list(results) if results else [root / p for p in DEFAULT_RESULTS]
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
     here = machine_class(ExecutionTarget("cpu").device)
     documents += [runs_document(directory, here) for directory in runs]
     paths += runs
-    table = {
-        "format": TABLE_FORMAT,
-        "from": [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths],
-        "entries": prior_entries(documents),
-    }
-    path = CORE / "selection" / TABLE_FILE
+    sources = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths]
+    entries = prior_entries(documents)
+    if machines:
+        shipped = json.loads(path.read_text(encoding="utf-8"))
+        kept = [e for e in shipped["entries"] if e["machine"] not in machines]
+        entries = sorted(
+            kept + [e for e in entries if e["machine"] in machines],
+            key=lambda e: (e["machine"], e["mix"], e["plan"]),
+        )
+        sources = list(dict.fromkeys([*shipped.get("from", []), *sources]))
+    table = {"format": TABLE_FORMAT, "from": sources, "entries": entries}
     path.write_text(json.dumps(table, indent=1, allow_nan=False) + "\n", encoding="utf-8")
     return path
+
+
+def suite_operator_calls() -> dict[str, int]:
+    """The ATen operator calls of one call of each suite workload's first case, in
+    inference mode (as a selection counts them under the default calling context)."""
+    import torch
+
+    sys.path.insert(0, str(CORE.parents[3]))
+    from benchmarks.suite.models import WORKLOADS, build
+    from dlopt.pipeline.ground_truth import count_operator_calls
+
+    counted = {}
+    for key in WORKLOADS:
+        model, cases = build(key)
+        _, args, kwargs, _ = cases[0]
+        with torch.inference_mode():
+            counted[key] = count_operator_calls(model, args, kwargs)
+    return counted
 
 
 def main(argv: list[str]) -> int:
@@ -306,12 +395,27 @@ def main(argv: list[str]) -> int:
         help="also a suite run's raw records (artifacts/bench-suite/runs of a run stopped "
         "before its results.json; the CPU it ran on is this one's)",
     )
+    prior_parser.add_argument(
+        "--machine",
+        action="append",
+        default=[],
+        help="regenerate only this machine class's entries (avx2, avx512_bf16, ...), keeping "
+        "the others as shipped (repeatable)",
+    )
+    sub.add_parser(
+        "operator-calls",
+        help="print the ATen operator calls of the suite's workloads (SUITE_OPERATOR_CALLS; "
+        "in the bench-suite environment)",
+    )
     args = parser.parse_args(argv)
     if args.table == "boundaries":
         print(f"wrote {boundaries()}")
         return 0
-
-    print(f"wrote {priors([Path(p) for p in args.results] or None, args.runs)}")
+    if args.table == "operator-calls":
+        print(json.dumps(suite_operator_calls(), indent=1))
+        return 0
+    results = [Path(p) for p in args.results] or None
+    print(f"wrote {priors(results, args.runs, machines=args.machine)}")
     return 0
 
 

@@ -168,6 +168,7 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
             if mix is not None
             else {}
         ),
+        operator_calls=(mix.operator_calls or None) if mix is not None else None,
         priors={
             c.name: PriorRange(c.prior.low, c.prior.high, c.prior.source)
             for c in report.candidates

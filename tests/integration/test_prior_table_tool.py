@@ -8,6 +8,7 @@ runs per workload), cut to the fields the table reads.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -153,7 +154,73 @@ def test_a_plan_counts_the_workloads_it_failed_validation_on(tables: ModuleType)
     from dlopt.selection.prior_table import TABLE_FORMAT, table_from_json
 
     table = table_from_json({"format": TABLE_FORMAT, "entries": entries})
-    prior = table[("avx512_bf16", "conv", "int8")]
+    prior = table[("avx512_bf16", "conv", "int8")].prior
     assert prior.pass_rate == pytest.approx(1 / 3)
     assert prior.source.endswith("conv models, 1 workload(s), failed validation on 2 more")
-    assert table[("avx512_bf16", "conv", "cl")].pass_rate == 1.0
+    assert table[("avx512_bf16", "conv", "cl")].prior.pass_rate == 1.0
+
+
+def _sized(workload: dict[str, Any], calls: int | None) -> dict[str, Any]:
+    for run in workload["dlopt"]:
+        run["operator_calls"] = calls
+    return workload
+
+
+def test_a_cost_grows_with_the_operator_calls_of_the_workloads_it_was_measured_on(
+    tables: ModuleType,
+):
+    # A compile of 2 s on a 20-call model, 7 s on a 70-call one, ... 22 s on a 220-call
+    # one grows 0.1 s a call; one cold outlier does not set the slope (the median of the
+    # pairwise slopes). The entry says the sizes its cost was measured at.
+    document = _document(
+        _sized(_workload("a", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 2.0}]), 20),
+        _sized(_workload("f", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 7.0}]), 70),
+        _sized(_workload("b", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 12.0}]), 120),
+        _sized(_workload("d", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 22.0}]), 220),
+        _sized(_workload("e", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 40.0}]), 230),
+        _sized(_workload("u", {"eager_fp32": 10.0, "c": 5.0}, [{"c": 99.0}]), None),
+    )
+    entry = _entry(tables.prior_entries([document]), "c")
+    assert entry["cost_per_operator_s"] == pytest.approx(0.1)
+    assert entry["operator_calls"] == 120  # the median of 20, 70, 120, 220 and 230
+    # a size the dlopt runs did not count comes from the suite's own table, else is unknown
+    assert tables.workload_operator_calls({"key": "u", "dlopt": [{}]}) is None
+
+
+def test_plans_that_share_an_export_grow_alike(tables: ModuleType):
+    fp32, int8, _ = tables.SHARED_EXPORT_GROUPS[0]
+    document = _document(
+        _sized(_workload("a", {"eager_fp32": 10.0, fp32: 5.0, int8: 4.0}, [{int8: 1.0}]), 10),
+        _sized(_workload("b", {"eager_fp32": 10.0, fp32: 5.0, int8: 4.0}, [{int8: 3.0}]), 110),
+    )
+    entries = tables.prior_entries([document])
+    assert _entry(entries, int8)["cost_per_operator_s"] == pytest.approx(0.02)
+    # fp32 was never built: it pays the export as the first plan of its group would
+    assert _entry(entries, fp32)["cost_per_operator_s"] == pytest.approx(0.02)
+    assert _entry(entries, fp32)["operator_calls"] == 60
+
+
+def test_one_machine_class_is_regenerated_and_the_others_kept(
+    tables: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    core = tmp_path / "packages" / "dlopt-core" / "src" / "dlopt"
+    (core / "selection").mkdir(parents=True)
+    kept = {"machine": "avx512_bf16", "mix": "conv", "plan": "old", "speedup": 1.0,
+            "low": 1.0, "high": 1.0, "cost_s": 1.0, "workloads": 1}  # fmt: skip
+    replaced = dict(kept, machine="avx2", plan="stale")
+    shipped = {"format": 1, "from": ["before.json"], "entries": [kept, replaced]}
+    (core / "selection" / "priors.json").write_text(json.dumps(shipped), encoding="utf-8")
+    document = {
+        "environment": {"isa_flags": ["avx2"]},
+        "results": [_workload("a", {"eager_fp32": 10.0, "new": 5.0}, [{"new": 1.0}])],
+    }
+    results = tmp_path / "avx2.json"
+    results.write_text(json.dumps(document), encoding="utf-8")
+    monkeypatch.setattr(tables, "CORE", core)
+    written = json.loads(tables.priors([results], machines=["avx2"]).read_text(encoding="utf-8"))
+    assert [(e["machine"], e["plan"]) for e in written["entries"]] == [
+        ("avx2", "eager_fp32"),
+        ("avx2", "new"),
+        ("avx512_bf16", "old"),
+    ]
+    assert written["from"] == ["before.json", "avx2.json"]

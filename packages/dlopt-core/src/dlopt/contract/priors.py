@@ -27,6 +27,10 @@ class OperatorMix:
     other: float = 1.0
     #: The model has attention modules (their fused kernels may hide the share).
     has_attention: bool = False
+    #: How many ATen operators one reference call of the first case dispatches (0: not
+    #: counted): the size of the graph an exporter or a compiler has to process, what a
+    #: plan's build and first calls grow with.
+    operator_calls: int = 0
 
     @property
     def kind(self) -> str:
@@ -41,9 +45,10 @@ class OperatorMix:
         return "other"
 
     def describe(self) -> str:
+        size = f", {self.operator_calls} operator calls" if self.operator_calls else ""
         return (
             f"{self.kind} (conv {self.conv:.0%}, linear {self.linear:.0%}, attention "
-            f"{self.attention:.0%}, other {self.other:.0%})"
+            f"{self.attention:.0%}, other {self.other:.0%}{size})"
         )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dlopt.contract.priors import OperatorMix
 from dlopt.errors import ConfigurationError
@@ -65,13 +66,18 @@ def capture(
 
 
 def profiled(truth: GroundTruth, model: torch.nn.Module, context: SelectionContext) -> GroundTruth:
-    """``truth`` with its operator mix and per-case call times: one more reference call per
-    case for each, taken only when plans are to be built (a cache hit and a winner
-    brought back into the host of an isolated selection need neither)."""
+    """``truth`` with its operator mix (and the operators one call dispatches) and its
+    per-case call times: one more reference call per case for each, and one of the first
+    case for the count, taken only when plans are to be built (a cache hit and a winner
+    brought back into the host of an isolated selection need none of them)."""
+    mix = operator_mix(model, truth.reference)
+    if truth.reference.cases:
+        first = truth.reference.cases[0]
+        with truth.reference.calling_context():
+            calls = count_operator_calls(model, first.args, first.kwargs)
+        mix = attrs.evolve(mix, operator_calls=calls)
     return attrs.evolve(
-        truth,
-        mix=operator_mix(model, truth.reference),
-        case_call_s=reference_case_s(model, truth.reference, context),
+        truth, mix=mix, case_call_s=reference_case_s(model, truth.reference, context)
     )
 
 
@@ -137,6 +143,35 @@ def operator_mix(model: torch.nn.Module, reference: ReferenceOutputs) -> Operato
     return OperatorMix(
         **shares, other=max(1.0 - sum(shares.values()), 0.0), has_attention=has_attention
     )
+
+
+class _OperatorCounter(TorchDispatchMode):
+    """Counts the ATen operators dispatched while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operator_calls(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> int:
+    """How many ATen operators one call of ``model`` dispatches, in the caller's grad
+    mode: the size of the graph an exporter traces or a compiler lowers, which a plan's
+    build and first calls grow with (a prior's cost is read for it). Counting costs a
+    Python call per operator, so it is a call of its own, never a timed one; 0 where the
+    call fails."""
+    counter = _OperatorCounter()
+    try:
+        with counter:
+            model(*args, **kwargs)
+    except Exception:
+        return 0
+    return counter.calls
 
 
 def reference_case_s(

@@ -131,7 +131,7 @@ def assign_priors(
         cand.prior = (
             _declared(cand, attrs.evolve(context, options=cand.options))
             or evidence.get(cand.name)
-            or table_prior(machine, mix.kind, cand.name)
+            or table_prior(machine, mix, cand.name)
             or unknown_prior()
         )
 

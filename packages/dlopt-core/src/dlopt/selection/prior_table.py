@@ -16,6 +16,9 @@ Where a prior comes from, the first that knows wins:
    and the plan, regenerated from the benchmark suite's results by
    ``python tools/tables.py priors``: an entry's ``workloads`` are those the plan passed
    validation on (its speedup is theirs), ``failed`` those it failed on (its pass rate);
+   its cost grows with the model's operator calls (:class:`TableEntry`): exporters and
+   compilers take longer on a larger graph (``fx_inductor`` took 10-26 s on the suite's
+   ImageNet models, where a conv entry measured on the demo conv nets says 2.5 s);
 4. nothing known: a wide interval that prunes nothing, at a cost that puts the plan after
    those whose value is known.
 
@@ -28,7 +31,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from dlopt.contract.priors import Prior, pass_rate
+import attrs
+
+from dlopt.contract.priors import OperatorMix, Prior, pass_rate
 from dlopt.platform.serialization import parse_strict_json
 
 #: The shipped table's file, beside this module.
@@ -48,10 +53,36 @@ def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
     return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, "no evidence")
 
 
+@attrs.frozen
+class TableEntry:
+    """One plan's prior on one machine class and mix, and how its cost grows with the
+    model: ``cost_s`` (the prior's) was measured on models of about ``operator_calls``
+    ATen operator calls per reference call, and each call more costs
+    ``cost_per_operator_s`` (0 and 0: the cost does not grow)."""
+
+    prior: Prior
+    operator_calls: int = 0
+    cost_per_operator_s: float = 0.0
+
+    def for_model(self, operator_calls: int) -> Prior:
+        """The prior for a model of ``operator_calls`` (0: not counted): its cost grown by
+        the calls beyond those it was measured at, never shrunk (a small model still pays
+        the imports and the exporter's fixed work)."""
+        extra = operator_calls - self.operator_calls
+        if operator_calls <= 0 or self.cost_per_operator_s <= 0 or extra <= 0:
+            return self.prior
+        cost_s = self.prior.cost_s + extra * self.cost_per_operator_s
+        source = (
+            f"{self.prior.source}; cost for {operator_calls} operator calls "
+            f"(measured at {self.operator_calls})"
+        )
+        return attrs.evolve(self.prior, cost_s=cost_s, source=source)
+
+
 @lru_cache(maxsize=1)
-def shipped_table() -> dict[tuple[str, str, str], Prior]:
-    """``(machine class, mix kind, plan) -> Prior`` of the shipped table (empty when it
-    cannot be read)."""
+def shipped_table() -> dict[tuple[str, str, str], TableEntry]:
+    """``(machine class, mix kind, plan) -> TableEntry`` of the shipped table (empty when
+    it cannot be read)."""
     from importlib.resources import files
 
     try:
@@ -61,7 +92,7 @@ def shipped_table() -> dict[tuple[str, str, str], Prior]:
         return {}
 
 
-def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior]:
+def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], TableEntry]:
     """A prior table from its JSON form (``ValueError`` on another layout)."""
     if data.get("format") != TABLE_FORMAT:
         raise ValueError(f"a prior table of format {data.get('format')!r}, not {TABLE_FORMAT}")
@@ -72,7 +103,7 @@ def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior
         source = f"table: {key[0]}, {key[1]} models, {passed} workload(s)"
         if failed:
             source += f", failed validation on {failed} more"
-        table[key] = Prior(
+        prior = Prior(
             float(entry["speedup"]),
             float(entry["low"]),
             float(entry["high"]),
@@ -80,9 +111,16 @@ def table_from_json(data: Mapping[str, Any]) -> dict[tuple[str, str, str], Prior
             source,
             pass_rate=pass_rate(passed, failed),
         )
+        table[key] = TableEntry(
+            prior,
+            operator_calls=int(entry.get("operator_calls", 0)),
+            cost_per_operator_s=float(entry.get("cost_per_operator_s", 0.0)),
+        )
     return table
 
 
-def table_prior(machine: str, mix: str, plan: str) -> Prior | None:
-    """The shipped table's prior for ``plan`` on this machine class and mix, if any."""
-    return shipped_table().get((machine, mix, plan))
+def table_prior(machine: str, mix: OperatorMix, plan: str) -> Prior | None:
+    """The shipped table's prior for ``plan`` on this machine class, for a model of this
+    operator mix (its kind picks the entry, its operator calls grow the cost), if any."""
+    entry = shipped_table().get((machine, mix.kind, plan))
+    return entry.for_model(mix.operator_calls) if entry is not None else None
