@@ -262,6 +262,21 @@ def test_a_slow_model_under_a_tight_budget_still_builds_and_races_its_best_plan(
     assert report.decision_time.spent_s <= 20.0 * 1.1
 
 
+def test_a_race_is_priced_in_calls_of_the_models_own_length():
+    # 240 ms a reference call (mobilenet_v2 on a 2-core AVX2 CPU): three rounds of a
+    # burst of six and a settling call each, and a warm-up, for eager and a challenger
+    # at its prior's low bound, fit beside a 2 s build in a 20 s budget. Priced as 31
+    # calls a plan with a 1.5x margin (22 s), nothing was built and eager fp32 was kept.
+    race = FakeRace()
+    int8 = race.fake("int8", 0.09, setup_time_s=2.0, declared_prior=prior(2.1, 1.3, 4.6, 2.0))
+    optimizer = race.optimizer(race.fake("eager_fp32", 0.24), int8, time_budget_s=20.0)
+    report = optimizer.select_signature(SlowTiny(race.clock, 0.24).eval(), X).report
+    assert int8.builds == 1
+    assert report.selected_plan == "int8"
+    assert report.candidate("int8").race.gate_passed is True
+    assert report.decision_time.spent_s <= 20.0 * 1.1
+
+
 def test_cheap_plans_built_early_do_not_crowd_a_more_promising_one_out_of_the_budget():
     # Four cheap, unpromising plans are built first (the most gain per second); a race of
     # all of them and the promising one would not fit in what is left, but the race would

@@ -191,7 +191,7 @@ def _plan_the_time(
     machine = machine_class(run.target.device)
     evidence = user_priors(policy.plan_cache_dir, machine, truth.mix.kind)
     assign_priors(candidates, context, machine, truth.mix, evidence)
-    schedule = Schedule(run, truth.round_call_s, len(truth.reference.cases), budget_s)
+    schedule = Schedule(run, truth.case_call_s, budget_s)
     return run, schedule, _Timing(budget_s, rule, machine, truth.mix, truth.call_s)
 
 

@@ -22,6 +22,7 @@ docs/selection.md, "Decision time", explains the rules and their numbers.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -41,15 +42,17 @@ log = logging.getLogger(__name__)
 REFERENCE_PRIOR = Prior(1.0, 1.0, 1.0, 0.05, "the reference")
 #: Seconds kept for what follows the race (checks, the serving check, the report).
 FINISH_RESERVE_S = 1.0
-#: Calls per plan and case the race is expected to need: its warm-up, and three rounds
-#: of a settling call and a burst of six (the rounds after which a plan clearly behind
-#: leaves); the two leading plans then race :data:`RACE_DECIDING_ROUNDS` rounds more.
-RACE_CALLS_PER_PLAN_CASE = 10 + 3 * 7
+#: The race as the schedule prices it (:meth:`Schedule.plan_race_s`): each plan warms
+#: up, then races :data:`RACE_FIRST_ROUNDS` rounds (after which a plan clearly behind
+#: leaves); the two leading plans then race :data:`RACE_DECIDING_ROUNDS` rounds more. A
+#: round is, per plan and case, a settle (untimed calls) and a burst of the measurement
+#: policy's ``timed_calls_per_burst`` (more for calls shorter than
+#: ``burst_time_target_s``).
+RACE_FIRST_ROUNDS = 3
 RACE_DECIDING_ROUNDS = 6
-#: How much longer than :data:`RACE_CALLS_PER_PLAN_CASE` calls the race's first rounds
-#: are given: a burst settles with up to ``settle_time_s`` of untimed calls and the
-#: warm-up runs until latency stops falling, so three rounds take more than 7 calls each.
-RACE_FLOOR_MARGIN = 1.5
+#: Calls of a plan's warm-up a race is expected to take (it stops once latency stops
+#: falling), at most the policy's ``warmup_max_time_s``.
+RACE_WARMUP_CALLS = 10
 #: Seconds a burst costs beside its calls (the quiet-wait, the bookkeeping).
 RACE_BURST_OVERHEAD_S = 0.005
 #: The screening: this many paired rounds, each a burst of four calls per case.
@@ -166,10 +169,9 @@ class Schedule:
     """The build order and the rules that cut it, for one selection."""
 
     run: SelectionContext
-    #: The reference's seconds for one call of every case (unweighted: a race calls each
-    #: case alike), and the number of cases.
-    round_call_s: float
-    cases: int
+    #: The reference's seconds per call of each case (what the race's and a screening's
+    #: calls are expected to take).
+    case_call_s: tuple[float, ...]
     #: The whole budget in seconds (``None``: none), for the report's wording.
     budget_s: float | None = None
     #: (prior cost, actual cost) of every plan built so far but the reference.
@@ -185,6 +187,16 @@ class Schedule:
     @property
     def exhaustive(self) -> bool:
         return self.run.policy.exhaustive
+
+    @property
+    def round_call_s(self) -> float:
+        """The reference's seconds for one call of every case (unweighted: a race calls
+        each case alike)."""
+        return sum(self.case_call_s)
+
+    @property
+    def cases(self) -> int:
+        return len(self.case_call_s)
 
     @property
     def firm(self) -> bool:
@@ -271,23 +283,51 @@ class Schedule:
     def _import_s(self, cand: CandidateState) -> float:
         return 0.0 if cand.info.plugin in self.imported else FIRST_OF_DISTRIBUTION_S
 
-    def race_reserve_s(self, plans: int) -> float:
-        """Seconds the race of ``plans`` plans (the reference's call time for each) and
-        what follows it are expected to need."""
-        deciding = 2 * RACE_DECIDING_ROUNDS
-        calls = plans * RACE_CALLS_PER_PLAN_CASE + deciding * 7
-        bursts = plans * 3 + deciding
-        overhead = self.cases * bursts * RACE_BURST_OVERHEAD_S
-        return FINISH_RESERVE_S + calls * self.round_call_s + overhead
+    def plan_race_s(
+        self, rounds: int, speedup: float = 1.0, *, warm_up: bool = True, at_most: bool = False
+    ) -> float:
+        """Seconds one plan running ``speedup`` times the reference's speed is expected
+        to spend in ``rounds`` rounds of the race (and its warm-up): per case and round, a
+        settling call and a burst of ``timed_calls_per_burst`` calls (more for short
+        calls, to last ``burst_time_target_s``), each with :data:`RACE_BURST_OVERHEAD_S`,
+        and :data:`RACE_WARMUP_CALLS` of warm-up. ``at_most``: the longest the policy
+        lets them run instead (a settle up to ``settle_time_s``, a warm-up up to
+        ``warmup_max_calls``), each warm-up at most ``warmup_max_time_s``.
 
-    def race_floor_s(self) -> float:
-        """The least the race gets, however long the builds took: the reference and one
-        challenger through their warm-up and the race's first three rounds, which decide
-        a clear gap (a close one needs more, and without them the baseline is kept). A
-        leader confirmed in screening is confirmed again in the race rather than lost to
-        it; the budget is overrun by at most this much."""
-        calls = 2 * RACE_CALLS_PER_PLAN_CASE * self.round_call_s
-        return RACE_FLOOR_MARGIN * (calls + self.cases * 2 * 3 * RACE_BURST_OVERHEAD_S)
+        Counted in calls of the model's own length, and bounded in time where the policy
+        bounds them, so a slow model's race is not priced as a fast one's times its call:
+        on mobilenet_v2 (AVX2) a 20 s budget built nothing but eager fp32 when its least
+        race, priced at 31 calls of 238 ms per plan with a 1.5x margin, came to 23 s."""
+        policy = self.run.policy.measurement
+        warmup_calls = policy.warmup_max_calls if at_most else RACE_WARMUP_CALLS
+        seconds = 0.0
+        for reference_s in self.case_call_s:
+            call_s = reference_s / speedup
+            short = math.ceil(policy.burst_time_target_s / call_s) if call_s > 0 else 0
+            burst = min(max(policy.timed_calls_per_burst, short), policy.max_calls_per_burst)
+            settle_s = max(call_s, policy.settle_time_s) if at_most else call_s
+            seconds += rounds * (settle_s + burst * call_s + RACE_BURST_OVERHEAD_S)
+            if warm_up:
+                seconds += min(warmup_calls * call_s, policy.warmup_max_time_s)
+        return seconds
+
+    def race_reserve_s(self, plans: int) -> float:
+        """Seconds the race of ``plans`` plans (each at the reference's speed) and what
+        follows it are expected to need."""
+        first = plans * self.plan_race_s(RACE_FIRST_ROUNDS)
+        deciding = 2 * self.plan_race_s(RACE_DECIDING_ROUNDS, warm_up=False)
+        return FINISH_RESERVE_S + first + deciding
+
+    def race_floor_s(self, speedup: float = 1.0) -> float:
+        """The least the race gets, however long the builds took: what the reference and
+        one challenger (``speedup`` times as fast: its prior's low bound, where one plan is
+        asked about) may take at most through their warm-up and the race's first three
+        rounds, which decide a clear gap (a close one needs more, and without them the
+        baseline is kept). A leader confirmed in screening is confirmed again in the race
+        rather than lost to it; the budget is overrun by at most this much."""
+        first = RACE_FIRST_ROUNDS
+        reference = self.plan_race_s(first, at_most=True)
+        return reference + self.plan_race_s(first, max(speedup, 1.0), at_most=True)
 
     def leader(self, candidates: Sequence[CandidateState]) -> CandidateState | None:
         """The alive plan with the best confirmed speedup (the highest screened lower
@@ -356,7 +396,7 @@ class Schedule:
             )
             reserve = self.race_reserve_s(ahead + 2)
         else:
-            reserve = FINISH_RESERVE_S + self.race_floor_s()
+            reserve = FINISH_RESERVE_S + self.race_floor_s(prior.low)
         if need * margin + reserve > left:
             budget = f" of the {self.budget_s:.0f} s budget" if self.budget_s else ""
             overrun = (
