@@ -119,6 +119,7 @@ DEFAULT_RESULTS = (
     "docs/benchmarks/results.json",
     "docs/benchmarks/first-run/results.json",
     "docs/benchmarks/avx2-only/results.json",
+    "docs/benchmarks/avx2-only/first-run/results.json",
 )
 
 
