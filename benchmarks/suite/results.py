@@ -104,7 +104,7 @@ class DecisionRun:
     mix_kind: str | None = None
     operator_mix: dict[str, float] = field(factory=dict)
     priors: dict[str, PriorRange] = field(factory=dict)
-    #: The ATen operators one reference call dispatched (what a prior's cost grows with;
+    #: The torch operators one reference call made (what a prior's cost grows with;
     #: None: a report that did not count them).
     operator_calls: int | None = None
 

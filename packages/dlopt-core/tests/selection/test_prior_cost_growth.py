@@ -1,4 +1,4 @@
-"""A prior's cost grows with the model: the operator calls one reference call dispatches,
+"""A prior's cost grows with the model: the torch operator calls one reference call makes,
 and the shipped table's growth per call (``dlopt.selection.prior_table.TableEntry``).
 
 Exporters and compilers take longer on a larger graph: an entry measured on small models
@@ -33,7 +33,7 @@ def test_the_operator_calls_grow_with_the_model():
         small = count_operator_calls(_stack(1), (X,), {})
         large = count_operator_calls(_stack(8), (X,), {})
     assert small >= 2  # a linear layer and a relu at least
-    assert large >= 8 * small - 8  # each block dispatches what the first one did
+    assert large >= 8 * small - 8  # each block makes the calls the first one did
 
 
 def test_a_model_whose_call_fails_counts_nothing():
@@ -92,7 +92,7 @@ def test_a_compile_priced_for_the_models_size_is_left_out_of_a_budget_it_cannot_
     monkeypatch, per_call_s
 ):
     # The table says 1 s for the compile, measured on a model of one operator call; four
-    # linear blocks dispatch more. Growing 10 s a call, it cannot fit a 10 s budget.
+    # linear blocks make more. Growing 10 s a call, it cannot fit a 10 s budget.
     machine = machine_class("cpu")
     entry = _entry(1.0, 1, per_call_s)
     monkeypatch.setattr(

@@ -27,7 +27,7 @@ class OperatorMix:
     other: float = 1.0
     #: The model has attention modules (their fused kernels may hide the share).
     has_attention: bool = False
-    #: How many ATen operators one reference call of the first case dispatches (0: not
+    #: How many torch operators one reference call of the first case makes (0: not
     #: counted): the size of the graph an exporter or a compiler has to process, what a
     #: plan's build and first calls grow with.
     operator_calls: int = 0

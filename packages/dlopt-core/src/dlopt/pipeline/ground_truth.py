@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 from dlopt.contract.priors import OperatorMix
 from dlopt.errors import ConfigurationError
@@ -145,14 +145,14 @@ def operator_mix(model: torch.nn.Module, reference: ReferenceOutputs) -> Operato
     )
 
 
-class _OperatorCounter(TorchDispatchMode):
-    """Counts the ATen operators dispatched while it is active."""
+class _OperatorCounter(TorchFunctionMode):
+    """Counts the torch operators called while it is active."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         self.calls += 1
         return func(*args, **(kwargs or {}))
 
@@ -160,11 +160,13 @@ class _OperatorCounter(TorchDispatchMode):
 def count_operator_calls(
     model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> int:
-    """How many ATen operators one call of ``model`` dispatches, in the caller's grad
-    mode: the size of the graph an exporter traces or a compiler lowers, which a plan's
-    build and first calls grow with (a prior's cost is read for it). Counting costs a
-    Python call per operator, so it is a call of its own, never a timed one; 0 where the
-    call fails."""
+    """How many torch operators (functions, tensor methods and attributes) one call of
+    ``model`` makes, in the caller's grad mode: the size of the graph an exporter traces
+    or a compiler lowers, which a plan's build and first calls grow with (a prior's cost
+    is read for it). Counted at the Python level (a ``TorchFunctionMode``: a dispatcher
+    mode would import much of torch's compiler stack on first use, about 1.5 s), in a call
+    of its own, never a timed one, as counting costs a Python call per operator; 0 where
+    the call fails."""
     counter = _OperatorCounter()
     try:
         with counter:

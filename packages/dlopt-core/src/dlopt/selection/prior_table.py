@@ -57,7 +57,7 @@ def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
 class TableEntry:
     """One plan's prior on one machine class and mix, and how its cost grows with the
     model: ``cost_s`` (the prior's) was measured on models of about ``operator_calls``
-    ATen operator calls per reference call, and each call more costs
+    torch operator calls per reference call, and each call more costs
     ``cost_per_operator_s`` (0 and 0: the cost does not grow)."""
 
     prior: Prior
