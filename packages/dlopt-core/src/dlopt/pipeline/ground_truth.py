@@ -66,7 +66,7 @@ def capture(
 
 
 def profiled(truth: GroundTruth, model: torch.nn.Module, context: SelectionContext) -> GroundTruth:
-    """``truth`` with its operator mix (and the operators one call dispatches) and its
+    """``truth`` with its operator mix (and the operators one call makes) and its
     per-case call times: one more reference call per case for each, and one of the first
     case for the count, taken only when plans are to be built (a cache hit and a winner
     brought back into the host of an isolated selection need none of them)."""
