@@ -141,7 +141,11 @@ def operator_mix(model: torch.nn.Module, reference: ReferenceOutputs) -> Operato
         return OperatorMix(has_attention=has_attention)
     shares = {kind: min(value / total, 1.0) for kind, value in spent.items()}
     return OperatorMix(
-        **shares, other=max(1.0 - sum(shares.values()), 0.0), has_attention=has_attention
+        conv=shares["conv"],
+        linear=shares["linear"],
+        attention=shares["attention"],
+        other=max(1.0 - sum(shares.values()), 0.0),
+        has_attention=has_attention,
     )
 
 
@@ -152,7 +156,13 @@ class _OperatorCounter(TorchFunctionMode):
         super().__init__()
         self.calls = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         self.calls += 1
         return func(*args, **(kwargs or {}))
 
