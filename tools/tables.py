@@ -273,8 +273,8 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             if measured:
                 cost_of.update(dict.fromkeys(members, max(measured)))
     growth = {key: cost_per_operator(points) for key, points in sized_costs.items()}
-    # A group's export grows alike for each of its plans: the steepest measured sets it.
-    # (and each of its plans is priced at the sizes any of them was measured at).
+    # A group's export grows alike for each of its plans: the steepest measured sets it,
+    # and each of its plans is priced at the sizes any of them was measured at.
     for group in SHARED_EXPORT_GROUPS:
         for machine in {m for m, plan in growth if plan in group}:
             steepest = max(growth.get((machine, plan), 0.0) for plan in group)

@@ -195,10 +195,6 @@ class Schedule:
         return sum(self.case_call_s)
 
     @property
-    def cases(self) -> int:
-        return len(self.case_call_s)
-
-    @property
     def firm(self) -> bool:
         """The budget is the user's (``time_budget_s`` seconds, not ``"auto"``): a promise."""
         budget = self.run.policy.time_budget_s
