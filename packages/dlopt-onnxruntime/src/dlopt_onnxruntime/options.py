@@ -98,8 +98,8 @@ class OrtOptions:
         default="auto",
         validator=one_of(EXPORTER_CHOICES),
         metadata={
-            "help": "ONNX exporter: auto (dynamo, then TorchScript when dynamo fails or its "
-            "model does not serve every case), dynamo or torchscript"
+            "help": "ONNX exporter: auto (TorchScript, then dynamo when TorchScript fails or "
+            "its model does not serve every case), torchscript or dynamo"
         },
     )
     opset: int | None = field(
