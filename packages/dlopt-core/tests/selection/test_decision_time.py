@@ -295,6 +295,24 @@ def test_cheap_plans_built_early_do_not_crowd_a_more_promising_one_out_of_the_bu
     assert report.candidate("best").race.gate_passed is True
 
 
+def test_a_weak_plan_validated_first_does_not_price_a_better_ones_race_in_full():
+    # 89 ms a reference call (resnet50 at batch 1 on a 2-core AVX2 CPU). A native plan
+    # (cheap, little promise) is built and validated first; then the int8 plan, which
+    # promises more than any plan in the race, needs beside its build only the least race
+    # that can confirm it: the race leaves the native plan out to make room. Priced as
+    # the full race of two plans (14 s), its 6 s build (9 s with the firm margin) did not
+    # fit in the 18 s left, and eager fp32 was kept.
+    race = FakeRace()
+    native = race.fake("native", 0.085, setup_time_s=0.2, declared_prior=prior(1.16, 0.8, 2.0, 0.2))
+    int8 = race.fake("int8", 0.04, setup_time_s=6.0, declared_prior=prior(2.66, 2.0, 3.5, 6.0))
+    optimizer = race.optimizer(race.fake("eager_fp32", 0.089), native, int8, time_budget_s=20.0)
+    report = optimizer.select_signature(SlowTiny(race.clock, 0.089).eval(), X).report
+    assert native.builds == 1 and int8.builds == 1
+    assert report.selected_plan == "int8"
+    assert report.candidate("int8").race.gate_passed is True
+    assert report.decision_time.spent_s <= 20.0 * 1.1
+
+
 def test_a_near_free_build_does_not_scale_a_compiles_expected_cost_down():
     # A native plan builds in no time against its 0.05 s prior; the compile after it takes
     # what its prior says. Read through a mean of ratios, the near-free build scaled the
