@@ -223,15 +223,17 @@ def cost_per_operator(points: Sequence[tuple[int, float]]) -> float:
     return max(statistics.median(slopes), 0.0) if slopes else 0.0
 
 
-def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The table's entries from suite results documents (``results.json``)."""
+def prior_entries(
+    documents: Sequence[Mapping[str, Any]], costs_from: Collection[int] | None = None
+) -> list[dict[str, Any]]:
+    """The table's entries from suite results documents (``results.json``). ``costs_from``:
+    the indices of the documents whose dlopt runs supersede the others' costs: a plan
+    they built on a machine class costs there only what they measured (``None``: every
+    document counts alike). The speedups pool every document either way."""
     grouped: dict[tuple[str, str, str], tuple[list[float], dict[int, list[float]]]] = {}
     failures: dict[tuple[str, str, str], int] = {}
-    # Per (machine, plan), the (operator calls, cost) of every workload that built it: how
-    # its cost grows with the model (a compiler's work per operator does not depend on
-    # the mix); per (machine, mix, plan), the sizes its cost was measured at.
-    sized_costs: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    measured_at: dict[tuple[str, str, str], list[int]] = {}
+    # What dlopt's runs spent: (document, machine, mix, plan, operator calls, seconds).
+    spending: list[tuple[int, str, str, str, int | None, float]] = []
     for index, document in enumerate(documents):
         machine = document.get("machine_class") or machine_class_of(
             document.get("environment", {}).get("isa_flags", ())
@@ -244,15 +246,28 @@ def prior_entries(documents: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             speedups = measured_speedups(result)
             calls = workload_operator_calls(result)
             for plan, speedup in speedups.items():
-                points, spent = grouped.setdefault((machine, mix, plan), ([], {}))
-                points.append(speedup)
+                grouped.setdefault((machine, mix, plan), ([], {}))[0].append(speedup)
                 if plan in costs:
-                    spent.setdefault(index, []).append(costs[plan])
-                    if calls:
-                        sized_costs.setdefault((machine, plan), []).append((calls, costs[plan]))
-                        measured_at.setdefault((machine, mix, plan), []).append(calls)
+                    spending.append((index, machine, mix, plan, calls, costs[plan]))
             for plan in failed_plans(result, speedups):
                 failures[(machine, mix, plan)] = failures.get((machine, mix, plan), 0) + 1
+    superseded = {
+        (machine, plan)
+        for index, machine, _, plan, _, _ in spending
+        if costs_from is not None and index in costs_from
+    }
+    # Per (machine, plan), the (operator calls, cost) of every workload that built it: how
+    # its cost grows with the model (a compiler's work per operator does not depend on
+    # the mix); per (machine, mix, plan), the sizes its cost was measured at.
+    sized_costs: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    measured_at: dict[tuple[str, str, str], list[int]] = {}
+    for index, machine, mix, plan, calls, seconds in spending:
+        if (machine, plan) in superseded and index not in (costs_from or ()):
+            continue
+        grouped[(machine, mix, plan)][1].setdefault(index, []).append(seconds)
+        if calls:
+            sized_costs.setdefault((machine, plan), []).append((calls, seconds))
+            measured_at.setdefault((machine, mix, plan), []).append(calls)
     # A plan dlopt never built on a (machine, mix) (it was not built for want of time)
     # costs there what it cost at the most elsewhere, else what dlopt assumes of a plan
     # nothing is known of: never the 1 s that would put an unmeasured compile first.
@@ -330,11 +345,15 @@ def priors(
     results: Sequence[Path] | None = None,
     runs: Sequence[Path] = (),
     machines: Collection[str] = (),
+    costs_from: Sequence[Path] = (),
 ) -> Path:
     """Write the shipped prior table from ``results`` (default: the suite's latest) and the
     raw records of the suite ``runs`` (directories; run on this machine). ``machines``:
     regenerate only these machine classes' entries, keeping the shipped table's others
-    (a class whose new table has not been run in full beside it stays as it is)."""
+    (a class whose new table has not been run in full beside it stays as it is).
+    ``costs_from``: results whose dlopt runs' costs supersede the others' for the plans
+    they built (read for speedups too), for when a change made builds cheaper and older
+    runs' costs no longer hold."""
     from dlopt.platform.machine import machine_class
     from dlopt.selection.prior_table import TABLE_FILE, TABLE_FORMAT
     from dlopt.settings.target import ExecutionTarget
@@ -342,12 +361,17 @@ def priors(
     root = CORE.parents[3]
     path = CORE / "selection" / TABLE_FILE
     paths = list(results) if results else [root / p for p in DEFAULT_RESULTS]
-    documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.is_file()]
+    resolved = [p.resolve() for p in paths]
+    paths += [p for p in costs_from if p.resolve() not in resolved]
+    paths = [p for p in paths if p.is_file()]
+    documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    costing = {p.resolve() for p in costs_from}
+    cost_documents = [i for i, p in enumerate(paths) if p.resolve() in costing]
     here = machine_class(ExecutionTarget("cpu").device)
     documents += [runs_document(directory, here) for directory in runs]
     paths += runs
     sources = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths]
-    entries = prior_entries(documents)
+    entries = prior_entries(documents, cost_documents if costs_from else None)
     if machines:
         shipped = json.loads(path.read_text(encoding="utf-8"))
         kept = [e for e in shipped["entries"] if e["machine"] not in machines]
@@ -402,6 +426,16 @@ def main(argv: list[str]) -> int:
         help="regenerate only this machine class's entries (avx2, avx512_bf16, ...), keeping "
         "the others as shipped (repeatable)",
     )
+    prior_parser.add_argument(
+        "--costs-from",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="these results' costs supersede the others' for every plan they built on a "
+        "machine class (all are read for speedups), when a change made builds cheaper and "
+        "older runs' costs no longer hold (repeatable)",
+    )
     sub.add_parser(
         "operator-calls",
         help="print the torch operator calls of the suite's workloads (SUITE_OPERATOR_CALLS; "
@@ -415,7 +449,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(suite_operator_calls(), indent=1))
         return 0
     results = [Path(p) for p in args.results] or None
-    print(f"wrote {priors(results, args.runs, machines=args.machine)}")
+    written = priors(results, args.runs, machines=args.machine, costs_from=args.costs_from)
+    print(f"wrote {written}")
     return 0
 
 

@@ -76,6 +76,24 @@ def test_a_plan_built_cheaply_in_one_run_costs_what_the_full_path_took(tables: M
         assert entry["high"] == pytest.approx(2.5 * tables.WIDEN, abs=1e-3)
 
 
+def test_costs_come_only_from_the_runs_named_when_a_change_made_builds_cheaper(
+    tables: ModuleType,
+):
+    # The older run exported with the slow exporter (6 s); the newer one after the change
+    # (1.2 s). Read whole, the older run's cost would win; named, the newer one sets it,
+    # and the speedups still pool both runs.
+    plans = {"eager_fp32": 10.0, "int8": 4.0, "compiled": 8.0}
+    older = _document(_workload("a", plans, [{"int8": 6.0, "compiled": 9.0}]))
+    newer = _document(_workload("a", dict(plans, int8=5.0), [{"int8": 1.2}]))
+    assert _entry(tables.prior_entries([older, newer]), "int8")["cost_s"] == pytest.approx(6.0)
+    entries = tables.prior_entries([older, newer], costs_from={1})
+    assert _entry(entries, "int8")["cost_s"] == pytest.approx(1.2)
+    assert _entry(entries, "int8")["workloads"] == 2
+    assert _entry(entries, "int8")["high"] == pytest.approx(2.5 * tables.WIDEN, abs=1e-3)
+    # Not built in the named run (no time there): what the others measured still holds.
+    assert _entry(entries, "compiled")["cost_s"] == pytest.approx(9.0)
+
+
 def test_budget_runs_count_toward_a_cost_and_an_unbuilt_plan_costs_the_slowest_elsewhere(
     tables: ModuleType,
 ):
@@ -224,3 +242,26 @@ def test_one_machine_class_is_regenerated_and_the_others_kept(
         ("avx512_bf16", "old"),
     ]
     assert written["from"] == ["before.json", "avx2.json"]
+
+
+def test_the_runs_named_for_costs_are_read_beside_the_others(
+    tables: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    core = tmp_path / "packages" / "dlopt-core" / "src" / "dlopt"
+    (core / "selection").mkdir(parents=True)
+    shipped = {"format": 1, "from": [], "entries": []}
+    (core / "selection" / "priors.json").write_text(json.dumps(shipped), encoding="utf-8")
+    monkeypatch.setattr(tables, "CORE", core)
+    files = {}
+    for name, ms, cost in (("older", 4.0, 6.0), ("newer", 5.0, 1.2)):
+        document = {
+            "environment": {"isa_flags": ["avx2"]},
+            "results": [_workload("a", {"eager_fp32": 10.0, "int8": ms}, [{"int8": cost}])],
+        }
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(document), encoding="utf-8")
+    path = tables.priors([files["older"]], machines=["avx2"], costs_from=[files["newer"]])
+    written = json.loads(path.read_text(encoding="utf-8"))
+    (entry,) = [e for e in written["entries"] if e["plan"] == "int8"]
+    assert entry["cost_s"] == pytest.approx(1.2) and entry["workloads"] == 2
+    assert written["from"] == ["older.json", "newer.json"]
