@@ -124,6 +124,34 @@ def test_a_wrong_prior_hides_a_fast_plan_which_exhaustive_finds_and_the_report_s
     assert found.candidate("fast").prior.miss is None  # measured inside its interval
 
 
+def test_the_automatic_budget_builds_only_the_plans_expected_to_beat_the_confirmed_leader():
+    def providers(race: FakeRace):
+        return (
+            race.fake("eager_fp32", 3e-3),
+            race.fake("fast", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 0.5)),
+            # It could win (its optimistic bound is 5x), but it is expected at 1.5x.
+            race.fake(
+                "long_shot", 2e-3, setup_time_s=2.0, declared_prior=prior(1.5, 0.8, 5.0, 2.0)
+            ),
+        )
+
+    race = FakeRace()
+    auto = select(race, *providers(race), time_budget_s="auto").report
+    reason = auto.candidate("long_shot").not_built
+    assert auto.candidate("long_shot").status is Status.NOT_BUILT
+    assert reason.startswith("its prior expects 1.50x [0.80, 5.00], ~2.0 s (the test's)")
+    assert "no faster than fast, which is confirmed at" in reason
+    assert auto.selected_plan == "fast"
+    assert auto.candidate("fast").prior.screening is not None
+
+    # A budget the user set builds every plan that could still win, and so does none.
+    for budget in (30.0, None):
+        race = FakeRace()
+        report = select(race, *providers(race), time_budget_s=budget).report
+        assert report.candidate("long_shot").not_built is None
+        assert report.candidate("long_shot").status is not Status.NOT_BUILT
+
+
 def test_plans_are_built_in_order_of_expected_gain_per_second():
     race = FakeRace()
     order: list[str] = []

@@ -4,8 +4,10 @@ Every plan gets a prior before anything is built (:func:`assign_priors`; where p
 come from: :mod:`dlopt.selection.prior_table`). The reference is built first, the others in
 descending order of expected gain per second of cost. Before each build
 :meth:`Schedule.skip_reason` says whether the plan can still matter: not when its prior's
-optimistic bound cannot beat the confirmed leader by more than the indifference zone, nor
-when the time budget has no room for its build beside what the race needs. A validated
+optimistic bound cannot beat the confirmed leader by more than the indifference zone
+(under the automatic budget, not when its prior expects it no faster than the leader:
+:meth:`Schedule._expected_slower`), nor when the time budget has no room for its build
+beside what the race needs. A validated
 plan is screened (:meth:`Schedule.screen`: a few paired rounds against the reference)
 before a build it could spare is next, when what it measures could spare more build time
 than it costs (:meth:`Schedule.screen_before`): that is what confirms a leader. A plan is
@@ -63,6 +65,8 @@ SCREEN_BUDGET_SHARE = 0.1
 #: Objectives whose winner is the fastest plan per call: a prior of speedup per call
 #: prunes only for these (a slower plan may still win on throughput or lifecycle).
 PRUNED_OBJECTIVES = (Objective.STEADY_STATE_LATENCY, Objective.MIN_LATENCY)
+#: How a reason for not building a plan the automatic budget leaves out begins.
+EXPECTED_SLOWER = "its prior expects"
 #: The least share of the time budget the race gets, however long the builds took: enough
 #: for its first rounds, so a fast plan built late can still be confirmed.
 MIN_RACE_SHARE = 0.1
@@ -193,6 +197,12 @@ class Schedule:
         """The reference's seconds for one call of every case (unweighted: a race calls
         each case alike)."""
         return sum(self.case_call_s)
+
+    @property
+    def auto(self) -> bool:
+        """The budget is dlopt's own (``"auto"``): a plan is built only if it is expected
+        to win (:meth:`_expected_slower`), not merely able to."""
+        return not self.exhaustive and self.run.policy.time_budget_s == "auto"
 
     @property
     def firm(self) -> bool:
@@ -356,22 +366,25 @@ class Schedule:
             )
         prior = _prior(cand)
         leader = self.leader(candidates)
-        zone = self.run.policy.measurement.indifference_zone
         low = confirmed(leader) if leader is not None else None
-        if (
-            leader is not None
-            and low is not None
-            and self.run.policy.objective in PRUNED_OBJECTIVES
-            and prior.high <= low * zone
-        ):
+        if leader is not None and low is not None:
             at = (
                 f"is confirmed at {_interval(leader.screening)}"
                 if leader.screening is not None
                 else "is the reference (1x)"
             )
-            return (
-                f"its prior is at most {prior.high:.2f}x ({prior.source}), and {leader.name} {at}"
-            )
+            if self._beyond_reach(prior, low):
+                return (
+                    f"its prior is at most {prior.high:.2f}x ({prior.source}), "
+                    f"and {leader.name} {at}"
+                )
+            if self._expected_slower(prior, _promise(leader)):
+                return (
+                    f"{EXPECTED_SLOWER} {prior.describe()} ({prior.source}), no faster than "
+                    f"{leader.name}, which {at}; the automatic time budget builds only the "
+                    f"plans expected to beat the leader (set a time budget, or exhaustive, "
+                    f"to build every plan that could)"
+                )
         left = self.run.seconds_left()
         if left is None:
             return None
@@ -451,8 +464,32 @@ class Schedule:
 
     def could_spare(self, screened: CandidateState, plan: CandidateState) -> bool:
         """Whether ``plan`` would be pruned if ``screened`` measured what its prior says."""
+        expected = _prior(screened).speedup
+        return self._beyond_reach(_prior(plan), expected) or self._expected_slower(
+            _prior(plan), expected
+        )
+
+    def _beyond_reach(self, prior: Prior, leader_low: float) -> bool:
+        """Whether a plan of this prior cannot win: its optimistic bound does not beat the
+        leader's confirmed speedup (``leader_low``) by more than the indifference zone."""
         zone = self.run.policy.measurement.indifference_zone
-        return _prior(plan).high <= _prior(screened).speedup * zone
+        return (
+            self.run.policy.objective in PRUNED_OBJECTIVES and prior.high <= leader_low * zone
+        )
+
+    def _expected_slower(self, prior: Prior, leader_speedup: float) -> bool:
+        """Under the automatic budget only: whether a plan of this prior is expected to
+        lose to a leader measured at ``leader_speedup`` (its prior's speedup, times the
+        indifference zone, is no more). Only the prior's optimistic tail could win there,
+        and the automatic budget is for a decision in about the time a quick pass takes:
+        on the demo conv net (AVX2) a torchao compile of 4-8 s, expected at 1.50x against
+        OpenVINO int8 screened at 2.3x, was a third of the decision, and lost."""
+        zone = self.run.policy.measurement.indifference_zone
+        return (
+            self.auto
+            and self.run.policy.objective in PRUNED_OBJECTIVES
+            and prior.speedup * zone <= leader_speedup
+        )
 
     def screen_before(
         self, index: int, order: Sequence[CandidateState], reference: ReferenceOutputs
