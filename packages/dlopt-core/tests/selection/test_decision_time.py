@@ -133,6 +133,8 @@ def test_the_automatic_budget_builds_only_the_plans_expected_to_beat_the_confirm
             race.fake(
                 "long_shot", 2e-3, setup_time_s=2.0, declared_prior=prior(1.5, 0.8, 5.0, 2.0)
             ),
+            # Nothing is known of it (no prior): it expects nothing, and is built.
+            race.fake("stranger", 2e-3, setup_time_s=1.0),
         )
 
     race = FakeRace()
@@ -143,6 +145,8 @@ def test_the_automatic_budget_builds_only_the_plans_expected_to_beat_the_confirm
     assert "no faster than fast, which is confirmed at" in reason
     assert auto.selected_plan == "fast"
     assert auto.candidate("fast").prior.screening is not None
+    assert auto.candidate("stranger").prior.source == "no evidence"
+    assert auto.candidate("stranger").not_built is None
 
     # A budget the user set builds every plan that could still win, and so does none.
     for budget in (30.0, None):

@@ -488,6 +488,9 @@ class Schedule:
         return (
             self.auto
             and self.run.policy.objective in PRUNED_OBJECTIVES
+            # A plan nothing is known of (a private provider's, with no prior) expects
+            # nothing: it is built as before, when its turn comes.
+            and prior.source != unknown_prior().source
             and prior.speedup * zone <= leader_speedup
         )
 
