@@ -11,6 +11,7 @@ strict JSON; the tests check that a shipped table matches what its code computes
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import itertools
 import json
 import math
@@ -118,6 +119,8 @@ DEFAULT_RESULTS = (
     "docs/benchmarks/results.json",
     "docs/benchmarks/first-run/results.json",
     "docs/benchmarks/avx2-only/results.json",
+    "docs/benchmarks/avx2-only/8f3fabd/results.json",
+    "docs/benchmarks/avx2-only/2417098/results.json",
     "docs/benchmarks/avx2-only/first-run/results.json",
 )
 
@@ -224,12 +227,15 @@ def cost_per_operator(points: Sequence[tuple[int, float]]) -> float:
 
 
 def prior_entries(
-    documents: Sequence[Mapping[str, Any]], costs_from: Collection[int] | None = None
+    documents: Sequence[Mapping[str, Any]],
+    costs_from: Collection[int] | None = None,
+    costs_for: Sequence[str] = ("*",),
 ) -> list[dict[str, Any]]:
     """The table's entries from suite results documents (``results.json``). ``costs_from``:
-    the indices of the documents whose dlopt runs supersede the others' costs: a plan
-    they built on a machine class costs there only what they measured (``None``: every
-    document counts alike). The speedups pool every document either way."""
+    the indices of the documents whose dlopt runs supersede the others' costs, for the
+    plans named by ``costs_for`` (shell patterns): such a plan they built on a machine
+    class costs there only what they measured (``None``: every document counts alike).
+    The speedups pool every document either way."""
     grouped: dict[tuple[str, str, str], tuple[list[float], dict[int, list[float]]]] = {}
     failures: dict[tuple[str, str, str], int] = {}
     # What dlopt's runs spent: (document, machine, mix, plan, operator calls, seconds).
@@ -254,7 +260,9 @@ def prior_entries(
     superseded = {
         (machine, plan)
         for index, machine, _, plan, _, _ in spending
-        if costs_from is not None and index in costs_from
+        if costs_from is not None
+        and index in costs_from
+        and any(fnmatch.fnmatchcase(plan, pattern) for pattern in costs_for)
     }
     # Per (machine, plan), the (operator calls, cost) of every workload that built it: how
     # its cost grows with the model (a compiler's work per operator does not depend on
@@ -346,14 +354,15 @@ def priors(
     runs: Sequence[Path] = (),
     machines: Collection[str] = (),
     costs_from: Sequence[Path] = (),
+    costs_for: Sequence[str] = ("*",),
 ) -> Path:
     """Write the shipped prior table from ``results`` (default: the suite's latest) and the
     raw records of the suite ``runs`` (directories; run on this machine). ``machines``:
     regenerate only these machine classes' entries, keeping the shipped table's others
     (a class whose new table has not been run in full beside it stays as it is).
     ``costs_from``: results whose dlopt runs' costs supersede the others' for the plans
-    they built (read for speedups too), for when a change made builds cheaper and older
-    runs' costs no longer hold."""
+    they built that ``costs_for`` names (shell patterns; read for speedups too), for when
+    a change made those plans' builds cheaper and older runs' costs no longer hold."""
     from dlopt.platform.machine import machine_class
     from dlopt.selection.prior_table import TABLE_FILE, TABLE_FORMAT
     from dlopt.settings.target import ExecutionTarget
@@ -371,7 +380,7 @@ def priors(
     documents += [runs_document(directory, here) for directory in runs]
     paths += runs
     sources = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths]
-    entries = prior_entries(documents, cost_documents if costs_from else None)
+    entries = prior_entries(documents, cost_documents if costs_from else None, costs_for)
     if machines:
         shipped = json.loads(path.read_text(encoding="utf-8"))
         kept = [e for e in shipped["entries"] if e["machine"] not in machines]
@@ -432,9 +441,17 @@ def main(argv: list[str]) -> int:
         default=[],
         type=Path,
         metavar="RESULTS_JSON",
-        help="these results' costs supersede the others' for every plan they built on a "
+        help="these results' costs supersede the others' for the plans they built on a "
         "machine class (all are read for speedups), when a change made builds cheaper and "
         "older runs' costs no longer hold (repeatable)",
+    )
+    prior_parser.add_argument(
+        "--costs-for",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="with --costs-from: only the plans this shell pattern names (e.g. "
+        "'onnxruntime_*'; repeatable; default: every plan)",
     )
     sub.add_parser(
         "operator-calls",
@@ -449,7 +466,13 @@ def main(argv: list[str]) -> int:
         print(json.dumps(suite_operator_calls(), indent=1))
         return 0
     results = [Path(p) for p in args.results] or None
-    written = priors(results, args.runs, machines=args.machine, costs_from=args.costs_from)
+    written = priors(
+        results,
+        args.runs,
+        machines=args.machine,
+        costs_from=args.costs_from,
+        costs_for=args.costs_for or ("*",),
+    )
     print(f"wrote {written}")
     return 0
 

@@ -92,6 +92,12 @@ def test_costs_come_only_from_the_runs_named_when_a_change_made_builds_cheaper(
     assert _entry(entries, "int8")["high"] == pytest.approx(2.5 * tables.WIDEN, abs=1e-3)
     # Not built in the named run (no time there): what the others measured still holds.
     assert _entry(entries, "compiled")["cost_s"] == pytest.approx(9.0)
+    # Named for only the plans whose builds the change made cheaper: the others keep
+    # every run's costs (a compile built once, with a warm cache, sets nothing alone).
+    newer["results"][0]["dlopt"][0]["plan_costs_s"]["compiled"] = 0.3
+    entries = tables.prior_entries([older, newer], costs_from={1}, costs_for=["int*"])
+    assert _entry(entries, "int8")["cost_s"] == pytest.approx(1.2)
+    assert _entry(entries, "compiled")["cost_s"] == pytest.approx(9.0)
 
 
 def test_budget_runs_count_toward_a_cost_and_an_unbuilt_plan_costs_the_slowest_elsewhere(
