@@ -473,9 +473,7 @@ class Schedule:
         """Whether a plan of this prior cannot win: its optimistic bound does not beat the
         leader's confirmed speedup (``leader_low``) by more than the indifference zone."""
         zone = self.run.policy.measurement.indifference_zone
-        return (
-            self.run.policy.objective in PRUNED_OBJECTIVES and prior.high <= leader_low * zone
-        )
+        return self.run.policy.objective in PRUNED_OBJECTIVES and prior.high <= leader_low * zone
 
     def _expected_slower(self, prior: Prior, leader_speedup: float) -> bool:
         """Under the automatic budget only: whether a plan of this prior is expected to
