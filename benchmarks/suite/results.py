@@ -240,16 +240,21 @@ def mix_kind_of(runs: Sequence[DecisionRun]) -> str | None:
 
 
 NOT_BUILT_PRIOR = "its prior is at most"
+NOT_BUILT_EXPECTED = "its prior expects"
 NOT_BUILT_TIME = "no time left"
 NOT_BUILT_PRECISION = "its precision"
+NOT_BUILT_KINDS = ("prior", "expected", "time", "precision", "other")
 
 
 def not_built_kind(why: str) -> str:
-    """``prior`` (its prior cannot beat the confirmed leader), ``time`` (the budget had
-    no room for it), ``precision`` (a plan of its precision failed validation far over
-    the limits) or ``other``."""
+    """``prior`` (its prior cannot beat the confirmed leader), ``expected`` (under the
+    automatic budget, its prior expects it to lose to the leader), ``time`` (the budget
+    had no room for it), ``precision`` (a plan of its precision failed validation far
+    over the limits) or ``other``."""
     if why.startswith(NOT_BUILT_PRIOR):
         return "prior"
+    if why.startswith(NOT_BUILT_EXPECTED):
+        return "expected"
     if why.startswith(NOT_BUILT_TIME):
         return "time"
     if why.startswith(NOT_BUILT_PRECISION):
@@ -262,9 +267,7 @@ def not_built_count(reasons: dict[str, str]) -> str:
     if not reasons:
         return "0"
     kinds = Counter(not_built_kind(why) for why in reasons.values())
-    parts = [
-        f"{kind} {kinds[kind]}" for kind in ("prior", "time", "precision", "other") if kinds[kind]
-    ]
+    parts = [f"{kind} {kinds[kind]}" for kind in NOT_BUILT_KINDS if kinds[kind]]
     return f"{len(reasons)} ({', '.join(parts)})"
 
 
@@ -845,8 +848,9 @@ def markdown(
         "those dlopt could have built (validated in a dlopt run, or not built there and "
         "built and validated by the oracle), one figure per run. Speedup vs eager is the "
         "oracle's. Plans not built: in the run with the median wall time, pruned by their "
-        "prior (prior), for want of time (time), or because a plan of their precision "
-        'failed validation far over its limits (precision); "Plans not built" lists them.',
+        "prior (prior: it cannot win; expected: under the automatic budget, it is expected "
+        "to lose), for want of time (time), or because a plan of their precision failed "
+        'validation far over its limits (precision); "Plans not built" lists them.',
         "",
         "| workload | dlopt pick (stable) | dlopt wall s | measure s | timed calls | plans "
         "not built (why) | dlopt regret | pick interval vs eager | peer pick (stable) | peer "

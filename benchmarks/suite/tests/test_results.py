@@ -489,8 +489,10 @@ def test_not_built_counts_kinds_and_short_reasons():
     assert not_built_kind("something else") == "other"
     failed = "its precision (bf16) fails validation on this model: native_bf16 measured ..."
     assert not_built_kind(failed) == "precision"
-    reasons = {"a": PRUNED, "b": PRUNED, "c": LATE, "d": "cancelled", "e": failed}
-    assert not_built_count(reasons) == "5 (prior 2, time 1, precision 1, other 1)"
+    expected = "its prior expects 1.43x [0.76, 3.74], ~15.4 s (table: ...), no faster than ..."
+    assert not_built_kind(expected) == "expected"
+    reasons = {"a": PRUNED, "b": PRUNED, "c": LATE, "d": "cancelled", "e": failed, "f": expected}
+    assert not_built_count(reasons) == "6 (prior 2, expected 1, time 1, precision 1, other 1)"
     assert not_built_count({}) == "0"
     assert short_reason(LATE) == (
         "no time left: its build and first calls are expected to take 12.0 s and the race "
