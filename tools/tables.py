@@ -121,6 +121,7 @@ DEFAULT_RESULTS = (
     "docs/benchmarks/avx2-only/results.json",
     "docs/benchmarks/avx2-only/8f3fabd/results.json",
     "docs/benchmarks/avx2-only/2417098/results.json",
+    "docs/benchmarks/avx2-only/6316fd4/results.json",
     "docs/benchmarks/avx2-only/first-run/results.json",
 )
 

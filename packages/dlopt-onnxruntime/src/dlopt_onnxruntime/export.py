@@ -48,8 +48,8 @@ MANIFEST_FORMAT = 1
 #: a 2-core CPU it exported the suite's MLP and resnet50 in 1.0-1.9 s against the dynamo
 #: exporter's 4.2-6.2 s (most of that its first import), and ONNX Runtime ran the two
 #: files at the same speed (docs/providers/onnxruntime.md, "Export"). Where TorchScript
-#: fails (``TransformerEncoderLayer``'s fused path, at once) or its file does not serve
-#: every case (a size it baked in), the dynamo exporter is tried.
+#: fails (a trace it cannot take fails within a tenth of a second) or its file does not
+#: serve every case (a size it baked in), the dynamo exporter is tried.
 EXPORTERS = ("torchscript", "dynamo")
 #: Opset the TorchScript exporter is asked for when none is configured.
 TORCHSCRIPT_DEFAULT_OPSET = 17

@@ -480,8 +480,9 @@ class Schedule:
         lose to a leader measured at ``leader_speedup`` (its prior's speedup, times the
         indifference zone, is no more). Only the prior's optimistic tail could win there,
         and the automatic budget is for a decision in about the time a quick pass takes:
-        on the demo conv net (AVX2) a torchao compile of 4-8 s, expected at 1.50x against
-        OpenVINO int8 screened at 2.3x, was a third of the decision, and lost."""
+        on the demo conv net (AVX2) a torchao compile took 4.1-8.4 s of decisions of
+        11.0-13.4 s, expected at 1.50x against OpenVINO fp32 screened at 1.36-1.49x, and
+        lost (docs/selection.md, "Pruning")."""
         zone = self.run.policy.measurement.indifference_zone
         return (
             self.auto
