@@ -3,6 +3,9 @@
     python tools/tables.py boundaries   # measurement/boundary_levels.json (a few minutes)
     python tools/tables.py priors [RESULTS.json ...]   # selection/priors.json, from the
                                         # benchmark suite's results (docs/benchmarks/)
+    python tools/tables.py priors --machine avx2 --costs-from R.json --costs-for 'onnxruntime_*'
+                                        # one machine class's rows, ONNX Runtime's costs
+                                        # from R.json only (after its builds got cheaper)
 
 (or ``python3 -m nox -s tables -- boundaries``). Each table is written whole, sorted, as
 strict JSON; the tests check that a shipped table matches what its code computes.
