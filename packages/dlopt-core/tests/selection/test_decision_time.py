@@ -223,6 +223,14 @@ class SlowTiny(Tiny):
         return super().forward(x)
 
 
+def select_slow(race: FakeRace, reference_s: float, *plans, **policy):
+    """The report of a selection of ``plans`` against an eager fp32 whose calls take
+    ``reference_s`` on the race's clock."""
+    eager = race.fake("eager_fp32", reference_s)
+    optimizer = race.optimizer(eager, *plans, **policy)
+    return optimizer.select_signature(SlowTiny(race.clock, reference_s).eval(), X).report
+
+
 def test_a_race_with_no_time_for_every_plan_races_the_most_promising_and_says_why():
     race = FakeRace()
     fast = race.fake("fast", 3e-3, setup_time_s=0.05, declared_prior=prior(3.0, 2.0, 4.0, 0.05))
@@ -232,8 +240,7 @@ def test_a_race_with_no_time_for_every_plan_races_the_most_promising_and_says_wh
         race.fake(f"late_{i}", 6e-3, setup_time_s=1.0, declared_prior=prior(1.8, 1.2, 4.0, 0.1))
         for i in range(4)
     ]
-    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), fast, *late, time_budget_s=5.0)
-    report = optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+    report = select_slow(race, 10e-3, fast, *late, time_budget_s=5.0)
     assert report.selected_plan == "fast"
     assert report.candidate("fast").race.gate_passed is True
     built = [c for c in report.candidates if c.name.startswith("late_") and c.not_built is None]
@@ -286,8 +293,7 @@ def test_a_slow_model_under_a_tight_budget_still_builds_and_races_its_best_plan(
     race = FakeRace()
     fast = race.fake("fast", 0.03, setup_time_s=2.0, declared_prior=prior(3.0, 2.0, 4.0, 2.0))
     other = race.fake("other", 0.06, setup_time_s=2.0, declared_prior=prior(1.8, 1.2, 4.0, 2.0))
-    optimizer = race.optimizer(race.fake("eager_fp32", 0.1), fast, other, time_budget_s=20.0)
-    report = optimizer.select_signature(SlowTiny(race.clock, 0.1).eval(), X).report
+    report = select_slow(race, 0.1, fast, other, time_budget_s=20.0)
     assert fast.builds == 1
     assert report.selected_plan == "fast"
     assert report.candidate("fast").race.gate_passed is True
@@ -301,8 +307,7 @@ def test_a_race_is_priced_in_calls_of_the_models_own_length():
     # calls a plan with a 1.5x margin (22 s), nothing was built and eager fp32 was kept.
     race = FakeRace()
     int8 = race.fake("int8", 0.09, setup_time_s=2.0, declared_prior=prior(2.1, 1.3, 4.6, 2.0))
-    optimizer = race.optimizer(race.fake("eager_fp32", 0.24), int8, time_budget_s=20.0)
-    report = optimizer.select_signature(SlowTiny(race.clock, 0.24).eval(), X).report
+    report = select_slow(race, 0.24, int8, time_budget_s=20.0)
     assert int8.builds == 1
     assert report.selected_plan == "int8"
     assert report.candidate("int8").race.gate_passed is True
@@ -319,8 +324,7 @@ def test_cheap_plans_built_early_do_not_crowd_a_more_promising_one_out_of_the_bu
         for i in range(4)
     ]
     best = race.fake("best", 2e-3, setup_time_s=1.0, declared_prior=prior(4.0, 3.0, 5.0, 1.0))
-    optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), *cheap, best, time_budget_s=4.5)
-    report = optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+    report = select_slow(race, 10e-3, *cheap, best, time_budget_s=4.5)
     assert all(plan.builds == 1 for plan in cheap)
     assert report.candidate("best").not_built is None and best.builds == 1
     assert report.selected_plan == "best"
@@ -337,8 +341,7 @@ def test_a_weak_plan_validated_first_does_not_price_a_better_ones_race_in_full()
     race = FakeRace()
     native = race.fake("native", 0.085, setup_time_s=0.2, declared_prior=prior(1.16, 0.8, 2.0, 0.2))
     int8 = race.fake("int8", 0.04, setup_time_s=6.0, declared_prior=prior(2.66, 2.0, 3.5, 6.0))
-    optimizer = race.optimizer(race.fake("eager_fp32", 0.089), native, int8, time_budget_s=20.0)
-    report = optimizer.select_signature(SlowTiny(race.clock, 0.089).eval(), X).report
+    report = select_slow(race, 0.089, native, int8, time_budget_s=20.0)
     assert native.builds == 1 and int8.builds == 1
     assert report.selected_plan == "int8"
     assert report.candidate("int8").race.gate_passed is True
