@@ -374,17 +374,18 @@ def priors(
     root = CORE.parents[3]
     path = CORE / "selection" / TABLE_FILE
     paths = list(results) if results else [root / p for p in DEFAULT_RESULTS]
-    resolved = [p.resolve() for p in paths]
-    paths += [p for p in costs_from if p.resolve() not in resolved]
+    costing = {p.resolve() for p in costs_from}
+    paths += [p for p in costs_from if p.resolve() not in {q.resolve() for q in paths}]
     paths = [p for p in paths if p.is_file()]
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
-    costing = {p.resolve() for p in costs_from}
-    cost_documents = [i for i, p in enumerate(paths) if p.resolve() in costing]
+    cost_documents = (
+        {i for i, p in enumerate(paths) if p.resolve() in costing} if costs_from else None
+    )
     here = machine_class(ExecutionTarget("cpu").device)
     documents += [runs_document(directory, here) for directory in runs]
     paths += runs
     sources = [str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in paths]
-    entries = prior_entries(documents, cost_documents if costs_from else None, costs_for)
+    entries = prior_entries(documents, cost_documents, costs_for)
     if machines:
         shipped = json.loads(path.read_text(encoding="utf-8"))
         kept = [e for e in shipped["entries"] if e["machine"] not in machines]
@@ -470,6 +471,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps(suite_operator_calls(), indent=1))
         return 0
     results = [Path(p) for p in args.results] or None
+    missing = [str(p) for p in args.costs_from if not p.is_file()]
+    if missing:
+        parser.error(f"--costs-from: no such results file: {', '.join(missing)}")
+    if args.costs_for and not args.costs_from:
+        parser.error("--costs-for names the plans whose costs --costs-from supersedes: add it")
     written = priors(
         results,
         args.runs,

@@ -271,3 +271,21 @@ def test_the_runs_named_for_costs_are_read_beside_the_others(
     (entry,) = [e for e in written["entries"] if e["plan"] == "int8"]
     assert entry["cost_s"] == pytest.approx(1.2) and entry["workloads"] == 2
     assert written["from"] == ["older.json", "newer.json"]
+
+
+def test_costs_named_from_a_missing_file_or_for_no_results_are_refused(
+    tables: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+):
+    # Were the refusal gone, the table would be written here, not over the shipped one.
+    monkeypatch.setattr(tables, "CORE", tmp_path / "packages" / "dlopt-core" / "src" / "dlopt")
+    missing = tmp_path / "nowhere.json"
+    with pytest.raises(SystemExit) as exit_info:
+        tables.main(["priors", "--costs-from", str(missing)])
+    assert exit_info.value.code == 2
+    assert f"--costs-from: no such results file: {missing}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tables.main(["priors", "--costs-for", "onnxruntime_*"])
+    assert "add it" in capsys.readouterr().err

@@ -34,7 +34,7 @@ from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
 from dlopt.pipeline.state import CandidateState, SelectionContext
 from dlopt.precision import Precision, Quantization
-from dlopt.selection.prior_table import table_prior, unknown_prior
+from dlopt.selection.prior_table import UNKNOWN_SOURCE, table_prior, unknown_prior
 from dlopt.validation import ReferenceOutputs
 from dlopt.vocabulary import Objective, Stage
 
@@ -489,7 +489,7 @@ class Schedule:
             and self.run.policy.objective in PRUNED_OBJECTIVES
             # A plan nothing is known of (a private provider's, with no prior) expects
             # nothing: it is built as before, when its turn comes.
-            and prior.source != unknown_prior().source
+            and prior.source != UNKNOWN_SOURCE
             and prior.speedup * zone <= leader_speedup
         )
 

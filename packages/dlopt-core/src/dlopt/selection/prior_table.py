@@ -46,11 +46,13 @@ UNKNOWN_HIGH = 8.0
 #: Build and first-call seconds assumed for a plan nothing is known of (a typical
 #: export or compile on a small model: such a plan still fits a modest budget).
 UNKNOWN_COST_S = 3.0
+#: The source of the prior of a plan nothing is known of.
+UNKNOWN_SOURCE = "no evidence"
 
 
 def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
     """The prior of a plan nothing is known of: it prunes nothing."""
-    return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, "no evidence")
+    return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, UNKNOWN_SOURCE)
 
 
 @attrs.frozen
