@@ -45,9 +45,9 @@ MANIFEST_NAME = "manifest.json"
 MODEL_NAME = "model.onnx"
 MANIFEST_FORMAT = 1
 #: The order ``"auto"`` tries the exporters in. TorchScript first: in a fresh process on
-#: a 2-core CPU it exported an MLP of the suite's and resnet50 in 1.0-1.9 s against the dynamo
-#: exporter's 4.2-6.2 s (most of that its first import), and ONNX Runtime ran the two
-#: files at the same speed (docs/providers/onnxruntime.md, "Export"). Where TorchScript
+#: a 2-core CPU it exported an MLP of the suite's shape and resnet50 in 1.0-1.9 s against
+#: the dynamo exporter's 4.2-6.2 s (most of that its first import), and ONNX Runtime ran
+#: the two files at the same speed (docs/providers/onnxruntime.md, "Export"). Where TorchScript
 #: fails (a trace it cannot take fails within a tenth of a second) or its file does not
 #: serve every case (a size it baked in), the dynamo exporter is tried.
 EXPORTERS = ("torchscript", "dynamo")
