@@ -549,3 +549,50 @@ def test_your_own_selections_give_a_plan_the_share_of_them_it_passed_validation_
     assert flaky.pass_rate == pytest.approx(3 / 5)
     assert flaky.source.endswith("models, failed validation in 2 more")
     assert flaky.source.startswith("your evidence: 3 selection(s) on ")
+
+
+def static_int8_plans(race: FakeRace, scout_passes: float):
+    """Eager, a leader confirmed at about 3x, a cheap static int8 plan expected behind it
+    (passing validation on ``scout_passes`` of models) that fails far over its limits
+    here, and a costly static int8 plan expected ahead of the leader."""
+    return (
+        race.fake("eager_fp32", 3e-3),
+        race.fake("leader", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 0.5)),
+        failing_plan(
+            race,
+            "cheap_static",
+            "int8",
+            1.0,
+            quantization="static",
+            declared_prior=Prior(1.6, 1.2, 2.2, 0.5, "the test's", pass_rate=scout_passes),
+        ),
+        race.fake(
+            "costly_static",
+            0.8e-3,
+            precision="int8",
+            quantization="static",
+            setup_time_s=5.0,
+            declared_prior=Prior(3.5, 2.0, 5.0, 5.0, "the test's", pass_rate=0.4),
+        ),
+    )
+
+
+def test_a_cheap_plan_expected_to_lose_is_built_when_its_failure_would_spare_a_costly_one():
+    race = FakeRace()
+    eager, leader, cheap, costly = static_int8_plans(race, scout_passes=0.4)
+    report = select(race, eager, leader, cheap, costly, time_budget_s="auto").report
+    assert cheap.builds == 1 and report.candidate("cheap_static").status is Status.REJECTED
+    assert costly.builds == 0
+    assert report.candidate("costly_static").not_built.startswith(
+        "its precision (static int8) fails validation on this model: cheap_static measured "
+    )
+    assert report.selected_plan == "leader"
+
+    # A plan that always passes says nothing of the other's rounding: it is not built,
+    # and the costly plan is.
+    race = FakeRace()
+    eager, leader, cheap, costly = static_int8_plans(race, scout_passes=1.0)
+    report = select(race, eager, leader, cheap, costly, time_budget_s="auto").report
+    assert cheap.builds == 0
+    assert report.candidate("cheap_static").not_built.startswith("its prior expects 1.60x")
+    assert costly.builds == 1
