@@ -583,6 +583,8 @@ def test_a_cheap_plan_expected_to_lose_is_built_when_its_failure_would_spare_a_c
     eager, leader, cheap, costly = static_int8_plans(race, scout_passes=0.4)
     report = select(race, eager, leader, cheap, costly, time_budget_s="auto").report
     assert cheap.builds == 1 and report.candidate("cheap_static").status is Status.REJECTED
+    why = report.candidate("cheap_static").prior.built_to_test
+    assert why.startswith("its rounding (static int8), shared by costly_static: its failure")
     assert costly.builds == 0
     assert report.candidate("costly_static").not_built.startswith(
         "its precision (static int8) fails validation on this model: cheap_static measured "
@@ -596,4 +598,4 @@ def test_a_cheap_plan_expected_to_lose_is_built_when_its_failure_would_spare_a_c
     report = select(race, eager, leader, cheap, costly, time_budget_s="auto").report
     assert cheap.builds == 0
     assert report.candidate("cheap_static").not_built.startswith("its prior is at most 2.20x")
-    assert costly.builds == 1
+    assert costly.builds == 1 and report.candidate("costly_static").prior.built_to_test is None

@@ -320,7 +320,14 @@ def prior_evidence(cand: CandidateState, measured: RatioInterval | None) -> Prio
             f"{prior.high:.2f}] ({prior.source})"
         )
     return PriorEvidence(
-        prior.speedup, prior.low, prior.high, prior.cost_s, prior.source, miss, cand.screening
+        prior.speedup,
+        prior.low,
+        prior.high,
+        prior.cost_s,
+        prior.source,
+        miss,
+        cand.screening,
+        cand.built_to_test,
     )
 
 

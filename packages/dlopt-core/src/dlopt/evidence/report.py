@@ -213,6 +213,9 @@ class PriorEvidence:
     miss: str | None = None
     #: Its speedup in the short paired screening right after validation, when screened.
     screening: RatioInterval | None = None
+    #: Built though the prior said it would not win, to test what it names: a rounding
+    #: whose failure spares costlier plans (``None``: built for its own chance).
+    built_to_test: str | None = None
 
 
 @frozen

@@ -517,12 +517,12 @@ class Schedule:
         spared_s = sum(self.expected_cost_s(other) for other in spared)
         if fails * spared_s <= self.expected_cost_s(cand):
             return False
-        log.info(
-            "%s is built to test its rounding (%s) before %s",
-            cand.name,
-            rounding,
-            ", ".join(other.name for other in spared),
+        cand.built_to_test = (
+            f"its rounding ({rounding}), shared by {', '.join(o.name for o in spared)}: "
+            f"its failure ({fails:.0%} likely) would spare their builds (~{spared_s:.1f} s) "
+            f"for its own (~{self.expected_cost_s(cand):.1f} s)"
         )
+        log.info("%s is built to test %s", cand.name, cand.built_to_test)
         return True
 
     def _beyond_reach(self, prior: Prior, leader_low: float) -> bool:

@@ -74,6 +74,9 @@ class CandidateState:
     #: Its speedup over the reference in a short paired screening right after its
     #: validation, when it was screened (what a confirmed leader prunes with).
     screening: RatioInterval | None = None
+    #: Why it was built though its prior said it would not win: the plans of its rounding
+    #: its failure would spare (``None``: built for its own chance, or not built).
+    built_to_test: str | None = None
     #: Why it was built and validated but not raced: the race's share of the time
     #: budget had no room for it (``None``: raced, or never got that far).
     not_raced: str | None = None
