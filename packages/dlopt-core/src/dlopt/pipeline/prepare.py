@@ -85,6 +85,8 @@ def prepare_plans(
             why = schedule.skip_reason(cand, order)
         if why is not None:
             cand.not_built = why
+            # A scout left out for time tested nothing.
+            cand.built_to_test = None
             run.emit(Event(EventKind.CANDIDATE_SKIPPED, f"not built: {why}", candidate=cand.name))
             continue
         _prepare(cand, model, context_of_plan, reference, guard, run)
