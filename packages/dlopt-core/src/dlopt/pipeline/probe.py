@@ -126,20 +126,28 @@ def probe_provider(
             )
     output = capture.result.lines() if capture.result is not None else ()
     availability = _with_output(availability, output)
-    precision = getattr(info.provider, "precision", None)
-    quantization = getattr(info.provider, "quantization", None)
+    precision, quantization = declared_scheme(info.provider)
     return ProbeRecord(
         name=info.name,
         plugin=info.plugin,
         distribution=info.distribution,
         version=info.version,
-        precision=getattr(precision, "value", str(precision)),
+        precision=precision,
         availability=availability,
         probe_time_s=time.perf_counter() - start,
         sdk_output=output,
-        quantization=None
-        if quantization is None
-        else getattr(quantization, "value", str(quantization)),
+        quantization=quantization,
+    )
+
+
+def declared_scheme(provider: object) -> tuple[str, str | None]:
+    """What ``provider`` declares it computes in: its ``precision`` and ``quantization``
+    (``None``: no scheme declared), as the probe records them."""
+    precision = getattr(provider, "precision", None)
+    quantization = getattr(provider, "quantization", None)
+    return (
+        getattr(precision, "value", str(precision)),
+        None if quantization is None else getattr(quantization, "value", str(quantization)),
     )
 
 

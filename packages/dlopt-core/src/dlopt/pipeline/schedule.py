@@ -32,6 +32,7 @@ import attrs
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
+from dlopt.pipeline.probe import declared_scheme
 from dlopt.pipeline.state import CandidateState, SelectionContext
 from dlopt.precision import Precision, Quantization
 from dlopt.selection.prior_table import UNKNOWN_SOURCE, table_prior, unknown_prior
@@ -128,11 +129,7 @@ def declared_rounding(cand: CandidateState) -> str | None:
     probe records)."""
     if cand.status is not None:
         return rounding_of(cand.status.precision, cand.status.quantization)
-    precision = getattr(cand.info.provider, "precision", None)
-    quantization = getattr(cand.info.provider, "quantization", None)
-    return rounding_of(
-        getattr(precision, "value", precision), getattr(quantization, "value", quantization)
-    )
+    return rounding_of(*declared_scheme(cand.info.provider))
 
 
 def assign_priors(
@@ -515,12 +512,13 @@ class Schedule:
             and not self._expected_slower(_prior(other), promise)
         ]
         spared_s = sum(self.expected_cost_s(other) for other in spared)
-        if fails * spared_s <= self.expected_cost_s(cand):
+        own_s = self.expected_cost_s(cand)
+        if fails * spared_s <= own_s:
             return False
         cand.built_to_test = (
             f"its rounding ({rounding}), shared by {', '.join(o.name for o in spared)}: "
             f"its failure ({fails:.0%} likely) would spare their builds (~{spared_s:.1f} s) "
-            f"for its own (~{self.expected_cost_s(cand):.1f} s)"
+            f"for its own (~{own_s:.1f} s)"
         )
         log.info("%s is built to test %s", cand.name, cand.built_to_test)
         return True
