@@ -6,6 +6,8 @@
     python tools/tables.py priors --machine avx2 --costs-from R.json --costs-for 'onnxruntime_*'
                                         # one machine class's rows, ONNX Runtime's costs
                                         # from R.json only (after its builds got cheaper)
+    python tools/tables.py shared-miss RESULTS.json ...   # how much of a plan's miss of
+                                        # its prior the others share (SHARED_MODEL_FACTOR)
 
 (or ``python3 -m nox -s tables -- boundaries``). Each table is written whole, sorted, as
 strict JSON; the tests check that a shipped table matches what its code computes.
@@ -401,6 +403,54 @@ def priors(
     return path
 
 
+def shared_miss(
+    documents: Sequence[Mapping[str, Any]], table: Mapping[tuple[str, str, str], float]
+) -> dict[str, dict[str, float]]:
+    """How much of one plan's miss of its prior another plan on the same workload shares
+    (the selection's ``SHARED_MODEL_FACTOR``): over every ordered pair of plans the oracle
+    timed on a workload, both with a prior in ``table`` (``(machine, mix, plan) ->
+    speedup``), the least-squares slope of the second's log miss on the first's, and the
+    root-mean-square of the second's log miss before and after the first's predicts it.
+    Per operator mix, and ``all``."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for document in documents:
+        machine = document.get("machine_class") or machine_class_of(
+            document.get("environment", {}).get("isa_flags", ())
+        )
+        for result in document.get("results", []):
+            mix = result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
+            misses = {
+                plan: math.log(speedup / table[(machine, mix, plan)])
+                for plan, speedup in measured_speedups(result).items()
+                if plan != "eager_fp32" and (machine, mix, plan) in table
+            }
+            for first, second in itertools.permutations(sorted(misses), 2):
+                pair = (misses[first], misses[second])
+                pairs.setdefault(str(mix), []).append(pair)
+                pairs.setdefault("all", []).append(pair)
+    fits = {}
+    for mix, points in sorted(pairs.items()):
+        across = sum(a * a for a, _ in points)
+        slope = sum(a * b for a, b in points) / across if across > 0 else 0.0
+        fits[mix] = {
+            "pairs": len(points),
+            "slope": round(slope, 3),
+            "rms_log_miss": round(math.sqrt(statistics.fmean(b * b for _, b in points)), 3),
+            "rms_after": round(
+                math.sqrt(statistics.fmean((b - slope * a) ** 2 for a, b in points)), 3
+            ),
+        }
+    return fits
+
+
+def shipped_speedups() -> dict[tuple[str, str, str], float]:
+    """The shipped prior table's speedups, ``(machine, mix, plan) -> speedup``."""
+    from dlopt.selection.prior_table import TABLE_FILE
+
+    table = json.loads((CORE / "selection" / TABLE_FILE).read_text(encoding="utf-8"))
+    return {(e["machine"], e["mix"], e["plan"]): float(e["speedup"]) for e in table["entries"]}
+
+
 def suite_operator_calls() -> dict[str, int]:
     """The torch operator calls of one call of each suite workload's first case, in
     inference mode (as a selection counts them under the default calling context)."""
@@ -465,7 +515,22 @@ def main(argv: list[str]) -> int:
         help="print the torch operator calls of the suite's workloads (SUITE_OPERATOR_CALLS; "
         "in the bench-suite environment)",
     )
+    miss_parser = sub.add_parser(
+        "shared-miss",
+        help="print how much of one plan's miss of its shipped prior another plan on the "
+        "same workload shares (the selection's SHARED_MODEL_FACTOR), per operator mix",
+    )
+    miss_parser.add_argument(
+        "results", nargs="+", type=Path, help="results.json files (e.g. docs/benchmarks/...)"
+    )
     args = parser.parse_args(argv)
+    if args.table == "shared-miss":
+        missing = [str(p) for p in args.results if not p.is_file()]
+        if missing:
+            parser.error(f"no such results file: {', '.join(missing)}")
+        documents = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
+        print(json.dumps(shared_miss(documents, shipped_speedups()), indent=1))
+        return 0
     if args.table == "boundaries":
         print(f"wrote {boundaries()}")
         return 0

@@ -289,3 +289,26 @@ def test_costs_named_from_a_missing_file_or_for_no_results_are_refused(
     with pytest.raises(SystemExit):
         tables.main(["priors", "--costs-for", "onnxruntime_*"])
     assert "add it" in capsys.readouterr().err
+
+
+def test_the_shared_miss_is_the_slope_of_one_plans_miss_of_its_prior_on_anothers(
+    tables: ModuleType,
+):
+    machine = tables.machine_class_of(AVX512_BF16)
+    table = {(machine, "conv", "a"): 2.0, (machine, "conv", "b"): 3.0}
+    # On the first model both plans run twice their prior's speedup, on the second half:
+    # each plan's miss is the other's.
+    shared = _document(
+        _workload("fast_model", {"eager_fp32": 12.0, "a": 3.0, "b": 2.0}, []),
+        _workload("slow_model", {"eager_fp32": 12.0, "a": 12.0, "b": 8.0}, []),
+    )
+    fit = tables.shared_miss([shared], table)["conv"]
+    assert fit["pairs"] == 4 and fit["slope"] == pytest.approx(1.0)
+    assert fit["rms_log_miss"] == pytest.approx(0.693, abs=1e-3) and fit["rms_after"] == 0.0
+
+    # Here the second plan misses the other way: the first's miss predicts the opposite.
+    opposed = _document(
+        _workload("fast_model", {"eager_fp32": 12.0, "a": 3.0, "b": 8.0}, []),
+        _workload("slow_model", {"eager_fp32": 12.0, "a": 12.0, "b": 2.0}, []),
+    )
+    assert tables.shared_miss([opposed], table)["conv"]["slope"] == pytest.approx(-1.0)

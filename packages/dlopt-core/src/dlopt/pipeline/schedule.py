@@ -72,18 +72,18 @@ EXPECTED_SLOWER = "its prior expects"
 #: How much of the leader's miss (its measured speedup over its prior's) the automatic
 #: budget's rule reads as the model's, shared by the plans not yet built: their expected
 #: speedups are scaled by ``(measured / prior) ** SHARED_MODEL_FACTOR``. A model that runs
-#: one compiled plan faster than the table's models mostly runs the others faster too. On
-#: the oracle's measurements of the six AVX2 runs in docs/benchmarks/avx2-only/ (56
-#: workload runs, 5064 ordered pairs of plans with a prior), regressing one plan's log miss
-#: on another's gave 0.75 (conv models 0.75, attention 0.66, linear 0.34), and predicting
-#: with it cut the root-mean-square log miss from 0.26 to 0.17.
+#: one compiled plan faster than the table's models mostly runs the others faster too:
+#: over the oracle's measurements of the eight AVX2 runs in docs/benchmarks/avx2-only/,
+#: the slope of one plan's log miss on another's on the same workload is 0.76 (6514
+#: ordered pairs; conv 0.77, attention 0.69, linear 0.49), and predicting with it cuts the
+#: root-mean-square log miss from 0.25 to 0.16 (``python tools/tables.py shared-miss``).
 SHARED_MODEL_FACTOR = 0.75
 #: Under the automatic budget a plan is pruned as expected slower only when what its prior
 #: expects here, times this, is no faster than the leader: a table of pooled models does
 #: not order plans within a few percent of each other on one model. OpenVINO fp32's conv
-#: prior is 3% below ONNX Runtime int8's; over the same six runs it measured 0.88-1.10x
-#: ONNX Runtime int8 per conv model, and 1.00-1.10x on mobilenet_v2, where pruning it cost
-#: 7.3% of regret at commit 3343764.
+#: prior is 3% below ONNX Runtime int8's; in the oracle's paired measurements of seven
+#: AVX2 runs it ran 0.89-1.07x ONNX Runtime int8 per conv model, and 0.99-1.07x on
+#: mobilenet_v2, where pruning it at the indifference zone (1.02) cost 7.3% of regret.
 PRIOR_RESOLUTION = 1.05
 #: The least share of the time budget the race gets, however long the builds took: enough
 #: for its first rounds, so a fast plan built late can still be confirmed.
