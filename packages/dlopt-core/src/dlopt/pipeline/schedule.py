@@ -73,15 +73,15 @@ EXPECTED_SLOWER = "its prior expects"
 #: budget's rule reads as the model's, shared by the plans not yet built: their expected
 #: speedups are scaled by ``(measured / prior) ** SHARED_MODEL_FACTOR``. A model that runs
 #: one compiled plan faster than the table's models mostly runs the others faster too:
-#: over the oracle's measurements of the eight AVX2 runs in docs/benchmarks/avx2-only/,
-#: the slope of one plan's log miss on another's on the same workload is 0.76 (6514
-#: ordered pairs; conv 0.77, attention 0.69, linear 0.49), and predicting with it cuts the
+#: over the oracle's measurements of the nine AVX2 runs in docs/benchmarks/avx2-only/,
+#: the slope of one plan's log miss on another's on the same workload is 0.76 (7358
+#: ordered pairs; conv 0.77, attention 0.70, linear 0.37), and predicting with it cuts the
 #: root-mean-square log miss from 0.25 to 0.16 (``python tools/tables.py shared-miss``).
 SHARED_MODEL_FACTOR = 0.75
 #: Under the automatic budget a plan is pruned as expected slower only when what its prior
 #: expects here, times this, is no faster than the leader: a table of pooled models does
 #: not order plans within a few percent of each other on one model. OpenVINO fp32's conv
-#: prior is 3% below ONNX Runtime int8's; in the oracle's paired measurements of seven
+#: prior is 3% below ONNX Runtime int8's; in the oracle's paired measurements of eight
 #: AVX2 runs it ran 0.89-1.07x ONNX Runtime int8 per conv model, and 0.99-1.07x on
 #: mobilenet_v2, where pruning it at the indifference zone (1.02) cost 7.3% of regret.
 PRIOR_RESOLUTION = 1.05
