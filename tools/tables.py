@@ -236,6 +236,18 @@ def cost_per_operator(points: Sequence[tuple[int, float]]) -> float:
     return max(statistics.median(slopes), 0.0) if slopes else 0.0
 
 
+def document_machine(document: Mapping[str, Any]) -> str:
+    """The machine class a results document ran on: as it says, else from its CPU flags."""
+    return document.get("machine_class") or machine_class_of(
+        document.get("environment", {}).get("isa_flags", ())
+    )
+
+
+def result_mix(result: Mapping[str, Any]) -> str | None:
+    """A workload's operator-mix kind: as dlopt measured it, else the suite's own."""
+    return result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
+
+
 def prior_entries(
     documents: Sequence[Mapping[str, Any]],
     costs_from: Collection[int] | None = None,
@@ -251,11 +263,9 @@ def prior_entries(
     # What dlopt's runs spent: (document, machine, mix, plan, operator calls, seconds).
     spending: list[tuple[int, str, str, str, int | None, float]] = []
     for index, document in enumerate(documents):
-        machine = document.get("machine_class") or machine_class_of(
-            document.get("environment", {}).get("isa_flags", ())
-        )
+        machine = document_machine(document)
         for result in document.get("results", []):
-            mix = result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
+            mix = result_mix(result)
             if mix is None:
                 continue
             costs = plan_costs(result)
@@ -416,11 +426,9 @@ def shared_miss(
     Per operator mix, and ``all``."""
     pairs: dict[str, list[tuple[float, float]]] = {}
     for document in documents:
-        machine = document.get("machine_class") or machine_class_of(
-            document.get("environment", {}).get("isa_flags", ())
-        )
+        machine = document_machine(document)
         for result in document.get("results", []):
-            mix = result.get("operator_mix") or SUITE_MIX.get(result.get("key", ""))
+            mix = result_mix(result)
             misses = {
                 plan: math.log(speedup / table[(machine, mix, plan)])
                 for plan, speedup in measured_speedups(result).items()
@@ -446,11 +454,15 @@ def shared_miss(
 
 
 def shipped_speedups() -> dict[tuple[str, str, str], float]:
-    """The shipped prior table's speedups, ``(machine, mix, plan) -> speedup``."""
-    from dlopt.selection.prior_table import TABLE_FILE
+    """The checkout's prior table's speedups, ``(machine, mix, plan) -> speedup``, read
+    as a selection reads it."""
+    from dlopt.platform.serialization import parse_strict_json
+    from dlopt.selection.prior_table import TABLE_FILE, table_from_json
 
-    table = json.loads((CORE / "selection" / TABLE_FILE).read_text(encoding="utf-8"))
-    return {(e["machine"], e["mix"], e["plan"]): float(e["speedup"]) for e in table["entries"]}
+    text = (CORE / "selection" / TABLE_FILE).read_text(encoding="utf-8")
+    return {
+        key: entry.prior.speedup for key, entry in table_from_json(parse_strict_json(text)).items()
+    }
 
 
 def suite_operator_calls() -> dict[str, int]:

@@ -404,12 +404,13 @@ class Schedule:
                     f"its prior is at most {prior.high:.2f}x ({prior.source}), "
                     f"and {leader.name} {at}"
                 )
-            factor = model_factor(leader)
+            miss = leader_miss(leader)
+            factor = miss**SHARED_MODEL_FACTOR
             if self._expected_slower(prior, _promise(leader), factor):
                 here = (
                     f", {prior.speedup * factor:.2f}x on this model ({leader.name} measures "
-                    f"{_promise(leader) / _prior(leader).speedup:.2f}x its prior)"
-                    if factor != 1.0
+                    f"{miss:.2f}x its prior)"
+                    if miss != 1.0
                     else ""
                 )
                 return (
@@ -521,7 +522,7 @@ class Schedule:
         if rounding is None or fails <= 0.0 or self.exhaustive:
             return False
         promise = _promise(leader)
-        factor = model_factor(leader)
+        factor = leader_miss(leader) ** SHARED_MODEL_FACTOR
         low = confirmed(leader)
         spared = [
             other
@@ -557,10 +558,10 @@ class Schedule:
     def _expected_slower(self, prior: Prior, leader_speedup: float, factor: float = 1.0) -> bool:
         """Under the automatic budget only: whether a plan of this prior is expected to
         lose to a leader measured at ``leader_speedup``: its prior's speedup, read for this
-        model (times ``factor``, :func:`model_factor`), times :data:`PRIOR_RESOLUTION` (at
-        least the indifference zone), is no more. Only the prior's optimistic tail could
-        win there, and the automatic budget is for a decision in about the time a quick
-        pass takes: on the demo conv net (AVX2) a torchao compile took 4.1-8.4 s of
+        model (times ``factor``: :func:`leader_miss` to the power
+        :data:`SHARED_MODEL_FACTOR`), times :data:`PRIOR_RESOLUTION` (at least the
+        indifference zone), is no more. Only the prior's optimistic tail could win there,
+        and the automatic budget is for a decision in about the time a quick pass takes: on the demo conv net (AVX2) a torchao compile took 4.1-8.4 s of
         decisions of 11.0-13.4 s, expected at 1.50x against OpenVINO fp32 screened at
         1.36-1.49x, and lost (docs/selection.md, "Pruning")."""
         margin = max(self.run.policy.measurement.indifference_zone, PRIOR_RESOLUTION)
@@ -702,10 +703,11 @@ def confirmed(cand: CandidateState) -> float | None:
     return cand.screening.low
 
 
-def model_factor(leader: CandidateState) -> float:
-    """What the leader's screening says of this model beside its prior: ``(screened point /
-    prior speedup) ** SHARED_MODEL_FACTOR``; 1 when it was not screened or its prior is
-    unknown (the reference, a private provider's plan with no prior)."""
+def leader_miss(leader: CandidateState) -> float:
+    """How far the leader's screening landed from its prior on this model: ``screened
+    point / prior speedup`` (the plans not yet built read their priors through it to the
+    power :data:`SHARED_MODEL_FACTOR`); 1 when it was not screened or its prior is unknown
+    (the reference, a private provider's plan with no prior)."""
     prior = _prior(leader)
     if (
         leader.is_reference
@@ -714,7 +716,7 @@ def model_factor(leader: CandidateState) -> float:
         or prior.source == UNKNOWN_SOURCE
     ):
         return 1.0
-    return float((leader.screening.point / prior.speedup) ** SHARED_MODEL_FACTOR)
+    return float(leader.screening.point / prior.speedup)
 
 
 def _promise(cand: CandidateState) -> float:
