@@ -60,6 +60,38 @@ def test_the_policy_can_leave_the_allocator_alone() -> None:
     assert allocator.calls == 0 and result.allocator is None
 
 
+def test_without_its_report_the_allocator_is_settled_with_no_calls_counted() -> None:
+    # The revalidation probe's setting: the three counting calls per case are not made.
+    def calls_of_a(**policy):
+        clock = FakeClock()
+        calls = {"a": 0}
+
+        def a() -> None:
+            calls["a"] += 1
+            clock.advance(1e-3)
+
+        def b() -> None:
+            clock.advance(1e-3)
+
+        allocator = FakeAllocator("mallopt(test)")
+        result = run_race(
+            {"a": [a], "b": [b]},
+            [1],
+            "a",
+            1.5,
+            MeasurementPolicy(seed=1, bootstrap_resamples=0, max_rounds=3, **policy),
+            clock=clock,
+            allocator=allocator,
+        )
+        assert allocator.calls == 1
+        return calls["a"], result.allocator
+
+    counted, with_report = calls_of_a()
+    uncounted, without = calls_of_a(allocator_report=False)
+    assert with_report is not None and without is None
+    assert counted - uncounted == 3
+
+
 def test_advice_names_the_environment_a_server_needs() -> None:
     assert advice("eager_fp32", COSTLY_FAULTS_PER_CALL / 2, True) is None
     settled = advice("eager_fp32", 40_000, True)

@@ -237,8 +237,12 @@ class _Race:
     # -- before the rounds -------------------------------------------------------------
     def settle_allocator(self) -> None:
         """Count the baseline's page faults per call in the current regime, then settle
-        the allocator for the race (when the policy and the platform allow)."""
+        the allocator for the race (when the policy and the platform allow; without
+        ``allocator_report`` only settle it: nothing is counted or recorded)."""
         if self.allocator is None:
+            return
+        if not self.policy.allocator_report:
+            self.allocator.settle()
             return
         before_faults: list[float] = []
         before_s: list[float] = []

@@ -637,6 +637,7 @@ class Schedule:
             record_page_faults=False,
             seed=measurement.seed,
             settle_allocator=measurement.settle_allocator,
+            allocator_report=False,  # a screening's race is not reported
             quiesce_max_s=measurement.quiesce_max_s,
         )
         calls = {
