@@ -204,3 +204,18 @@ def test_differences_name_the_changed_ingredients():
     new = {"model": {"parameters_sha256": "b", "class": "M"}, "plans": [{"name": "y"}]}
     assert differences(old, new) == ["model.parameters_sha256", "plans[0].name"]
     assert differences(old, old) == []
+
+
+def test_the_inputs_hash_reads_values_where_the_key_reads_signatures() -> None:
+    from dlopt.cache.key import inputs_sha256
+
+    x = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+
+    def of(args, kwargs=None, name="c"):
+        return inputs_sha256([(name, args, kwargs or {})])
+
+    assert of((x,)) == of((x.clone(),))
+    assert of((x,)) != of((x + 1,))
+    assert of((x,)) != of((x,), name="d")
+    assert of((x,), {"scale": 2}) != of((x,), {"scale": 3})
+    assert of((x, None)) != of((None, x))

@@ -154,3 +154,84 @@ def test_the_cache_field_round_trips_and_is_absent_without_a_cache(tmp_path):
     plain = race.optimizer(race.fake("eager_fp32", 2e-3)).select_signature(model, x).report
     assert "cache" not in json.loads(plain.to_json())
     assert report_from_json(plain.to_json()).cache is None
+
+
+def _count_rounding_runs(monkeypatch) -> list[int]:
+    """Counts the float64 runs that measure the reference's fp32 rounding."""
+    from dlopt.validation import reference
+
+    runs: list[int] = []
+    real = reference.measure_fp32_rounding
+    monkeypatch.setattr(
+        reference, "measure_fp32_rounding", lambda *a, **k: runs.append(1) or real(*a, **k)
+    )
+    return runs
+
+
+def _rounding_field(tmp_path: Path, key: str) -> dict:
+    data = json.loads((tmp_path / RECORDS_DIR / key / "record.json").read_text())
+    return data["reference_rounding"]
+
+
+def test_a_hit_reads_the_reference_rounding_back_instead_of_running_float64(
+    tmp_path, monkeypatch
+):
+    from dlopt.pipeline import ground_truth
+
+    runs = _count_rounding_runs(monkeypatch)
+    attached = []
+    real = ground_truth.with_fp32_rounding
+
+    def spy(truth, *args):
+        real(truth, *args)
+        attached.append([case.fp32_rounding for case in truth.reference.cases])
+
+    monkeypatch.setattr(ground_truth, "with_fp32_rounding", spy)
+    model, x = small_model(), torch.randn(4, 8)
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    assert runs == [1]
+    kept = _rounding_field(tmp_path, first.report.cache.key)
+    assert kept["note"] is None and len(kept["cases"]) == 1
+    (leaf,) = kept["cases"][0].values()
+    assert 0 < leaf["rel_l2"] < 1e-4 and leaf["max_abs_error"] > 0
+
+    hit = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    assert hit.report.cache.cache_hit is True and runs == [1]
+    # The hit judged its plans against the rounding the race measured.
+    assert len(attached) == 2 and attached[1] == attached[0] and attached[0][0]
+
+
+def test_other_input_values_of_the_same_signature_measure_the_rounding_again(
+    tmp_path, monkeypatch
+):
+    runs = _count_rounding_runs(monkeypatch)
+    model = small_model()
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, torch.randn(4, 8))
+    other = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(
+        model, torch.randn(4, 8) * 3
+    )
+    # The same key (shapes and dtypes), another measurement: the record's was not theirs.
+    assert other.report.cache.key == first.report.cache.key
+    assert other.report.cache.cache_hit is True and runs == [1, 1]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda kept: kept.update(cases=[{"out": {"rel_l2": -1.0, "max_abs_error": 0.0}}]),
+        lambda kept: kept.update(cases=[]),
+        lambda kept: kept.update(note=3),
+        lambda kept: kept["cases"][0].update({"out": "1e-6"}),
+    ],
+    ids=["negative", "case-count", "note", "leaf"],
+)
+def test_a_malformed_kept_rounding_is_measured_again(tmp_path, monkeypatch, damage):
+    runs = _count_rounding_runs(monkeypatch)
+    model, x = small_model(), torch.randn(4, 8)
+    key = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x).report.cache.key
+    path = tmp_path / RECORDS_DIR / key / "record.json"
+    data = json.loads(path.read_text())
+    damage(data["reference_rounding"])
+    path.write_text(json.dumps(data))
+    hit = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    assert hit.report.cache.cache_hit is True and runs == [1, 1]

@@ -49,6 +49,23 @@ def test_the_host_serves_the_winner_from_the_workers_record(tmp_path):
         assert second.plan.metadata == {"served_as": "program"}
 
 
+def test_the_host_reads_the_reference_rounding_the_worker_measured(tmp_path, monkeypatch):
+    # The host checks the winner against its own reference, with the rounding the worker's
+    # race measured on the same inputs: no float64 run of its own, then or on a hit.
+    from dlopt.validation import reference
+
+    runs: list[int] = []
+    real = reference.measure_fp32_rounding
+    monkeypatch.setattr(
+        reference, "measure_fp32_rounding", lambda *a, **k: runs.append(1) or real(*a, **k)
+    )
+    with select(tmp_path) as first:
+        assert first.report.cache.record_written is True
+    with select(tmp_path) as second:
+        assert second.report.cache.cache_hit is True
+    assert runs == []
+
+
 def test_a_record_set_aside_in_the_worker_is_warned_in_the_host_with_why(tmp_path):
     with select(tmp_path) as first:
         key = first.report.cache.key

@@ -24,6 +24,7 @@ from dlopt.cache.key import cache_ingredients, key_of
 from dlopt.cache.recheck import Recheck
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
 from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
+from dlopt.cache.rounding import rounding_record, stored_rounding
 from dlopt.contract.provider import Reload
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
@@ -31,6 +32,7 @@ from dlopt.serving.evidence import with_unseen_policy
 from dlopt.settings.policy import OptimizationPolicy
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadProfile
+from dlopt.validation.reference import MeasuredRounding, ReferenceOutputs
 
 
 @attrs.define(eq=False)
@@ -77,6 +79,15 @@ def look_up(
             found.closest_key, found.differences = closest[0], tuple(closest[1])
     found.lookup_time_s = time.perf_counter() - start
     return found
+
+
+def known_rounding(
+    record: CacheRecord | None, reference: ReferenceOutputs
+) -> MeasuredRounding | None:
+    """The fp32 rounding ``record`` kept for ``reference``'s very inputs, if it kept one."""
+    if record is None:
+        return None
+    return stored_rounding(record.reference_rounding, reference)
 
 
 def hit_report(
@@ -141,11 +152,13 @@ def store(
     selected: CandidateState,
     program: ProgramSaver | None,
     artifact_dir: Path,
+    reference: ReferenceOutputs | None = None,
 ) -> OptimizationReport:
     """Write the race's decision under ``found.key``; the report with ``record_written``.
 
     ``program``: saves the selected plan as a program (where its provider can), into the
-    record (``None``: the record keeps no program).
+    record (``None``: the record keeps no program). ``reference``: the race's reference,
+    whose measured fp32 rounding the record keeps for a hit.
     """
     assert selected.plan is not None and report.cache is not None
     cache = report.cache
@@ -170,6 +183,7 @@ def store(
             attrs.evolve(report, cache=written),
             artifacts,
             replace=found.record is not None,
+            reference_rounding=rounding_record(reference) if reference is not None else None,
         )
     except (OSError, BundleError, PlanCacheError) as exc:
         note = f"the record could not be written to {found.cache.root}: {exc}"

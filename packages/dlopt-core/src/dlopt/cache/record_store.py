@@ -3,7 +3,8 @@
 Layout of a cache directory (everything dlopt writes there; other files are left alone)::
 
     DLOPT_PLAN_CACHE            the marker: this directory holds a dlopt plan cache
-    records/<key>/record.json   the key, its ingredients, when and how it was written
+    records/<key>/record.json   the key, its ingredients, when it was written, the
+                                reference's fp32 rounding (dlopt.cache.rounding)
     records/<key>/bundle/       a bundle (report, the selected plan's artifacts, hashes)
     set-aside/<key>.<when>/     records that could not be read, kept for a look
     staging/                    records being written (renamed into records/ when whole)
@@ -47,6 +48,9 @@ SET_ASIDE_DIR = "set-aside"
 STAGING_DIR = "staging"
 RECORD_NAME = "record.json"
 BUNDLE_DIR = "bundle"
+#: The optional record.json field holding the reference's fp32 rounding
+#: (:mod:`dlopt.cache.rounding` reads and writes what is in it).
+ROUNDING_FIELD = "reference_rounding"
 #: Bumped when record.json changes shape; older records are set aside, not misread.
 RECORD_VERSION = 1
 CACHE_DIR_ENV = "DLOPT_CACHE_DIR"
@@ -79,6 +83,9 @@ class CacheRecord:
     created_at: str
     ingredients: dict[str, Any]
     bundle: Bundle
+    #: The reference's fp32 rounding as the race measured it (:mod:`dlopt.cache.rounding`),
+    #: as read from record.json (``None`` where the record keeps none).
+    reference_rounding: Any = None
 
     @property
     def report(self) -> OptimizationReport:
@@ -218,11 +225,14 @@ class PlanCache:
         artifacts: Mapping[str, str | os.PathLike[str]],
         *,
         replace: bool = False,
+        reference_rounding: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Store a decision under ``key`` (see the module docstring).
 
         ``replace``: put this record in place of an existing one (its revalidation
         failed); otherwise an existing record stays and this one is not written.
+        ``reference_rounding``: the race's measured fp32 rounding, kept for a hit
+        (:func:`dlopt.cache.rounding.rounding_record`).
         """
         final = self.record_path(key)
         self._ensure_layout()
@@ -237,6 +247,8 @@ class PlanCache:
                 "selected_plan": report.selected_plan,
                 "ingredients": dict(ingredients),
             }
+            if reference_rounding is not None:
+                record[ROUNDING_FIELD] = dict(reference_rounding)
             atomic_write_bytes(staging / RECORD_NAME, (dumps(record) + "\n").encode("utf-8"))
             fsync_directory(staging)
             return self._install(staging, final, replace)
@@ -354,7 +366,14 @@ def read_record(path: Path, key: str) -> CacheRecord:
     bundle = verify_bundle(path / BUNDLE_DIR)
     if bundle.report.selected_plan != data.get("selected_plan"):
         raise PlanCacheError(f"{path}: record.json and the bundle name different plans")
-    return CacheRecord(key, path, str(data.get("created_at")), data["ingredients"], bundle)
+    return CacheRecord(
+        key,
+        path,
+        str(data.get("created_at")),
+        data["ingredients"],
+        bundle,
+        data.get(ROUNDING_FIELD),
+    )
 
 
 def read_record_json(path: Path, key: str) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def select(selection: Selection) -> OptimizationDecision:
         )
     )
     try:
-        truth = ground_truth.capture(model, selection.workload, run)
+        truth = ground_truth.capture(model, selection.workload, run, fp32_rounding=False)
         workload, reference, guard = truth.workload, truth.reference, truth.guard
         context = ProviderContext(
             target=run.target, policy=policy, workload=workload, artifact_dir=artifact_dir
@@ -95,6 +95,10 @@ def select(selection: Selection) -> OptimizationDecision:
             found = lookup.look_up(
                 policy.plan_cache_dir, model, workload, policy, run.target, candidates
             )
+        # After the lookup: a record keeps the rounding it measured on these inputs.
+        record = found.record if found is not None else None
+        ground_truth.with_fp32_rounding(truth, model, run, lookup.known_rounding(record, reference))
+        if found is not None:
             hit = _cache_hit(found, candidates, selection, context, truth, scratch)
             if isinstance(hit, OptimizationDecision):
                 return hit
@@ -140,7 +144,7 @@ def select(selection: Selection) -> OptimizationDecision:
     assert served.plan is not None
     program = program_saver(served, context, reference) if selection.save_programs else None
     if found is not None:
-        report = lookup.store(found, report, served, program, context.artifact_dir)
+        report = lookup.store(found, report, served, program, context.artifact_dir, reference)
     close_all(candidates, keep=served)
     run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
     return OptimizationDecision(
@@ -264,7 +268,10 @@ def decision_in_host(
     candidates = plans.choose_plans(registry, selection.providers, policy)
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
     try:
-        truth = ground_truth.capture(model, selection.workload, run)
+        truth = ground_truth.capture(model, selection.workload, run, fp32_rounding=False)
+        ground_truth.with_fp32_rounding(
+            truth, model, run, lookup.known_rounding(record, truth.reference)
+        )
         context = ProviderContext(
             target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
         )

@@ -24,6 +24,7 @@ from dlopt.errors import ConfigurationError
 from dlopt.pipeline.state import SelectionContext
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation import ModelGuard, ReferenceOutputs, capture_reference
+from dlopt.validation.reference import MeasuredRounding, attach_fp32_rounding
 
 
 @attrs.frozen(eq=False)
@@ -55,14 +56,37 @@ class GroundTruth:
 
 
 def capture(
-    model: torch.nn.Module, workload: WorkloadProfile, context: SelectionContext
+    model: torch.nn.Module,
+    workload: WorkloadProfile,
+    context: SelectionContext,
+    *,
+    fp32_rounding: bool = True,
 ) -> GroundTruth:
-    """The ground truth of one selection (see the module docstring), not yet profiled."""
+    """The ground truth of one selection (see the module docstring), not yet profiled.
+
+    ``fp32_rounding=False``: the reference's fp32 rounding is left to
+    :func:`with_fp32_rounding` (a selection with a plan cache reads it from the record
+    when the record kept it for these inputs)."""
     quality = context.policy.quality
     guard = ModelGuard(model, snapshot=quality.snapshot_weights)
     workload = fit_to_memory(model, workload, context.target.input_device)
-    reference = capture_reference(model, workload, quality, target=context.target, guard=guard)
+    reference = capture_reference(
+        model, workload, quality, target=context.target, guard=guard, fp32_rounding=fp32_rounding
+    )
     return GroundTruth(workload, guard, reference)
+
+
+def with_fp32_rounding(
+    truth: GroundTruth,
+    model: torch.nn.Module,
+    context: SelectionContext,
+    known: MeasuredRounding | None,
+) -> None:
+    """Attach the reference's fp32 rounding to ``truth`` left without it by
+    :func:`capture`: ``known`` (measured before on these inputs), else measured now (when
+    the quality policy asks for it)."""
+    if context.policy.quality.fp32_rounding_factor > 0:
+        attach_fp32_rounding(model, truth.reference, known)
 
 
 def profiled(truth: GroundTruth, model: torch.nn.Module, context: SelectionContext) -> GroundTruth:

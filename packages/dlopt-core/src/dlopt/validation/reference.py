@@ -189,6 +189,7 @@ def capture_reference(
     target: ExecutionTarget | torch.device | str | None = None,
     guard: ModelGuard | None = None,
     grad_mode: GradMode | None = None,
+    fp32_rounding: bool = True,
 ) -> ReferenceOutputs:
     """Run eager fp32 twice per case and keep the outputs as the ground truth.
 
@@ -205,6 +206,10 @@ def capture_reference(
     statistics in training mode) is put back as it was before the error is raised:
     ``guard`` holds the snapshot to restore from (the pipeline passes the one it keeps for
     the whole race; by default one is taken here, per ``policy.snapshot_weights``).
+
+    ``fp32_rounding``: measure the reference's fp32 rounding now (per
+    ``policy.fp32_rounding_factor``); ``False`` leaves it to :func:`attach_fp32_rounding`
+    (a selection with a plan cache may read it back from a record instead).
     """
     policy = policy or QualityPolicy()
     training = [name or type(model).__name__ for name, m in model.named_modules() if m.training]
@@ -234,20 +239,31 @@ def capture_reference(
     except ReferenceCheckError as exc:
         raise ReferenceCheckError(f"{exc}{_restored(model, guard)}") from exc.__cause__
     _check_paths(policy, all_paths)
-    note = _measure_rounding(model, captured) if policy.fp32_rounding_factor > 0 else None
-    return ReferenceOutputs(tuple(captured), guard.fingerprint, str(device), note, grad_mode)
+    reference = ReferenceOutputs(tuple(captured), guard.fingerprint, str(device), None, grad_mode)
+    if fp32_rounding and policy.fp32_rounding_factor > 0:
+        attach_fp32_rounding(model, reference)
+    return reference
 
 
-def _measure_rounding(model: torch.nn.Module, captured: list[ReferenceCase]) -> str | None:
-    """Attach each case's measured fp32 rounding; the note says why there is none."""
-    per_case, note = measure_fp32_rounding(
-        model, [(case.args, case.kwargs, case.outputs) for case in captured]
-    )
-    for case, rounding in zip(captured, per_case, strict=True):
-        case.fp32_rounding = rounding
+#: Each case's fp32 rounding by output path, and the note saying why none was measured.
+MeasuredRounding = tuple[Sequence[dict[str, LeafRounding]], str | None]
+
+
+def attach_fp32_rounding(
+    model: torch.nn.Module, reference: ReferenceOutputs, known: MeasuredRounding | None = None
+) -> None:
+    """Set each case's fp32 rounding and the reference's note: ``known`` (one map per case,
+    measured before on these very inputs), else measured now against float64."""
+    if known is None:
+        known = measure_fp32_rounding(
+            model, [(case.args, case.kwargs, case.outputs) for case in reference.cases]
+        )
+    per_case, note = known
+    for case, rounding in zip(reference.cases, per_case, strict=True):
+        case.fp32_rounding = dict(rounding)
+    reference.fp32_rounding_note = note
     if note is not None:
         log.info("fp32 limits stay fixed: %s", note)
-    return note
 
 
 def _restored(model: torch.nn.Module, guard: ModelGuard) -> str:
