@@ -173,9 +173,7 @@ def _rounding_field(tmp_path: Path, key: str) -> dict:
     return data["reference_rounding"]
 
 
-def test_a_hit_reads_the_reference_rounding_back_instead_of_running_float64(
-    tmp_path, monkeypatch
-):
+def test_a_hit_reads_the_reference_rounding_back_instead_of_running_float64(tmp_path, monkeypatch):
     from dlopt.pipeline import ground_truth
 
     runs = _count_rounding_runs(monkeypatch)
@@ -201,9 +199,7 @@ def test_a_hit_reads_the_reference_rounding_back_instead_of_running_float64(
     assert len(attached) == 2 and attached[1] == attached[0] and attached[0][0]
 
 
-def test_other_input_values_of_the_same_signature_measure_the_rounding_again(
-    tmp_path, monkeypatch
-):
+def test_other_input_values_of_the_same_signature_measure_the_rounding_again(tmp_path, monkeypatch):
     runs = _count_rounding_runs(monkeypatch)
     model = small_model()
     first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, torch.randn(4, 8))
