@@ -62,7 +62,7 @@ def test_the_policy_can_leave_the_allocator_alone() -> None:
 
 def test_without_its_report_the_allocator_is_settled_with_no_calls_counted() -> None:
     # The revalidation probe's setting: the three counting calls per case are not made.
-    def calls_of_a(**policy):
+    def calls_of_a(report: bool):
         clock = FakeClock()
         calls = {"a": 0}
 
@@ -79,15 +79,16 @@ def test_without_its_report_the_allocator_is_settled_with_no_calls_counted() -> 
             [1],
             "a",
             1.5,
-            MeasurementPolicy(seed=1, bootstrap_resamples=0, max_rounds=3, **policy),
+            MeasurementPolicy(seed=1, bootstrap_resamples=0, max_rounds=3),
             clock=clock,
             allocator=allocator,
+            allocator_report=report,
         )
         assert allocator.calls == 1
         return calls["a"], result.allocator
 
-    counted, with_report = calls_of_a()
-    uncounted, without = calls_of_a(allocator_report=False)
+    counted, with_report = calls_of_a(report=True)
+    uncounted, without = calls_of_a(report=False)
     assert with_report is not None and without is None
     assert counted - uncounted == 3
 

@@ -20,11 +20,11 @@ import attrs
 import torch
 
 from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError
+from dlopt.cache.kept_rounding import rounding_record, stored_rounding
 from dlopt.cache.key import cache_ingredients, key_of
 from dlopt.cache.recheck import Recheck
 from dlopt.cache.record_store import CacheRecord, PlanCache, PlanCacheError, PlanCacheWarning
 from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compile_cache
-from dlopt.cache.rounding import rounding_record, stored_rounding
 from dlopt.contract.provider import Reload
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState

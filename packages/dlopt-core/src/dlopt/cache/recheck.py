@@ -70,9 +70,6 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
         warmup_max_calls=min(measurement.warmup_max_calls, PROBE_WARMUP_CALLS),
         warmup_max_time_s=min(measurement.warmup_max_time_s, PROBE_WARMUP_S),
         timed_calls_per_burst=PROBE_BURST_CALLS,
-        # The allocator is settled as for the race, without the calls that count its page
-        # faults for a report: the probe's race is not reported.
-        allocator_report=False,
     )
 
 
@@ -140,8 +137,10 @@ def recheck_record(
     try:
         # The probe races the pick against its baseline (the reference is prepared first
         # but races only where it is the baseline); without a probe nothing races.
+        # The probe's race is not reported: the allocator is settled as for the race,
+        # without the calls that count its page faults for a report.
         raced = race_stages.prepare_and_race(
-            built, model, context, truth, probe_run, racers={versus, chosen}
+            built, model, context, truth, probe_run, racers={versus, chosen}, reported=False
         )
         outcome = _verdict(fresh[chosen], fresh[versus], raced, run.policy.constraints.min_speedup)
     except BaseException:

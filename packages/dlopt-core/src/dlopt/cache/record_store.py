@@ -4,7 +4,7 @@ Layout of a cache directory (everything dlopt writes there; other files are left
 
     DLOPT_PLAN_CACHE            the marker: this directory holds a dlopt plan cache
     records/<key>/record.json   the key, its ingredients, when it was written, the
-                                reference's fp32 rounding (dlopt.cache.rounding)
+                                reference's fp32 rounding (dlopt.cache.kept_rounding)
     records/<key>/bundle/       a bundle (report, the selected plan's artifacts, hashes)
     set-aside/<key>.<when>/     records that could not be read, kept for a look
     staging/                    records being written (renamed into records/ when whole)
@@ -49,7 +49,7 @@ STAGING_DIR = "staging"
 RECORD_NAME = "record.json"
 BUNDLE_DIR = "bundle"
 #: The optional record.json field holding the reference's fp32 rounding
-#: (:mod:`dlopt.cache.rounding` reads and writes what is in it).
+#: (:mod:`dlopt.cache.kept_rounding` reads and writes what is in it).
 ROUNDING_FIELD = "reference_rounding"
 #: Bumped when record.json changes shape; older records are set aside, not misread.
 RECORD_VERSION = 1
@@ -83,8 +83,8 @@ class CacheRecord:
     created_at: str
     ingredients: dict[str, Any]
     bundle: Bundle
-    #: The reference's fp32 rounding as the race measured it (:mod:`dlopt.cache.rounding`),
-    #: as read from record.json (``None`` where the record keeps none).
+    #: The reference's fp32 rounding as the race measured it, as read from record.json
+    #: (``None`` where the record keeps none; :mod:`dlopt.cache.kept_rounding` reads it).
     reference_rounding: Any = None
 
     @property
@@ -232,7 +232,7 @@ class PlanCache:
         ``replace``: put this record in place of an existing one (its revalidation
         failed); otherwise an existing record stays and this one is not written.
         ``reference_rounding``: the race's measured fp32 rounding, kept for a hit
-        (:func:`dlopt.cache.rounding.rounding_record`).
+        (:func:`dlopt.cache.kept_rounding.rounding_record`).
         """
         final = self.record_path(key)
         self._ensure_layout()

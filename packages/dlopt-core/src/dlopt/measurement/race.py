@@ -125,6 +125,9 @@ class _Race:
         #: Keep timing the baseline when no challenger is in the rounds (``run_race``'s
         #: ``measure_alone``).
         self.measure_alone = False
+        #: Count the allocator's page faults before settling it (``run_race``'s
+        #: ``allocator_report``).
+        self.allocator_report = True
         self.min_speedup = float(min_speedup)
         self.threshold = math.log(self.min_speedup)
         self.epsilon = math.log(policy.indifference_zone)
@@ -241,7 +244,7 @@ class _Race:
         ``allocator_report`` only settle it: nothing is counted or recorded)."""
         if self.allocator is None:
             return
-        if not self.policy.allocator_report:
+        if not self.allocator_report:
             self.allocator.settle()
             return
         before_faults: list[float] = []
@@ -928,6 +931,7 @@ def run_race(
     allocator: AllocatorControl | None = None,
     measure_alone: bool = False,
     output_checks: Mapping[str, Sequence[OutputCheck]] | None = None,
+    allocator_report: bool = True,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -956,7 +960,11 @@ def run_race(
     each case's latency, which it needs from a plan that races alone too.
     ``output_checks`` maps a plan to one callable per case that receives the outputs of
     every call of a timed block once its timer has stopped, and raises to fail the plan
-    (the pipeline refuses non-finite outputs this way).
+    (the pipeline refuses non-finite outputs this way). ``allocator_report``: time the
+    baseline's first calls (three per case) and count their page faults before settling
+    the allocator, for the result's ``allocator`` regime and its advice; ``False`` settles
+    it without them and records none (a race nobody reports: a screening, a cached plan's
+    revalidation probe).
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
@@ -975,6 +983,7 @@ def run_race(
         RaceInstruments(policy, clock, synchronize, cpu, allocator),
     )
     race.measure_alone = measure_alone
+    race.allocator_report = allocator_report
     if len(race.plans) == 1 and not measure_alone:
         race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)

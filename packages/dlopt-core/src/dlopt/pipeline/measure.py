@@ -135,9 +135,12 @@ def race(
     run: SelectionContext,
     *,
     race_floor_s: float = 0.0,
+    allocator_report: bool = True,
 ) -> RaceOutcome:
     """Measure every surviving plan against the reference (first and alive). Under a time
-    budget the race gets what is left of it, and never less than ``race_floor_s``."""
+    budget the race gets what is left of it, and never less than ``race_floor_s``.
+    ``allocator_report``: as :func:`dlopt.measurement.run_race`'s (off for a race nobody
+    reports)."""
     alive = [c for c in candidates if c.alive]
     allowed = [_nonfinite_counts(case.outputs) for case in reference.cases]
     recorders = {
@@ -197,6 +200,7 @@ def race(
                     name: [recorder.check for recorder in per_case]
                     for name, per_case in recorders.items()
                 },
+                allocator_report=allocator_report,
             )
     except DloptError:
         raise

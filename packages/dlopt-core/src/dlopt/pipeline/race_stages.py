@@ -30,6 +30,7 @@ def prepare_and_race(
     *,
     schedule: Schedule | None = None,
     racers: Collection[str] | None = None,
+    reported: bool = True,
 ) -> measure.RaceOutcome | None:
     """Prepare ``candidates`` (reference first) against ``truth``'s reference, then race
     the survivors and check them: the model is unchanged, each survivor's last raced
@@ -41,7 +42,9 @@ def prepare_and_race(
     is the race's baseline), and only when two or more of them survived their preparation
     (the race of a lone plan decides nothing): ``None`` races every survivor, always (the
     selection's own race, whose report needs the reference's measurement even alone);
-    ``()`` prepares only. Returns the race, or ``None`` where none was run.
+    ``()`` prepares only. ``reported=False``: a race whose measurement no report shows (a
+    cached plan's revalidation probe) settles the allocator without counting its page
+    faults. Returns the race, or ``None`` where none was run.
     """
     reference, guard = truth.reference, truth.guard
     prepare.prepare_plans(candidates, model, context, reference, guard, run, schedule)
@@ -60,7 +63,7 @@ def prepare_and_race(
                     EventKind.CANDIDATE_SKIPPED, f"not raced: {cand.not_raced}", candidate=cand.name
                 )
             )
-    raced = measure.race(racing, reference, run, race_floor_s=floor_s)
+    raced = measure.race(racing, reference, run, race_floor_s=floor_s, allocator_report=reported)
     checks.check_model_after_race(model, guard)
     checks.revalidate(racing, raced, reference, run)
     constraints.apply_measured_constraints(racing, raced.result, run)

@@ -637,7 +637,6 @@ class Schedule:
             record_page_faults=False,
             seed=measurement.seed,
             settle_allocator=measurement.settle_allocator,
-            allocator_report=False,  # a screening's race is not reported
             quiesce_max_s=measurement.quiesce_max_s,
         )
         calls = {
@@ -657,6 +656,7 @@ class Schedule:
                         c.name: self.run.synchronize(c.plan) for c in (reference_plan, cand)
                     },
                     should_continue=self.run.should_continue,
+                    allocator_report=False,  # a screening's race is not reported
                 )
         except Exception as exc:
             log.info("screening %r raised %s: %s", cand.name, type(exc).__name__, exc)

@@ -85,9 +85,6 @@ class MeasurementPolicy:
         race (``mallopt``) so the baseline is not measured while glibc still returns and
         re-faults its buffers on every call; the page faults before and after, and advice
         for deployments, are recorded. The setting stays in the process.
-        ``allocator_report``: count the page faults before settling (three timed calls of
-        the baseline per case) for the report's advice; the revalidation probe of a cached
-        plan, whose race is not reported, settles without them.
 
     ``seed``: the seed of the per-round shuffles (``None`` draws one; always recorded).
     ``record_page_faults``: minor page faults around timed calls (POSIX only).
@@ -141,7 +138,6 @@ class MeasurementPolicy:
     quiesce_window_s: float = field(default=0.002, validator=_positive)
     quiesce_cpu_fraction: float = field(default=0.2, validator=_positive)
     settle_allocator: bool = field(default=True, validator=boolean())
-    allocator_report: bool = field(default=True, validator=boolean())
     seed: int | None = field(
         default=None, validator=integer(minimum=0, optional=True, hint=" (None draws one)")
     )
