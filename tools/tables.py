@@ -124,6 +124,7 @@ DEFAULT_RESULTS = (
     "docs/benchmarks/results.json",
     "docs/benchmarks/first-run/results.json",
     "docs/benchmarks/avx2-only/results.json",
+    "docs/benchmarks/avx2-only/757ccd4/results.json",
     "docs/benchmarks/avx2-only/19db104/results.json",
     "docs/benchmarks/avx2-only/3343764/results.json",
     "docs/benchmarks/avx2-only/55bd2e5/results.json",
