@@ -3,8 +3,8 @@
 A selection measures how far eager fp32 is from a float64 run of the model, per case and
 output (:mod:`dlopt.validation.rounding`), to widen the fp32 limits to what the reference
 itself cannot tell from the exact result. That float64 run is a fixed cost of every
-selection, a cache hit's check included: 0.45 s of resnet50's hit and 0.7 s of
-mobilenet_v2's on 2 cores. What it measures depends on the weights, torch, the machine and
+selection, a cache hit's check included: in a profile on 2 cores, 0.45 s of resnet50's
+hit and 0.7 s of mobilenet_v2's. What it measures depends on the weights, torch, the machine and
 its threads (all in the key) and on the input values (only their signatures are in the
 key): a record keeps the measurement with the SHA-256 of the inputs' values
 (:func:`dlopt.cache.key.inputs_sha256`), and it is read back only for inputs that hash the

@@ -3,8 +3,8 @@
 Layout of a cache directory (everything dlopt writes there; other files are left alone)::
 
     DLOPT_PLAN_CACHE            the marker: this directory holds a dlopt plan cache
-    records/<key>/record.json   the key, its ingredients, when it was written, the
-                                reference's fp32 rounding (dlopt.cache.kept_rounding)
+    records/<key>/record.json   the key, its ingredients, when and how it was written,
+                                the reference's fp32 rounding (dlopt.cache.kept_rounding)
     records/<key>/bundle/       a bundle (report, the selected plan's artifacts, hashes)
     set-aside/<key>.<when>/     records that could not be read, kept for a look
     staging/                    records being written (renamed into records/ when whole)

@@ -85,7 +85,7 @@ def select(selection: Selection) -> OptimizationDecision:
         )
     )
     try:
-        truth = ground_truth.capture(model, selection.workload, run, fp32_rounding=False)
+        truth = ground_truth.capture(model, selection.workload, run)
         workload, reference, guard = truth.workload, truth.reference, truth.guard
         context = ProviderContext(
             target=run.target, policy=policy, workload=workload, artifact_dir=artifact_dir
@@ -268,7 +268,7 @@ def decision_in_host(
     candidates = plans.choose_plans(registry, selection.providers, policy)
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
     try:
-        truth = ground_truth.capture(model, selection.workload, run, fp32_rounding=False)
+        truth = ground_truth.capture(model, selection.workload, run)
         ground_truth.with_fp32_rounding(
             truth, model, run, lookup.known_rounding(record, truth.reference)
         )

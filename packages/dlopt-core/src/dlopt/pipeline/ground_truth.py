@@ -56,22 +56,16 @@ class GroundTruth:
 
 
 def capture(
-    model: torch.nn.Module,
-    workload: WorkloadProfile,
-    context: SelectionContext,
-    *,
-    fp32_rounding: bool = True,
+    model: torch.nn.Module, workload: WorkloadProfile, context: SelectionContext
 ) -> GroundTruth:
-    """The ground truth of one selection (see the module docstring), not yet profiled.
-
-    ``fp32_rounding=False``: the reference's fp32 rounding is left to
-    :func:`with_fp32_rounding` (a selection with a plan cache reads it from the record
-    when the record kept it for these inputs)."""
+    """The ground truth of one selection (see the module docstring), not yet profiled and
+    without the reference's fp32 rounding: :func:`with_fp32_rounding` attaches it once the
+    plan cache was looked up (a record keeps the rounding measured on its inputs)."""
     quality = context.policy.quality
     guard = ModelGuard(model, snapshot=quality.snapshot_weights)
     workload = fit_to_memory(model, workload, context.target.input_device)
     reference = capture_reference(
-        model, workload, quality, target=context.target, guard=guard, fp32_rounding=fp32_rounding
+        model, workload, quality, target=context.target, guard=guard, fp32_rounding=False
     )
     return GroundTruth(workload, guard, reference)
 
