@@ -18,11 +18,8 @@ import math
 from typing import Any
 
 from dlopt.cache.key import inputs_sha256
-from dlopt.cache.record_store import ROUNDING_FIELD
 from dlopt.validation.reference import MeasuredRounding, ReferenceOutputs
 from dlopt.validation.rounding import LeafRounding
-
-__all__ = ["ROUNDING_FIELD", "reference_inputs_sha256", "rounding_record", "stored_rounding"]
 
 
 def reference_inputs_sha256(reference: ReferenceOutputs) -> str:
@@ -62,10 +59,13 @@ def stored_rounding(data: Any, reference: ReferenceOutputs) -> MeasuredRounding 
     for case in cases:
         if not isinstance(case, dict):
             return None
-        leaves = {path: _leaf(value) for path, value in case.items()}
-        if any(leaf is None for leaf in leaves.values()):
-            return None
-        per_case.append({path: leaf for path, leaf in leaves.items() if leaf is not None})
+        leaves: dict[str, LeafRounding] = {}
+        for path, value in case.items():
+            leaf = _leaf(value)
+            if leaf is None:
+                return None
+            leaves[path] = leaf
+        per_case.append(leaves)
     return per_case, note
 
 

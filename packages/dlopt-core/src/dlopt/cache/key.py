@@ -122,23 +122,19 @@ def inputs_sha256(cases: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]])
     """SHA-256 over the values of the inputs ``(name, args, kwargs)`` of every case, in
     order (the key holds only their signatures): a tensor by its raw bytes, any other leaf
     by its signature (:func:`value_signature`, the value itself for a plain one)."""
+    import torch
+
     from dlopt.platform.tree import leaves_with_paths
 
     digest = hashlib.sha256()
     for name, args, kwargs in cases:
         digest.update(f"case|{name}\n".encode())
         for path, leaf in leaves_with_paths({"args": list(args), "kwargs": dict(kwargs)}):
-            if _is_tensor(leaf):
+            if isinstance(leaf, torch.Tensor):
                 digest.update(hash_tensors([(path, leaf)]).encode())
             else:
                 digest.update(f"{path}|{canonical_json(value_signature(leaf))}\n".encode())
     return digest.hexdigest()
-
-
-def _is_tensor(value: Any) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
 
 
 def model_ingredients(model: torch.nn.Module) -> dict[str, Any]:

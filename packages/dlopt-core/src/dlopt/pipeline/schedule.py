@@ -73,10 +73,11 @@ EXPECTED_SLOWER = "its prior expects"
 #: budget's rule reads as the model's, shared by the plans not yet built: their expected
 #: speedups are scaled by ``(measured / prior) ** SHARED_MODEL_FACTOR``. A model that runs
 #: one compiled plan faster than the table's models mostly runs the others faster too:
-#: over the oracle's measurements of the nine AVX2 runs in docs/benchmarks/avx2-only/,
-#: the slope of one plan's log miss on another's on the same workload is 0.76 (7358
-#: ordered pairs; conv 0.77, attention 0.70, linear 0.37), and predicting with it cuts the
-#: root-mean-square log miss from 0.25 to 0.16 (``python tools/tables.py shared-miss``).
+#: over the oracle's measurements of the nine AVX2 runs it was fitted on (in
+#: docs/benchmarks/avx2-only/, up to 757ccd4), the slope of one plan's log miss on
+#: another's on the same workload is 0.76 (7358 ordered pairs; conv 0.77, attention 0.70,
+#: linear 0.37), and predicting with it cuts the root-mean-square log miss from 0.25 to
+#: 0.16 (``python tools/tables.py shared-miss``).
 SHARED_MODEL_FACTOR = 0.75
 #: Under the automatic budget a plan is pruned as expected slower only when what its prior
 #: expects here, times this, is no faster than the leader: a table of pooled models does
@@ -561,8 +562,9 @@ class Schedule:
         model (times ``factor``: :func:`leader_miss` to the power
         :data:`SHARED_MODEL_FACTOR`), times :data:`PRIOR_RESOLUTION` (at least the
         indifference zone), is no more. Only the prior's optimistic tail could win there,
-        and the automatic budget is for a decision in about the time a quick pass takes: on the demo conv net (AVX2) a torchao compile took 4.1-8.4 s of
-        decisions of 11.0-13.4 s, expected at 1.50x against OpenVINO fp32 screened at
+        and the automatic budget is for a decision in about the time a quick pass takes:
+        on the demo conv net (AVX2) a torchao compile took 4.1-8.4 s of decisions of
+        11.0-13.4 s, expected at 1.50x against OpenVINO fp32 screened at
         1.36-1.49x, and lost (docs/selection.md, "Pruning")."""
         margin = max(self.run.policy.measurement.indifference_zone, PRIOR_RESOLUTION)
         return (
