@@ -25,6 +25,8 @@ class TestExampleNpuFp32Contract(ProviderContractSuite):
     supports_keyword_inputs = True
     supports_nested_outputs = True
     supports_save_load = True
+    # tinynpu compiles a torch.jit.trace of the model.
+    captures_graph = True
     # The SDK ships with the example, so the plans must be available wherever it is
     # installed: "unavailable" fails instead of skipping (DLOPT_CONTRACT_REQUIRE_AVAILABLE=1
     # does the same from the environment, for a vendor's CI).

@@ -50,6 +50,8 @@ class TestOnnxRuntimeCpuContract(ProviderContractSuite):
     supports_keyword_inputs = True
     supports_nested_outputs = True
     supports_save_load = True
+    # The export traces the model (the TorchScript exporter first).
+    captures_graph = True
 
     def make_provider(self) -> OnnxRuntimeProvider:
         return _provider("onnxruntime_cpu")

@@ -26,6 +26,8 @@ class TestOpenVinoCpuContract(ProviderContractSuite):
     supports_keyword_inputs = True
     supports_nested_outputs = True
     supports_save_load = True
+    # The conversion traces the model (TorchScript).
+    captures_graph = True
 
     def make_provider(self) -> OpenVinoProvider:
         return OpenVinoProvider("openvino_cpu", "CPU", Precision.FP32)

@@ -14,6 +14,7 @@ from dlopt.plugin import (
     Precision,
     ProviderBuildError,
     ProviderContext,
+    ValueDependentGraph,
     WorkloadCase,
     WorkloadProfile,
 )
@@ -253,3 +254,53 @@ def test_a_release_without_the_option_is_not_given_it(
     trt = fake_trt(api="minimal")
     TensorRTProvider(Precision.FP16).build(net, _context(tmp_path))
     assert "timing_cache_path" not in trt.compile_calls[0]
+
+
+class _BranchOnValues(torch.nn.Module):
+    """Branches on the sign of the inputs' sum: the raced inputs all take the first branch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if features.sum() > 0:
+            return self.fc(features)
+        return self.fc(features) * 3
+
+
+class _LoopOnValues(torch.nn.Module):
+    """Repeats a layer as many times as the largest input value says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        for _ in range(int(features.amax().clamp(max=3))):
+            features = self.fc(features).relu()
+        return features
+
+
+@pytest.mark.parametrize(
+    ("model", "line"),
+    [
+        (_BranchOnValues(), "if features.sum() > 0:"),
+        (_LoopOnValues(), "for _ in range(int(features.amax().clamp(max=3))):"),
+    ],
+)
+def test_a_graph_that_depends_on_input_values_is_refused_before_compiling(
+    model: torch.nn.Module, line: str, fake_trt: Any, tmp_path: Path
+) -> None:
+    trt = fake_trt()
+    positive = WorkloadProfile(
+        (
+            WorkloadCase("b1", args=(torch.rand(1, 16) + 1,)),
+            WorkloadCase("b4", args=(torch.rand(4, 16) + 1,)),
+        )
+    )
+    with pytest.raises(ValueDependentGraph) as refused:
+        TensorRTProvider(Precision.FP16).build(model.eval(), _context(tmp_path, positive))
+    assert line in str(refused.value)
+    assert "test_build_mocked.py:" in str(refused.value)
+    assert trt.compile_calls == []  # refused before the SDK saw it

@@ -20,6 +20,8 @@ class _TensorRTSuite(ProviderContractSuite):
     target = ExecutionTarget("cuda")
     # Importing torch_tensorrt (TensorRT, torch._dynamo) takes seconds the first time.
     max_probe_seconds: ClassVar[float] = 60.0
+    # torch_tensorrt.compile captures a graph of the model.
+    captures_graph = True
     precision: ClassVar[Precision]
 
     def make_provider(self) -> TensorRTProvider:

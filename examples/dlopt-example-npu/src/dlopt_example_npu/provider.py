@@ -32,6 +32,7 @@ from dlopt.plugin import (
     ServingTraits,
     check_distribution,
     is_plain_name,
+    refuse_value_dependence,
     try_import,
     version_satisfies,
 )
@@ -154,14 +155,16 @@ class ExampleNpuProvider(Provider):
             )
         args, kwargs = context.example_inputs()
         try:
-            # compile() copies the weights: the caller's model is never written to.
-            program = sdk.compile(
-                model,
-                args,
-                kwargs,
-                freeze=self.freeze,
-                optimize_numerics=getattr(options, "optimize_numerics", True),
-            )
+            # compile() copies the weights: the caller's model is never written to. It
+            # traces the model: a graph that depends on input values is refused.
+            with refuse_value_dependence(model, f"{self.name}: the model's tinynpu trace"):
+                program = sdk.compile(
+                    model,
+                    args,
+                    kwargs,
+                    freeze=self.freeze,
+                    optimize_numerics=getattr(options, "optimize_numerics", True),
+                )
             path = program.save(self.plan_dir(context) / PROGRAM_FILE)
         except sdk.NpuError as exc:
             raise ProviderBuildError(f"{self.name}: {exc}") from exc

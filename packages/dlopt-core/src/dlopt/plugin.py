@@ -26,11 +26,20 @@ Which dlopt-core releases implement which plugin API: dlopt-core 0.1.x implement
 0.2.x implements 2.0, 0.3.x implements 2.1 (2.0 plus ``BuiltPlan.serving``,
 ``BuiltPlan.thread_runner``, the optional ``prior(context) -> Prior | None`` and the
 optional ``quantization`` declaration, a :class:`Quantization`;
-require ``dlopt-core>=0.3,<0.4`` for 2.1).
+require ``dlopt-core>=0.3,<0.4`` for 2.1). Names only added since (a plugin that uses
+them needs the dlopt-core release that added them): ``watch_value_dependence``,
+``refuse_value_dependence``, ``check_value_independence``, ``ValueWatch`` and ``ValueDependentGraph`` (a plan made by
+tracing or export refuses a graph that depends on input values).
 """
 
 from __future__ import annotations
 
+from dlopt.contract.graph_capture import (
+    ValueWatch,
+    check_value_independence,
+    refuse_value_dependence,
+    watch_value_dependence,
+)
 from dlopt.contract.hooks import hookimpl
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import (
@@ -52,6 +61,7 @@ from dlopt.errors import (
     DloptError,
     PlanNotApplicable,
     ProviderBuildError,
+    ValueDependentGraph,
     WorkloadError,
 )
 from dlopt.platform.arrays import NUMPY_DTYPES, numpy_view
@@ -106,6 +116,8 @@ __all__ = [
     "Role",
     "ServingTraits",
     "TextEnum",
+    "ValueDependentGraph",
+    "ValueWatch",
     "WorkloadCase",
     "WorkloadError",
     "WorkloadProfile",
@@ -113,6 +125,7 @@ __all__ = [
     "atomic_write_text",
     "base_version",
     "capture_output",
+    "check_value_independence",
     "check_distribution",
     "cpu_flags",
     "cpu_info",
@@ -126,10 +139,12 @@ __all__ = [
     "numpy_view",
     "one_of",
     "read_npz",
+    "refuse_value_dependence",
     "strict_jsonable",
     "strip_ansi",
     "try_import",
     "version_satisfies",
+    "watch_value_dependence",
 ]
 
 #: Names this module had before the glossary gave each concept one word.

@@ -32,10 +32,12 @@ from attrs import frozen
 from dlopt.plugin import (
     NUMPY_DTYPES,
     ProviderBuildError,
+    ValueDependentGraph,
     WorkloadError,
     atomic_write_text,
     iter_tensors,
     map_tensors,
+    refuse_value_dependence,
     strip_ansi,
 )
 
@@ -43,7 +45,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
 MODEL_NAME = "model.onnx"
-MANIFEST_FORMAT = 1
+#: 2: exports are checked for value-dependent graphs (an export of format 1 was not).
+MANIFEST_FORMAT = 2
 #: The order ``"auto"`` tries the exporters in. TorchScript first: in a fresh process on
 #: a 2-core CPU it exported an MLP of the suite's shape and resnet50 in 1.0-1.9 s against
 #: the dynamo exporter's 4.2-6.2 s (most of that its first import), and ONNX Runtime ran
@@ -535,9 +538,17 @@ def export_with_fallback(
     modes = {module: module.training for module in model.modules()}
     for exporter in exporters:
         start = time.perf_counter()
+        # The TorchScript exporter traces: a branch on input values would be baked into
+        # the file. The dynamo exporter captures through torch.export, which refuses such
+        # a branch itself (a data-dependent guard).
+        watching = (
+            refuse_value_dependence(model, "the model's ONNX export (TorchScript exporter)")
+            if exporter == "torchscript"
+            else contextlib.nullcontext()
+        )
         try:
             try:
-                with warnings.catch_warnings():
+                with watching, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     _EXPORT_FUNCS[exporter](job)
             finally:
@@ -546,6 +557,8 @@ def export_with_fallback(
                 for module, training in modes.items():
                     module.training = training
             seconds = time.perf_counter() - start
+        except ValueDependentGraph:
+            raise  # no other exporter could serve a branch it cannot see
         except Exception as exc:
             errors.append(f"{exporter} exporter: {summarize_error(exc)}")
             log.info("ONNX export with %s failed: %s", exporter, errors[-1])

@@ -32,9 +32,11 @@ from attrs import frozen
 from dlopt.plugin import (
     NUMPY_DTYPES,
     ProviderBuildError,
+    ValueDependentGraph,
     capture_output,
     iter_tensors,
     map_tensors,
+    refuse_value_dependence,
 )
 
 #: The converted model's file names in the plan directory (IR: graph and weights).
@@ -254,11 +256,12 @@ def convert(
                 warnings.catch_warnings(),
             ):
                 warnings.simplefilter("ignore")  # the tracer's TracerWarnings
-                converted = ov.convert_model(
-                    _decoder_without_trace_check(wrapper, flat),
-                    input=shapes,
-                    share_weights=False,
-                )
+                # The decoder traces the model: a branch on input values would be baked in.
+                with refuse_value_dependence(model, "the model's OpenVINO conversion"):
+                    decoder = _decoder_without_trace_check(wrapper, flat)
+                converted = ov.convert_model(decoder, input=shapes, share_weights=False)
+        except ValueDependentGraph:
+            raise
         except Exception as exc:
             said = printed.result.lines() if printed.result else ()
             raise ConversionFailed(

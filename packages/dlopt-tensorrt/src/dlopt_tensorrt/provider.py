@@ -41,6 +41,7 @@ from dlopt.plugin import (
     ServingTraits,
     WorkloadError,
     check_distribution,
+    check_value_independence,
     distribution_version,
     strict_jsonable,
     try_import,
@@ -451,6 +452,12 @@ class TensorRTProvider(Provider):
         if kwarg_inputs:
             compile_kwargs["kwarg_inputs"] = kwarg_inputs
 
+        # torch_tensorrt.compile captures a graph: one that depends on the input values
+        # (a branch the example took) would serve every input that branch.
+        example = next((c for c in cases if c.name == spec.opt_case), cases[0])
+        check_value_independence(model, example.args, example.kwargs).raise_if_found(
+            f"{self.name}: the model's graph"
+        )
         plan_model = _place(copy.deepcopy(model).eval(), device)
         try:
             compiled = trt.compile(plan_model, ir="dynamo", inputs=inputs, **compile_kwargs)

@@ -4,8 +4,9 @@
 ``ServingTraits``, ``ProviderContext``, ``PreparedCase``, ``ProviderAvailability``,
 ``Role``, ``Reload`` and the plugin API version), ``hooks`` (the pluggy hook
 specifications a plugin implements), ``records`` (plain records of plugins loaded and
-failed) and ``calling`` (the calling context: the grad mode plans are judged and served
-in, and the kind of tensors a call gets).
+failed), ``calling`` (the calling context: the grad mode plans are judged and served
+in, and the kind of tensors a call gets) and ``graph_capture`` (a traced or exported
+graph that depends on input values, found while the plan traces).
 
 Provider authors import from :mod:`dlopt.plugin` only, which re-exports what they need.
 """

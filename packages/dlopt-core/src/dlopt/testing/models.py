@@ -76,6 +76,25 @@ class SmallConvNet(torch.nn.Module):
         return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
 
 
+#: The line of :class:`ValueBranchNet` a refusal quotes.
+VALUE_BRANCH_LINE = "if x.sum() > 0:"
+
+
+class ValueBranchNet(torch.nn.Module):
+    """A small conv net that branches on its input's values: ``if x.sum() > 0:`` the
+    features, else three times them. A trace keeps the branch its example took; inputs of
+    positive values (every case) take the first."""
+
+    def __init__(self, channels: int = 8, outputs: int = 5) -> None:
+        super().__init__()
+        self.body = SmallConvNet(channels, outputs, batch_norm=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.body(x)
+        return self.body(x) * 3
+
+
 class Elementwise(torch.nn.Module):
     """No weights and no op that autocast or a quantizer lowers: a reduced-precision plan
     of it computes exactly what fp32 does."""

@@ -26,7 +26,8 @@ and 4), ``make_keyword_model``/``make_keyword_workload``, ``make_nested_model``/
 and the class attribute ``target`` (an :class:`~dlopt.settings.target.ExecutionTarget`).
 
 **Declared capabilities** (class attributes) switch checks on: ``supports_dynamic_shapes``,
-``supports_keyword_inputs``, ``supports_nested_outputs`` (default off) and
+``supports_keyword_inputs``, ``supports_nested_outputs``, ``captures_graph`` (a plan made
+by tracing or export must refuse a model that branches on its input values; default off) and
 ``supports_save_load`` (default: on when the provider has a ``load`` method); ``device``
 is where inputs live and outputs must come back (default: the target's input device).
 
@@ -75,7 +76,7 @@ from dlopt.contract.provider import (
     Role,
     api_version_problem,
 )
-from dlopt.errors import ProviderBuildError
+from dlopt.errors import ProviderBuildError, ValueDependentGraph
 from dlopt.pipeline.prepare import prepared_cases
 from dlopt.platform.probing import distribution_version, importlib_metadata
 from dlopt.platform.serialization import to_jsonable
@@ -87,7 +88,7 @@ from dlopt.settings.policy import OptimizationPolicy, structure_options
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadCase, WorkloadProfile
 from dlopt.testing.contexts import plan_gate
-from dlopt.testing.models import SmallConvNet, StructuredMLP
+from dlopt.testing.models import VALUE_BRANCH_LINE, SmallConvNet, StructuredMLP, ValueBranchNet
 from dlopt.validation import (
     InputFingerprint,
     ModelGuard,
@@ -266,6 +267,10 @@ class ProviderContractSuite:
     #: A built plan's artifacts reload with ``provider.load(directory, metadata, context)``
     #: (``None``: whether the provider has a ``load`` method).
     supports_save_load: ClassVar[bool | None] = None
+    #: The plan is made by tracing or exporting the model's Python code (a TorchScript
+    #: trace, an exporter, a vendor tracer): its build must refuse a graph that depends on
+    #: input values (``dlopt.plugin.refuse_value_dependence`` around the trace).
+    captures_graph: ClassVar[bool] = False
     #: Whether "unavailable" fails instead of skipping (``None``: read
     #: ``DLOPT_CONTRACT_REQUIRE_AVAILABLE`` from the environment).
     require_available: ClassVar[bool | None] = None
@@ -290,6 +295,23 @@ class ProviderContractSuite:
                 f"batch-{n}",
                 args=(torch.randn(n, 3, 16, 16, generator=gen).to(device),),
                 weight=3 if n == 1 else 1,
+            ),
+        )
+
+    def make_value_dependent_model(self) -> torch.nn.Module:
+        """A small conv net that branches on its input's values (used when
+        ``captures_graph``): :class:`~dlopt.testing.models.ValueBranchNet`."""
+        torch.manual_seed(0)
+        return ValueBranchNet().eval().to(self.input_device())
+
+    def make_value_dependent_workload(self) -> WorkloadProfile:
+        """Batch 1 and 4 images of positive values: every case takes the same branch."""
+        device = self.input_device()
+        return _batches(
+            "contract-value-branch",
+            4,
+            lambda n, gen: WorkloadCase(
+                f"batch-{n}", args=(torch.rand(n, 3, 16, 16, generator=gen).to(device),)
             ),
         )
 
@@ -837,6 +859,40 @@ class ProviderContractSuite:
         with self.build(setup) as plan:
             self.serve(setup, plan)
             self.serve(setup, plan, unseen)
+
+    def test_value_dependent_graph_is_refused(self, tmp_path: Path) -> None:
+        """A plan that captures a graph refuses a model branching on its input values,
+        with :class:`~dlopt.errors.ValueDependentGraph` quoting the model's line: the race's
+        inputs all take one branch, so validation alone would pass the plan."""
+        if not self.captures_graph:
+            pytest.skip("captures_graph is not declared")
+        setup = self.prepare(
+            tmp_path,
+            make_model=self.make_value_dependent_model,
+            make_workload=self.make_value_dependent_workload,
+        )
+        name = setup.provider.name
+        try:
+            plan = setup.provider.build(setup.model, setup.context)
+        except ValueDependentGraph as exc:
+            if VALUE_BRANCH_LINE not in str(exc):
+                _fail(
+                    f"plan {name!r} refused the value-dependent model, but its reason does not "
+                    f"quote the model's line {VALUE_BRANCH_LINE!r}: {exc}"
+                )
+            return
+        except ProviderBuildError as exc:
+            _fail(
+                f"plan {name!r} failed to build a model that branches on its input values "
+                f"with {type(exc).__name__}: {exc}; refuse such a graph with "
+                "ValueDependentGraph (wrap the trace in dlopt.plugin.refuse_value_dependence)"
+            )
+        plan.close()
+        _fail(
+            f"plan {name!r} declares captures_graph but built a model that branches on its "
+            "input values (`if x.sum() > 0`): its graph serves the branch the example took to "
+            "every input. Wrap the trace in dlopt.plugin.refuse_value_dependence(model, ...)"
+        )
 
     def test_keyword_inputs(self, tmp_path: Path) -> None:
         self.serve_declared(
