@@ -57,9 +57,10 @@ def tests(session: nox.Session) -> None:
     tests/integration (pyproject's testpaths)."""
     _install(session, *PROVIDERS)
     session.install("-e", EXAMPLE)
-    # Figures and the Ray fleet are optional for users; the full suite tests both (fsspec:
-    # the fleet's result store at an fsspec URL, tested on its in-memory filesystem).
-    session.install("-e", f"{CORE}[plots,fleet]", "fsspec", TRANSFORMERS, *TEST_DEPS)
+    # Figures, the Ray fleet and Prometheus metrics are optional for users; the full suite
+    # tests them all (fsspec: the fleet's result store at an fsspec URL, tested on its
+    # in-memory filesystem).
+    session.install("-e", f"{CORE}[plots,fleet,metrics]", "fsspec", TRANSFORMERS, *TEST_DEPS)
     session.run("pytest", *(session.posargs or []))
 
 

@@ -4,7 +4,8 @@ Each plan is selected (``include=`` one challenger, ``min_speedup=0.01``: the mo
 calls sleep 10 ms on contiguous inputs, but not while traced, exported or compiled, nor on
 channels-last inputs, so the plan wins: ``dlopt.testing.models.SlowEagerNet``), then served as production code calls it: fresh
 inputs made inside ``torch.inference_mode()``, under ``torch.no_grad()`` and in plain grad
-mode, from 4 threads at once, and at a batch size it never raced; every output is held to
+mode, from 4 threads at once, at a batch size it never raced and on inputs holding NaN and
+infinity (eager fp32's answer, counted); every output is held to
 the plan's own validation limits against eager fp32 on the same inputs. The same again in
 a fresh process after a plan cache hit, and from the record's bundle through
 ``load_bundle``.
@@ -101,6 +102,22 @@ WORKER = textwrap.dedent(
                 out = decision(x)
         found["unseen"] = within_limits(decision, out, x, "unseen batch 3")
         found["unseen_fell_back"] = decision.fallback_calls - before
+        # Inputs no race held: NaN in one element, infinity in a whole image. Eager fp32
+        # serves them (the default on_nonfinite_input), whatever the plan would answer.
+        before = decision.health().fallbacks["nonfinite_input"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.inference_mode():
+                x = image(4, 15)
+                x[1, 0, 2, 3] = float("nan")
+                x[2] = float("inf")
+                out = decision(x)
+        try:
+            torch.testing.assert_close(out, eager(x), equal_nan=True, rtol=0, atol=0)
+            found["nonfinite"] = True
+        except AssertionError as exc:
+            found["nonfinite"] = str(exc)[:300]
+        found["nonfinite_fell_back"] = decision.health().fallbacks["nonfinite_input"] - before
         found["families"] = list(decision.report.serving.served_families)
         found["concurrency"] = str(decision.report.serving.concurrency)
         return found
@@ -191,6 +208,8 @@ def _check_served(plan: str, served: dict[str, Any]) -> None:
     # An unseen batch size is served by the plan only when its dynamic shapes passed the
     # held-out check; otherwise eager fp32 serves it.
     assert served["unseen_fell_back"] == (0 if served["families"] else 1), served
+    # NaN and infinite inputs: eager fp32's answer, counted.
+    assert served["nonfinite"] is True and served["nonfinite_fell_back"] == 1, served
     expected = "served" if plan in DIFFERENTIABLE else "refused"
     assert served["gradients"] == expected, served
 

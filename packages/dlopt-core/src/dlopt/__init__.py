@@ -55,6 +55,9 @@ _LAZY: dict[str, str] = {
     "ServingError": "dlopt.errors",
     "ServingContextError": "dlopt.errors",
     "UnseenSignatureError": "dlopt.errors",
+    "NonFiniteInputError": "dlopt.errors",
+    "GuardPolicy": "dlopt.settings.guard",
+    "HealthRecord": "dlopt.serving.health",
 }
 
 __all__ = ["PLUGIN_API_VERSION", "__version__", "hookimpl", *_LAZY]
@@ -96,6 +99,7 @@ if TYPE_CHECKING:
     )
     from dlopt.engine.decision import OptimizationDecision
     from dlopt.errors import (
+        NonFiniteInputError,
         SelectionCancelled,
         ServingContextError,
         ServingError,
@@ -107,6 +111,8 @@ if TYPE_CHECKING:
     from dlopt.measurement import MeasurementPolicy
     from dlopt.plugins.discovery import PluginSettings, load_providers
     from dlopt.precision import Precision
+    from dlopt.serving.health import HealthRecord
+    from dlopt.settings.guard import GuardPolicy
     from dlopt.settings.policy import DeploymentConstraints, OptimizationPolicy
     from dlopt.settings.target import ExecutionTarget
     from dlopt.settings.workload import WorkloadCase, WorkloadProfile

@@ -33,6 +33,12 @@ class PlanNotApplicable(ProviderBuildError):
     candidate is listed as not applicable with this message, not as a failure."""
 
 
+class ValueDependentGraph(ProviderBuildError):
+    """The graph a plan traced or exported depends on the values of its inputs (a branch,
+    a loop count or a constant taken from them): the plan is refused at build, quoting
+    the model's line (:mod:`dlopt.contract.graph_capture`)."""
+
+
 class SelectionCancelled(DloptError):
     """The caller's ``should_continue`` said stop before the race could begin; every plan
     built so far was released."""
@@ -50,6 +56,11 @@ class ServingContextError(ServingError):
 class UnseenSignatureError(ServingError):
     """A call whose signature (structure, shapes, dtypes, devices) no raced case had, under
     ``on_unseen_signature="raise"`` or with no eager model to fall back to."""
+
+
+class NonFiniteInputError(ServingError):
+    """A call whose floating inputs hold NaN or infinity, under
+    ``on_nonfinite_input="raise"``: no plan was judged on such values."""
 
 
 #: What a provider's code may raise that fails its own plan and not the selection:

@@ -163,3 +163,52 @@ class UnseenSignature(TextEnum):
 
     FALLBACK = "fallback"
     RAISE = "raise"
+
+
+class NonFiniteInput(TextEnum):
+    """What a decision does with a call whose floating inputs hold NaN or infinity
+    (``OptimizationPolicy.on_nonfinite_input``): no plan was judged on such values.
+
+    ``fallback``: eager fp32 serves that call (a warning the first time; counted);
+    ``raise``: the call raises :class:`~dlopt.errors.NonFiniteInputError`; ``serve``: the
+    plan serves it unchecked (what it answers was never validated).
+    """
+
+    FALLBACK = "fallback"
+    RAISE = "raise"
+    SERVE = "serve"
+
+
+class PlanFailure(TextEnum):
+    """What a decision does when its plan raises at serve time
+    (``OptimizationPolicy.on_plan_failure``).
+
+    ``fallback``: eager fp32 serves that call (a warning the first time; counted), and
+    after ``max_failures`` consecutive failures the plan is disabled: eager serves every
+    call; ``raise``: the plan's exception reaches the caller (counted).
+    """
+
+    FALLBACK = "fallback"
+    RAISE = "raise"
+
+
+class Route(TextEnum):
+    """Where a served call went: to the plan, to eager fp32 (``fallback``), or nowhere
+    (``refused``: the call raised, as the policy says)."""
+
+    PLAN = "plan"
+    FALLBACK = "fallback"
+    REFUSED = "refused"
+
+
+class FallbackReason(TextEnum):
+    """Why eager fp32 served a call instead of the plan."""
+
+    #: Its signature was never raced (``on_unseen_signature="fallback"``).
+    UNSEEN_SIGNATURE = "unseen_signature"
+    #: Its floating inputs held NaN or infinity (``on_nonfinite_input="fallback"``).
+    NONFINITE_INPUT = "nonfinite_input"
+    #: The plan raised on it (``on_plan_failure="fallback"``).
+    PLAN_FAILURE = "plan_failure"
+    #: The plan is disabled (failures or shadow mismatches in a row).
+    PLAN_DISABLED = "plan_disabled"

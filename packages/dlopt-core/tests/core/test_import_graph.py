@@ -427,7 +427,7 @@ def test_the_longest_prefix_decides_the_layer() -> None:
 #: Packages of dlopt-core's extras: no module of dlopt imports them when it is imported
 #: (only inside the functions that use them), so ``import dlopt`` and every command but
 #: the one that needs them work without them installed.
-EXTRAS_AT_CALL_TIME = ("ray", "fsspec", "matplotlib", "safetensors")
+EXTRAS_AT_CALL_TIME = ("ray", "fsspec", "matplotlib", "safetensors", "prometheus_client")
 
 
 def _top_names(node: ast.Import | ast.ImportFrom) -> list[str]:

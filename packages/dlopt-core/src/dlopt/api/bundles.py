@@ -31,7 +31,8 @@ from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.names import is_plain_name
 from dlopt.plugins.discovery import load_providers
 from dlopt.plugins.registry import ProviderRegistry
-from dlopt.serving.evidence import with_unseen_policy
+from dlopt.serving.evidence import with_serving_policy
+from dlopt.settings.guard import GuardPolicy
 from dlopt.settings.policy import structure_options
 from dlopt.settings.target import ExecutionTarget
 from dlopt.vocabulary import UnseenSignature
@@ -47,6 +48,7 @@ def load_bundle(
     restore_compile_cache: bool = False,
     load_compiled_program: bool = False,
     on_unseen_signature: UnseenSignature | str | None = None,
+    guard: GuardPolicy | None = None,
 ) -> OptimizationDecision:
     """Serve a saved bundle again: a ready :class:`~dlopt.engine.decision.OptimizationDecision`.
 
@@ -71,7 +73,10 @@ def load_bundle(
     The decision serves as the report's ``serving`` evidence says (docs/serving.md): in
     the grad mode the plan was judged in, and a call whose signature no case raced falls
     back to eager fp32 when ``model`` is given, or raises (``on_unseen_signature``
-    overrides the policy the bundle was raced with).
+    overrides the policy the bundle was raced with). ``guard``: the production guard
+    (default :class:`~dlopt.settings.guard.GuardPolicy`'s): non-finite inputs, a plan that
+    raises and shadow checks go to eager fp32 where ``model`` is given; without it such
+    calls raise. Shadow checks hold the plan to the default quality limits.
 
     Raises :class:`BundleError` when the bundle fails verification and
     :class:`BundleLoadError` when its plan cannot be served here: the plugin is not
@@ -81,6 +86,8 @@ def load_bundle(
     failed.
     """
     bundle = verify_bundle(directory)
+    serving = bundle.report.serving
+    policy = serving.on_unseen_signature if serving is not None else UnseenSignature.FALLBACK
     if on_unseen_signature is not None:
         try:
             policy = UnseenSignature(on_unseen_signature)
@@ -89,12 +96,18 @@ def load_bundle(
                 f"on_unseen_signature {on_unseen_signature!r}: use one of "
                 f"{', '.join(u.value for u in UnseenSignature)}"
             ) from None
-        bundle = attrs.evolve(
-            bundle,
-            report=attrs.evolve(
-                bundle.report, serving=with_unseen_policy(bundle.report.serving, policy)
-            ),
+    if guard is not None and not isinstance(guard, GuardPolicy):
+        raise ConfigurationError(
+            f"guard must be a dlopt.GuardPolicy, got {type(guard).__name__} {guard!r}"
         )
+    guard = guard or GuardPolicy()
+    bundle = attrs.evolve(
+        bundle,
+        report=attrs.evolve(
+            bundle.report,
+            serving=with_serving_policy(serving, policy, guard, fallback=model is not None),
+        ),
+    )
     return _load_plan(
         bundle,
         registry,
@@ -103,6 +116,7 @@ def load_bundle(
         model,
         restore_compile_cache,
         load_compiled_program,
+        guard,
     )
 
 
@@ -114,6 +128,7 @@ def _load_plan(
     model: torch.nn.Module | None = None,
     restore_compile_cache: bool = False,
     load_compiled_program: bool = False,
+    guard: GuardPolicy | None = None,
 ) -> OptimizationDecision:
     # Scratch space the caller did not name is owned by the decision and removed with it.
     scratch: TemporaryArtifacts | None = None
@@ -136,7 +151,9 @@ def _load_plan(
         if scratch is not None:
             scratch.release()
         raise
-    return OptimizationDecision(plan, bundle.report, scratch=scratch, fallback=model)
+    return OptimizationDecision(
+        plan, bundle.report, scratch=scratch, fallback=model, guard=guard
+    )
 
 
 def _load_selected_plan(

@@ -36,7 +36,7 @@ KEY_VERSION = 2
 #: the decision, and which plans race with which options enter as the plans section
 #: (each plan's resolved options), so ``include`` in another order or an option spelled
 #: at its default value is the same key. What a decision does with an unseen signature
-#: is how it serves, not what it decided.
+#: is how it serves, not what it decided; so is the production guard.
 POLICY_FIELDS_NOT_IN_KEY = (
     "plan_cache_dir",
     "reuse_cached_plan",
@@ -44,6 +44,11 @@ POLICY_FIELDS_NOT_IN_KEY = (
     "exclude",
     "plan_options",
     "on_unseen_signature",
+    "on_nonfinite_input",
+    "on_plan_failure",
+    "max_failures",
+    "shadow_rate",
+    "max_mismatches",
 )
 
 

@@ -28,7 +28,7 @@ from dlopt.cache.reload import COMPILE_CACHE_ARTIFACT, ProgramSaver, save_compil
 from dlopt.contract.provider import Reload
 from dlopt.evidence.report import CacheEvidence, OptimizationReport
 from dlopt.pipeline.state import CandidateState
-from dlopt.serving.evidence import with_unseen_policy
+from dlopt.serving.evidence import with_serving_policy
 from dlopt.settings.policy import OptimizationPolicy
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadProfile
@@ -94,12 +94,13 @@ def hit_report(
     found: Lookup, recheck: Recheck, seconds: float, policy: OptimizationPolicy
 ) -> OptimizationReport:
     """The record's report, saying it was served from the cache and how it was checked
-    (and what this policy does with unseen signatures: not part of the key)."""
+    (and what this policy does with unseen signatures and its production guard: not part
+    of the key)."""
     assert found.record is not None
     report = found.record.report
     return attrs.evolve(
         report,
-        serving=with_unseen_policy(report.serving, policy.on_unseen_signature),
+        serving=with_serving_policy(report.serving, policy.on_unseen_signature, policy.guard),
         cache=CacheEvidence(
             cache_hit=True,
             key=found.key,

@@ -21,6 +21,7 @@ from dlopt.reporting.tables import (
     measurement_line,
     quantized_share,
     race_notes,
+    guard_line,
     serving_line,
     throughput_notes,
     throughput_table,
@@ -110,9 +111,9 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     out.line()
     out.line(selected, style="bold green")
     out.line(reason)
-    serving = serving_line(report)
-    if serving is not None:
-        out.line(serving)
+    for line in (serving_line(report), guard_line(report)):
+        if line is not None:
+            out.line(line)
     timing = decision_time_line(report)
     if timing is not None:
         out.line(timing)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,13 @@ from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, writ
 from dlopt.contract.provider import BuiltPlan
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.fileio import TemporaryArtifacts
+from dlopt.precision import Precision
+from dlopt.serving.health import HealthRecord
 from dlopt.serving.served import ServedPlan
-from dlopt.vocabulary import UnseenSignature
+from dlopt.serving.shadow import ShadowJudge
+from dlopt.settings.guard import GuardPolicy
+from dlopt.settings.quality import LeafRounding, QualityPolicy
+from dlopt.vocabulary import GradMode, UnseenSignature
 
 
 class OptimizationDecision:
@@ -31,6 +36,12 @@ class OptimizationDecision:
     case raced goes to eager fp32 (``fallback``, the user's model; counted in
     :attr:`fallback_calls`) or raises, as ``report.serving`` says
     (``on_unseen_signature`` overrides it).
+
+    In production (docs/serving.md, "In production") ``guard`` says what the decision
+    does with non-finite inputs, a plan that raises and shadow checks; :meth:`health`
+    returns the record. Shadow checks hold the plan to ``quality`` (the selection's
+    quality policy), an fp32 plan's limits widened by ``rounding``, the reference's fp32
+    rounding per shape family as the race measured it.
     """
 
     def __init__(
@@ -42,18 +53,33 @@ class OptimizationDecision:
         program: Callable[[Path | None], SavedProgram | None] | None = None,
         fallback: Callable[..., Any] | None = None,
         on_unseen_signature: UnseenSignature | str | None = None,
+        guard: GuardPolicy | None = None,
+        quality: QualityPolicy | None = None,
+        rounding: Mapping[str, Mapping[str, LeafRounding]] | None = None,
     ) -> None:
         self.plan = plan
         self.report = report
         self._scratch = scratch
         #: Saves the plan as a compiled program for a bundle (see :meth:`save_bundle`).
         self._program = program
+        serving = report.serving
+        selected = next((c for c in report.candidates if c.name == report.selected_plan), None)
+        judge = ShadowJudge(
+            precision=Precision.parse(plan.precision),
+            output_dtype=plan.output_dtype,
+            quality=quality or QualityPolicy(),
+            grad_mode=serving.grad_mode if serving is not None else GradMode.INFERENCE_MODE,
+            rounding=dict(rounding or {}),
+        )
         self._served = ServedPlan.from_evidence(
             plan,
-            report.serving,
+            serving,
             plan_name=report.selected_plan,
             fallback=fallback,
             on_unseen=None if on_unseen_signature is None else UnseenSignature(on_unseen_signature),
+            guard=guard,
+            race_p50_ms=selected.latency.median_ms if selected is not None else None,
+            judge=judge,
         )
 
     @property
@@ -88,6 +114,23 @@ class OptimizationDecision:
     def unseen_signatures(self) -> tuple[str, ...]:
         """The first signatures this decision was called with that no case raced."""
         return self._served.unseen_signatures
+
+    def health(self) -> HealthRecord:
+        """What happened to this decision's calls so far: calls by route, the plan's
+        failures and whether it is disabled, shadow checks and mismatches, the served
+        latency against the race's (docs/serving.md, "In production")."""
+        return self._served.health()
+
+    @property
+    def guard(self) -> GuardPolicy:
+        """The production guard this decision serves under."""
+        return self._served.policy
+
+    def drain_shadow_checks(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued shadow check has been judged (``False`` when
+        ``timeout`` seconds were not enough): before reading :meth:`health` in a test,
+        or before shutting down."""
+        return self._served.drain_shadow_checks(timeout)
 
     def save_report(self, path: str | os.PathLike[str]) -> Path:
         """Write the strict-JSON report (atomically)."""
@@ -137,9 +180,10 @@ class OptimizationDecision:
         return None if scratch is None or scratch.released else scratch.path
 
     def close(self) -> None:
-        """Release the plan, then remove the temporary artifacts it may have read."""
+        """Stop the shadow checks, release the plan, then remove the temporary artifacts it
+        may have read."""
         try:
-            self.plan.close()
+            self._served.close()
         finally:
             if self._scratch is not None:
                 self._scratch.release()

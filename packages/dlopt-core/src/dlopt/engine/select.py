@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import torch
@@ -45,8 +46,10 @@ from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.machine import machine_class
 from dlopt.plugins.registry import ProviderRegistry
-from dlopt.settings.policy import budget_seconds
+from dlopt.serving.shadow import rounding_by_family
+from dlopt.settings.policy import OptimizationPolicy, budget_seconds
 from dlopt.settings.workload import WorkloadProfile
+from dlopt.validation.reference import ReferenceOutputs
 
 
 @attrs.frozen(eq=False)
@@ -117,7 +120,7 @@ def select(selection: Selection) -> OptimizationDecision:
             candidates, raced.result, expected_calls, reference, run, workload.batch_sizes
         )
         served = next(c for c in candidates if c.name == outcome.selected)
-        serving = checks.serving_check(served, model, reference, workload, run)
+        serving = checks.serving_check(served, model, reference, workload, run, raced.result)
         checks.check_model_after_race(model, guard)
         report = build_report(
             target=run.target,
@@ -148,8 +151,9 @@ def select(selection: Selection) -> OptimizationDecision:
     close_all(candidates, keep=served)
     run.emit(Event(EventKind.DECISION_MADE, outcome.reason, candidate=outcome.selected))
     return OptimizationDecision(
-        served.plan, report, scratch=scratch, program=program, fallback=model
-    )
+        served.plan, report, scratch=scratch, program=program, fallback=model,
+        **_guarded(policy, truth.reference),
+    )  # fmt: skip
 
 
 @attrs.frozen
@@ -249,8 +253,23 @@ def _served_again(
     run.emit(Event(EventKind.DECISION_MADE, reason, candidate=report.selected_plan))
     program = program_saver(recheck.selected, context, truth.reference, record)
     return OptimizationDecision(
-        recheck.selected.plan, report, scratch=scratch, program=program, fallback=selection.model
+        recheck.selected.plan,
+        report,
+        scratch=scratch,
+        program=program,
+        fallback=selection.model,
+        **_guarded(run.policy, truth.reference),
     )
+
+
+def _guarded(policy: OptimizationPolicy, reference: ReferenceOutputs) -> dict[str, Any]:
+    """What a decision's production guard needs from its selection: the policy's guard,
+    its quality policy, and the reference's fp32 rounding per shape family."""
+    return {
+        "guard": policy.guard,
+        "quality": policy.quality,
+        "rounding": rounding_by_family(reference.cases),
+    }
 
 
 def decision_in_host(

@@ -17,7 +17,8 @@ from dlopt.pipeline.measure import RaceOutcome
 from dlopt.pipeline.prepare import validate_calls
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import map_tensors
-from dlopt.serving.evidence import ServingEvidence, unseen_words
+from dlopt.measurement.results import RaceResult
+from dlopt.serving.evidence import RacedLatency, ServingEvidence, guard_words, unseen_words
 from dlopt.serving.signature import (
     batch_sizes_along,
     describe,
@@ -111,6 +112,7 @@ def serving_check(
     reference: ReferenceOutputs,
     workload: WorkloadProfile,
     run: SelectionContext,
+    race: RaceResult | None = None,
 ) -> ServingEvidence:
     """How the decision will serve the selected plan, checked where a promise needs it.
 
@@ -118,7 +120,9 @@ def serving_check(
     held-out batch size (the first case's inputs at a size no case raced, rows repeated
     cyclically), and its output is validated against eager fp32 on the same inputs, with
     the plan's own limits. Only when that passes are unseen shapes of a raced case's
-    family routed to it; otherwise they go where ``on_unseen_signature`` says.
+    family routed to it; otherwise they go where ``on_unseen_signature`` says. The
+    plan's latency per raced case (``race``: the race that chose it) is what the
+    production latency watch compares served calls with.
     """
     plan = cand.plan
     assert plan is not None
@@ -150,7 +154,28 @@ def serving_check(
         served_families=families,
         held_out_check=held_out,
         unseen=unseen_words(bool(families), policy),
+        race_latency=raced_latency(cand.name, reference, race),
+        guard=guard_words(run.policy.guard),
     )
+
+
+def raced_latency(
+    name: str, reference: ReferenceOutputs, race: RaceResult | None
+) -> tuple[RacedLatency, ...]:
+    """Plan ``name``'s measured latency on each raced case, by the case's signature (the
+    first case of a signature speaks for it); empty when it was not measured."""
+    if race is None or name not in {c.name for c in race.candidates}:
+        return ()
+    stats = {s.case: s for s in race.candidate(name).cases}
+    found: dict[str, RacedLatency] = {}
+    for case in reference.cases:
+        latency = stats.get(case.name)
+        if latency is None or latency.median_ms is None:
+            continue
+        signature = describe(signature_key(case.args, case.kwargs))
+        high = max(latency.median_ms, latency.mean_high_ms or latency.median_ms)
+        found.setdefault(signature, RacedLatency(signature, case.name, latency.median_ms, high))
+    return tuple(found.values())
 
 
 def _held_out(

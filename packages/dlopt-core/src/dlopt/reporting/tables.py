@@ -383,6 +383,15 @@ def serving_line(report: OptimizationReport) -> str | None:
     return f"serving: judged under {serving.grad_mode}; {context}; {threads}; {serving.unseen}"
 
 
+def guard_line(report: OptimizationReport) -> str | None:
+    """``in production: ...``: what the production guard does (``None`` for a report
+    written before it was recorded)."""
+    serving = report.serving
+    if serving is None or not serving.guard:
+        return None
+    return f"in production: {serving.guard}"
+
+
 #: The widest bar of the throughput curves, in characters.
 CURVE_WIDTH = 24
 

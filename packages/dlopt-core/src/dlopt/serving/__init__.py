@@ -2,6 +2,10 @@
 
 ``signature`` (call signatures as keys and text, shape families, held-out batch sizes),
 ``served`` (``ServedPlan``: routing by signature, eager fallback, gradients, the judged
-calling context (:mod:`dlopt.contract.calling`), threads) and ``evidence``
-(``ServingEvidence``, the report's ``serving``). See docs/serving.md.
+calling context (:mod:`dlopt.contract.calling`), threads), ``evidence``
+(``ServingEvidence``, the report's ``serving``), and the production guard:
+``production`` (``ProductionGuard``: counts, the failure rule, the latency watch),
+``shadow`` (eager fp32 reruns of sampled calls in a background thread), ``latency``
+(streaming latency histograms), ``health`` (``HealthRecord``, ``decision.health()``) and
+``metrics`` (the record as Prometheus metrics). See docs/serving.md.
 """

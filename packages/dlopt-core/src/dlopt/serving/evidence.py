@@ -5,7 +5,21 @@ from __future__ import annotations
 import attrs
 from attrs import frozen
 
-from dlopt.vocabulary import Concurrency, GradMode, UnseenSignature
+from dlopt.settings.guard import GuardPolicy
+from dlopt.vocabulary import Concurrency, GradMode, NonFiniteInput, PlanFailure, UnseenSignature
+
+
+@frozen
+class RacedLatency:
+    """The served plan's latency on one raced case, as the race measured it: what the
+    production latency watch compares served calls of that ``signature`` with.
+    ``high_ms``: the upper bound (the larger of the median and the upper end of the mean's
+    interval)."""
+
+    signature: str
+    case: str
+    median_ms: float
+    high_ms: float
 
 
 @frozen
@@ -22,7 +36,9 @@ class ServingEvidence:
     declared). ``raced_signatures``: the text of each raced case's signature;
     ``served_families``: the shape families routed to the plan beyond them (set only when
     the held-out check passed). ``on_unseen_signature``: what any other call gets, and
-    ``unseen``: the same in words.
+    ``unseen``: the same in words. ``race_latency``: the plan's raced latency per case
+    (the production latency watch's yardstick); ``guard``: what the production guard
+    does, in words (docs/serving.md, "In production").
     """
 
     grad_mode: GradMode
@@ -35,6 +51,8 @@ class ServingEvidence:
     served_families: tuple[str, ...] = ()
     held_out_check: str | None = None
     unseen: str = ""
+    race_latency: tuple[RacedLatency, ...] = ()
+    guard: str | None = None
 
 
 def unseen_words(families: bool, policy: UnseenSignature) -> str:
@@ -52,15 +70,51 @@ def unseen_words(families: bool, policy: UnseenSignature) -> str:
     return f"a call with a signature no case raced: {rest}"
 
 
-def with_unseen_policy(
-    evidence: ServingEvidence | None, policy: UnseenSignature
+def guard_words(guard: GuardPolicy, fallback: bool = True) -> str:
+    """What the production guard does, in words (the report's ``serving.guard``);
+    ``fallback=False``: there is no eager model to serve instead (a bundle loaded alone)."""
+    eager = "eager fp32 serves it" if fallback else "it raises (no eager model here)"
+    nonfinite = {
+        NonFiniteInput.FALLBACK: f"a call with NaN or infinite inputs: {eager}",
+        NonFiniteInput.RAISE: "a call with NaN or infinite inputs raises NonFiniteInputError",
+        NonFiniteInput.SERVE: "a call with NaN or infinite inputs goes to the plan unchecked",
+    }[guard.on_nonfinite_input]
+    if guard.on_plan_failure is PlanFailure.FALLBACK:
+        failure = (
+            f"a plan that raises: {eager}, and {guard.max_failures} failures in a row "
+            "disable the plan"
+        )
+    else:
+        failure = "a plan that raises: the exception reaches the caller (counted)"
+    if guard.shadow_rate > 0:
+        shadow = (
+            f"{guard.shadow_rate:.3g} of plan calls rerun by eager fp32 in the background "
+            f"and compared within the plan's limits ({guard.max_mismatches} mismatches "
+            "disable it)"
+        )
+    else:
+        shadow = "no shadow checks (shadow_rate 0)"
+    return f"{nonfinite}; {failure}; {shadow}; served latency watched against the race's"
+
+
+def with_serving_policy(
+    evidence: ServingEvidence | None,
+    policy: UnseenSignature,
+    guard: GuardPolicy | None = None,
+    fallback: bool = True,
 ) -> ServingEvidence | None:
-    """``evidence`` as served under ``policy`` (a decision loaded from a cache record or a
-    bundle follows the caller's policy, not the one it was raced with)."""
-    if evidence is None or evidence.on_unseen_signature is policy:
+    """``evidence`` as served under ``policy`` and ``guard`` (a decision loaded from a
+    cache record or a bundle follows the caller's policy, not the one it was raced with)."""
+    if evidence is None:
         return evidence
-    return attrs.evolve(
-        evidence,
-        on_unseen_signature=policy,
-        unseen=unseen_words(bool(evidence.served_families), policy),
-    )
+    changes: dict[str, object] = {}
+    if evidence.on_unseen_signature is not policy:
+        changes.update(
+            on_unseen_signature=policy,
+            unseen=unseen_words(bool(evidence.served_families), policy),
+        )
+    if guard is not None:
+        words = guard_words(guard, fallback)
+        if evidence.guard != words:
+            changes["guard"] = words
+    return attrs.evolve(evidence, **changes) if changes else evidence

@@ -6,23 +6,34 @@ Per call, in order:
    signature, or one of a raced case's shape family when the plan serves dynamic shapes
    and passed the held-out check, goes to the plan; any other is *unseen* and, as the
    policy says, falls back to eager fp32 (a warning the first time; counted) or raises.
-2. **Gradients**: a caller that needs them (autograd on, an input that requires grad)
+2. **Guard** (:mod:`dlopt.serving.production`): a disabled plan sends the call to eager fp32;
+   floating inputs holding NaN or infinity (outside every raced input) go where
+   ``on_nonfinite_input`` says, checked with numpy on the calling thread (torch's own
+   check would wake its thread pool, whose spinning threads then slow the plan).
+3. **Gradients**: a caller that needs them (autograd on, an input that requires grad)
    through a plan without them gets :class:`~dlopt.errors.ServingContextError`.
-3. **Context**: a plan that computes the same in any grad mode is called in the
+4. **Context**: a plan that computes the same in any grad mode is called in the
    caller's; any other is called in the grad mode it was judged in, on inputs of the kind
    that mode makes, and its outputs are handed back as the caller can use them
    (:mod:`dlopt.contract.calling`).
-4. **Threads**: a ``serialized`` plan is called by one thread at a time (the call and its
+5. **Threads**: a ``serialized`` plan is called by one thread at a time (the call and its
    synchronization under one lock); a ``per_thread`` plan gets one runner per thread.
+6. **Production**: the plan call's time feeds the latency watch; an exception from the
+   plan is served by eager fp32 (and counted, and after ``max_failures`` in a row the
+   plan is disabled) or reaches the caller, as ``on_plan_failure`` says; a sampled share
+   of calls is checked against eager fp32 in the background (:mod:`dlopt.serving.shadow`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import warnings
+import time
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
+
+import attrs
+import torch
 
 from dlopt.contract.calling import (
     caller_grad_mode,
@@ -32,10 +43,24 @@ from dlopt.contract.calling import (
     outputs_for_caller,
 )
 from dlopt.contract.provider import BuiltPlan
-from dlopt.errors import ServingContextError, UnseenSignatureError
-from dlopt.serving.evidence import ServingEvidence
+from dlopt.errors import NonFiniteInputError, ServingContextError, UnseenSignatureError
+from dlopt.platform.arrays import count_nonfinite
+from dlopt.platform.tree import iter_tensors
+from dlopt.serving.evidence import RacedLatency, ServingEvidence
+from dlopt.serving.production import ProductionGuard
+from dlopt.serving.health import HealthRecord
+from dlopt.serving.shadow import ShadowChecker, ShadowJudge
 from dlopt.serving.signature import describe, family_key, signature_key
-from dlopt.vocabulary import Concurrency, GradMode, TextEnum, UnseenSignature
+from dlopt.settings.guard import GuardPolicy
+from dlopt.vocabulary import (
+    Concurrency,
+    FallbackReason,
+    GradMode,
+    NonFiniteInput,
+    PlanFailure,
+    TextEnum,
+    UnseenSignature,
+)
 
 #: Signatures whose route is remembered; beyond it the memory starts again (a stream of
 #: ever-new shapes must not grow a decision without bound).
@@ -50,6 +75,44 @@ class _Route(TextEnum):
     REFUSE = "refuse"
 
 
+@attrs.frozen
+class _Known:
+    """A signature seen before: where it goes, its text and family's text, and the latency
+    watch of its raced case (``None``: not raced, or no race latency recorded)."""
+
+    route: _Route
+    text: str
+    family: str
+    watch: object | None
+
+
+_FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _tensors_of(value: Any) -> Any:
+    """The tensors of a call's inputs: plain containers walked quickly, the rest through
+    the general walker."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif type(value) in (tuple, list):
+        for item in value:
+            yield from _tensors_of(item)
+    elif type(value) is dict:
+        for item in value.values():
+            yield from _tensors_of(item)
+    elif value is not None and not isinstance(value, (bool, int, float, str)):
+        yield from iter_tensors(value)
+
+
+def has_nonfinite_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether any floating or complex input tensor holds NaN or infinity (counted with
+    numpy on the calling thread for host tensors: :func:`dlopt.platform.arrays.count_nonfinite`)."""
+    for tensor in _tensors_of((args, kwargs)):
+        if (tensor.dtype in _FLOATING or tensor.is_complex()) and count_nonfinite(tensor):
+            return True
+    return False
+
+
 class ServedPlan:
     """Calls ``plan`` for every caller of a decision (see the module docstring).
 
@@ -60,7 +123,11 @@ class ServedPlan:
     ``families``: the shape families it serves beyond them (empty unless its dynamic
     shapes passed the held-out check). ``on_unseen``: what an unseen call gets.
     ``fallback``: eager fp32 (the user's model), or ``None`` when there is none here (a
-    bundle loaded without its model): an unseen call then raises, saying so.
+    bundle loaded without its model): a call that would go to it then raises, saying so.
+    ``guard``: the production guard's settings; ``race_latency`` and ``race_p50_ms``:
+    the race's latency (the latency watch's yardstick); ``judge``: how a shadow check
+    holds the plan's outputs (no shadow checks without it or without ``fallback``).
+    ``clock``: what times the plan's calls (seconds; injectable for tests).
     """
 
     def __init__(
@@ -73,8 +140,14 @@ class ServedPlan:
         families: Collection[str] = (),
         on_unseen: UnseenSignature = UnseenSignature.FALLBACK,
         fallback: Callable[..., Any] | None = None,
+        guard: GuardPolicy | None = None,
+        race_latency: Collection[RacedLatency] = (),
+        race_p50_ms: float | None = None,
+        judge: ShadowJudge | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.plan = plan
+        self._clock = clock
         self.plan_name = plan_name
         self.grad_mode = GradMode(grad_mode)
         self.routed = raced is not None
@@ -82,6 +155,14 @@ class ServedPlan:
         self.families = frozenset(families)
         self.on_unseen = UnseenSignature(on_unseen)
         self.fallback = fallback
+        self.policy = guard if guard is not None else GuardPolicy()
+        self.guard = ProductionGuard(plan_name, self.policy, tuple(race_latency), race_p50_ms)
+        self._check_nonfinite = self.policy.on_nonfinite_input is not NonFiniteInput.SERVE
+        self._shadow = (
+            ShadowChecker(self.guard, fallback, judge)
+            if fallback is not None and judge is not None and self.policy.shadow_rate > 0
+            else None
+        )
         traits = plan.serving
         self.concurrency = traits.concurrency
         if self.concurrency is Concurrency.PER_THREAD and plan.thread_runner is None:
@@ -94,10 +175,8 @@ class ServedPlan:
             else contextlib.nullcontext()
         )
         self._local = threading.local()
-        self._routes: dict[Hashable, _Route] = {}
+        self._routes: dict[Hashable, _Known] = {}
         self._count_lock = threading.Lock()
-        self._fallback_calls = 0
-        self._warned = False
         self._unseen: list[str] = []
 
     @classmethod
@@ -109,68 +188,114 @@ class ServedPlan:
         plan_name: str,
         fallback: Callable[..., Any] | None = None,
         on_unseen: UnseenSignature | None = None,
+        guard: GuardPolicy | None = None,
+        race_p50_ms: float | None = None,
+        judge: ShadowJudge | None = None,
     ) -> ServedPlan:
         """Serve ``plan`` as a report's ``serving`` evidence says (``on_unseen`` overrides
         its policy); a report without one (written before it was recorded) sends every
         call to the plan in ``inference_mode``, as such decisions were judged."""
+        common: dict[str, Any] = {
+            "plan_name": plan_name,
+            "fallback": fallback,
+            "guard": guard,
+            "race_p50_ms": race_p50_ms,
+            "judge": judge,
+        }
         if evidence is None:
-            return cls(
-                plan,
-                plan_name=plan_name,
-                grad_mode=GradMode.INFERENCE_MODE,
-                raced=None,
-                fallback=fallback,
-            )
+            return cls(plan, grad_mode=GradMode.INFERENCE_MODE, raced=None, **common)
         return cls(
             plan,
-            plan_name=plan_name,
             grad_mode=evidence.grad_mode,
             raced=evidence.raced_signatures,
             families=evidence.served_families,
             on_unseen=on_unseen if on_unseen is not None else evidence.on_unseen_signature,
-            fallback=fallback,
+            race_latency=evidence.race_latency,
+            **common,
         )
 
     # -- what the decision reports ------------------------------------------------------
     @property
     def fallback_calls(self) -> int:
-        """How many calls eager fp32 served because their signature was never raced."""
-        return self._fallback_calls
+        """How many calls eager fp32 served instead of the plan (for any reason:
+        :meth:`health` says which)."""
+        return self.guard.health().fallback_calls
 
     @property
     def unseen_signatures(self) -> tuple[str, ...]:
         """The first unseen signatures seen (text), in the order they came."""
         return tuple(self._unseen)
 
+    def health(self) -> HealthRecord:
+        """The production record so far (:class:`~dlopt.serving.health.HealthRecord`)."""
+        return self.guard.health()
+
+    def drain_shadow_checks(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued shadow check is judged (``True``), or ``timeout``."""
+        return self._shadow is None or self._shadow.drain(timeout)
+
     # -- the call -------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.routed:
-            key = signature_key(args, kwargs)
-            route = self._routes.get(key)
-            if route is None:
-                route = self._route(key)
-            if route is _Route.FALLBACK:
-                return self._fall_back(key, args, kwargs)
-            if route is _Route.REFUSE:
-                raise UnseenSignatureError(self._unseen_message(key))
+        known = self._known(signature_key(args, kwargs)) if self.routed else None
+        if known is not None and known.route is not _Route.PLAN:
+            if known.route is _Route.FALLBACK:
+                return self._eager(FallbackReason.UNSEEN_SIGNATURE, args, kwargs, known.text)
+            self.guard.refused()
+            raise UnseenSignatureError(self._unseen_message(known.text))
+        if self.guard.disabled is not None:
+            return self._eager(FallbackReason.PLAN_DISABLED, args, kwargs)
+        if self._check_nonfinite and has_nonfinite_input(args, kwargs):
+            if self.policy.on_nonfinite_input is NonFiniteInput.RAISE:
+                self.guard.refused()
+                raise NonFiniteInputError(
+                    f"this call's floating inputs hold NaN or infinity, and plan "
+                    f"{self.plan_name!r} was judged on finite inputs only; the policy refuses "
+                    "such calls (on_nonfinite_input='raise'). Clean the inputs, or set "
+                    "on_nonfinite_input='fallback' to serve them with eager fp32"
+                )
+            return self._eager(FallbackReason.NONFINITE_INPUT, args, kwargs)
         caller = caller_grad_mode()
         if not self.plan.serving.differentiable and needs_gradients(caller, args, kwargs):
+            self.guard.refused()
             raise ServingContextError(
                 f"this call needs gradients (autograd is on and an input requires grad), "
                 f"but plan {self.plan_name!r}, judged under {self.grad_mode}, computes "
                 "without autograd; call the decision under torch.inference_mode() or "
                 "torch.no_grad() (or the model itself where you need gradients)"
             )
+        try:
+            out, seconds = self._call_plan(caller, args, kwargs)
+        except Exception as exc:
+            return self._plan_failed(exc, args, kwargs)
+        self.guard.plan_served(seconds, known.watch if known is not None else None)
+        if self._shadow is not None and self.guard.sample_shadow():
+            if known is None:
+                key = signature_key(args, kwargs)
+                known = _Known(_Route.PLAN, describe(key), describe(family_key(key)), None)
+            self._shadow.submit(
+                known.text, known.family, args, kwargs, out, self.guard.plan_calls
+            )
+        return out
+
+    def _call_plan(
+        self, caller: GradMode, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, float]:
+        """The plan's outputs for this call, and how long the call and its
+        synchronization took (inside the lock: waiting for another thread is not the
+        plan's time)."""
         with self._lock:
             if self.plan.serving.any_grad_mode:
+                start = self._clock()
                 out = self._runner()(*args, **kwargs)
                 self._synchronize()
-                return out
+                return out, self._clock() - start
             with grad_mode_scope(self.grad_mode):
                 args, kwargs = inputs_of_kind(self.grad_mode, args, kwargs)
+                start = self._clock()
                 out = self._runner()(*args, **kwargs)
                 self._synchronize()
-            return outputs_for_caller(out, caller)
+                seconds = self._clock() - start
+            return outputs_for_caller(out, caller), seconds
 
     def _runner(self) -> Callable[..., Any]:
         if self.concurrency is not Concurrency.PER_THREAD:
@@ -185,42 +310,101 @@ class ServedPlan:
         if self.plan.synchronize is not None:
             self.plan.synchronize()
 
+    # -- eager fp32 instead of the plan -------------------------------------------------------
+    def _eager(
+        self,
+        reason: FallbackReason,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        signature: str | None = None,
+    ) -> Any:
+        if self.fallback is None:
+            # Only non-finite inputs come here without a model: unseen signatures are
+            # refused by their route, and a plan is disabled only where eager serves.
+            self.guard.refused()
+            raise NonFiniteInputError(
+                f"this call's floating inputs hold NaN or infinity, which plan "
+                f"{self.plan_name!r} was never judged on, and there is no eager model here "
+                "to serve it; pass the model (load_bundle(path, model=model))"
+            )
+        self.guard.fallback(reason)
+        self.guard.warn_once(reason.value, self._fallback_message(reason, signature), 4)
+        return self.fallback(*args, **kwargs)
+
+    def _fallback_message(self, reason: FallbackReason, signature: str | None) -> str:
+        if reason is FallbackReason.UNSEEN_SIGNATURE:
+            return (
+                f"plan {self.plan_name!r} was raced on {len(self.raced)} signature(s), and "
+                f"this call's {signature} is none of them: eager fp32 serves it (and every "
+                "other unseen signature; decision.fallback_calls counts them). Race this "
+                "shape too (add a WorkloadCase), or set "
+                "OptimizationPolicy(on_unseen_signature='raise') to refuse such calls"
+            )
+        if reason is FallbackReason.NONFINITE_INPUT:
+            return (
+                f"this call's floating inputs hold NaN or infinity, which plan "
+                f"{self.plan_name!r} was never judged on: eager fp32 serves it (and every "
+                "such call; decision.health() counts them). Set "
+                "OptimizationPolicy(on_nonfinite_input='raise') to refuse such calls"
+            )
+        if reason is FallbackReason.PLAN_DISABLED:
+            return (
+                f"plan {self.plan_name!r} is disabled ({self.guard.disabled}): eager fp32 "
+                "serves every call from now on (decision.health() has the record)"
+            )
+        return (
+            f"plan {self.plan_name!r} raised ({self.guard.health().last_failure}): eager fp32 "
+            f"served this call; {self.policy.max_failures} failures in a row disable the "
+            "plan (decision.health() counts them; on_plan_failure='raise' lets them through)"
+        )
+
+    def _plan_failed(self, exc: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The plan raised: eager fp32 serves the call, or the exception goes on."""
+        if self.policy.on_plan_failure is PlanFailure.RAISE or self.fallback is None:
+            # Nothing serves instead: the caller gets the plan's error, and the plan is
+            # never disabled (it may recover; there is nothing to roll back to).
+            self.guard.plan_failed(exc, can_disable=False)
+            self.guard.refused()
+            raise exc
+        try:
+            out = self.fallback(*args, **kwargs)
+        except Exception as eager_exc:
+            # Eager fails on these inputs too: the call is at fault, not the plan.
+            self.guard.refused()
+            raise eager_exc from exc
+        disabled = self.guard.plan_failed(exc)
+        self.guard.fallback(FallbackReason.PLAN_FAILURE)
+        reason = FallbackReason.PLAN_DISABLED if disabled else FallbackReason.PLAN_FAILURE
+        self.guard.warn_once(reason.value, self._fallback_message(reason, None), 3)
+        return out
+
     # -- unseen signatures ------------------------------------------------------------------
-    def _route(self, key: Hashable) -> _Route:
+    def _known(self, key: Hashable) -> _Known:
+        known = self._routes.get(key)
+        if known is None:
+            known = self._route(key)
+        return known
+
+    def _route(self, key: Hashable) -> _Known:
         text = describe(key)
-        if text in self.raced or (self.families and describe(family_key(key)) in self.families):
+        family = describe(family_key(key))
+        if text in self.raced or (self.families and family in self.families):
             route = _Route.PLAN
         elif self.on_unseen is UnseenSignature.FALLBACK and self.fallback is not None:
             route = _Route.FALLBACK
         else:
             route = _Route.REFUSE
+        known = _Known(route, text, family, self.guard.watch_of(text))
         if len(self._routes) >= _ROUTE_MEMORY:
             self._routes.clear()
-        self._routes[key] = route
+        self._routes[key] = known
         if route is not _Route.PLAN:
             with self._count_lock:
                 if len(self._unseen) < _UNSEEN_KEPT and text not in self._unseen:
                     self._unseen.append(text)
-        return route
+        return known
 
-    def _fall_back(self, key: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        assert self.fallback is not None
-        with self._count_lock:
-            self._fallback_calls += 1
-            warn, self._warned = not self._warned, True
-        if warn:
-            warnings.warn(
-                f"plan {self.plan_name!r} was raced on {len(self.raced)} signature(s), and "
-                f"this call's {describe(key)} is none of them: eager fp32 serves it (and every "
-                "other unseen signature; decision.fallback_calls counts them). Race this "
-                "shape too (add a WorkloadCase), or set "
-                "OptimizationPolicy(on_unseen_signature='raise') to refuse such calls",
-                RuntimeWarning,
-                stacklevel=4,  # the line that called the decision
-            )
-        return self.fallback(*args, **kwargs)
-
-    def _unseen_message(self, key: Hashable) -> str:
+    def _unseen_message(self, signature: str) -> str:
         raced = "; ".join(sorted(self.raced)) or "none recorded"
         if self.on_unseen is UnseenSignature.FALLBACK:
             why = (
@@ -231,10 +415,13 @@ class ServedPlan:
             why = "the policy refuses unseen signatures (on_unseen_signature='raise')"
         return (
             f"plan {self.plan_name!r} was never raced on this call's signature "
-            f"{describe(key)} (raced: {raced}), and {why}; add a WorkloadCase with these "
+            f"{signature} (raced: {raced}), and {why}; add a WorkloadCase with these "
             "shapes and select again to serve them with a raced plan"
         )
 
     def close(self) -> None:
-        """Release the plan (and with it every runner it made for a thread)."""
+        """Stop the shadow checks, then release the plan (and every runner it made for a
+        thread)."""
+        if self._shadow is not None:
+            self._shadow.close()
         self.plan.close()

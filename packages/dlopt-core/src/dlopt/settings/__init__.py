@@ -4,8 +4,9 @@
 (``WorkloadCase``, ``WorkloadProfile``: the serving inputs, their traffic weights and the
 calling context), ``policy`` (``OptimizationPolicy``, ``DeploymentConstraints``: the
 objective, the constraints and every switch of a selection), ``measurement``
-(``MeasurementPolicy``: how the race measures) and ``quality`` (``QualityPolicy``,
-``QualityLimits``: what outputs must reproduce). They import no stage, so validation,
+(``MeasurementPolicy``: how the race measures), ``quality`` (``QualityPolicy``,
+``QualityLimits``: what outputs must reproduce) and ``guard`` (``GuardPolicy``: how a
+decision guards its plan in production). They import no stage, so validation,
 measurement and the plugin contract can read them.
 
 This package imports nothing itself; users import these names from ``dlopt``.

@@ -13,9 +13,10 @@ from attrs import field, frozen
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.platform.serialization import user_document
+from dlopt.settings.guard import GuardPolicy
 from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.settings.quality import QualityPolicy
-from dlopt.vocabulary import Objective, UnseenSignature
+from dlopt.vocabulary import NonFiniteInput, Objective, PlanFailure, UnseenSignature
 
 OBJECTIVES: tuple[str, ...] = tuple(o.value for o in Objective)
 #: Where a selection runs: in the caller's process, or in a supervised worker process.
@@ -203,6 +204,16 @@ class OptimizationPolicy:
     and passed the held-out check: ``"fallback"`` (default) serves it with eager fp32
     and warns once, ``"raise"`` raises :class:`~dlopt.errors.UnseenSignatureError`
     (docs/serving.md).
+
+    The production guard (docs/serving.md, "In production"; :class:`GuardPolicy` says
+    each field whole): ``on_nonfinite_input`` (``"fallback"``, ``"raise"`` or
+    ``"serve"``) for a call whose floating inputs hold NaN or infinity;
+    ``on_plan_failure`` (``"fallback"`` or ``"raise"``) for a plan that raises at serve
+    time, disabled after ``max_failures`` consecutive failures; ``shadow_rate``, the share
+    of calls eager fp32 also runs in the background to compare (0 = off; 0.01 in
+    production), disabling the plan after ``max_mismatches`` mismatches. Like
+    ``on_unseen_signature`` they say how the decision serves, not what it decides: they
+    are not part of the plan cache's key.
     """
 
     objective: Objective = field(
@@ -247,6 +258,29 @@ class OptimizationPolicy:
         converter=lambda v: UnseenSignature.lookup(v) or v,
         validator=one_of(u.value for u in UnseenSignature),
     )
+
+    on_nonfinite_input: NonFiniteInput = field(
+        default=NonFiniteInput.FALLBACK,
+        converter=lambda v: NonFiniteInput.lookup(v) or v,
+        validator=one_of(v.value for v in NonFiniteInput),
+    )
+    on_plan_failure: PlanFailure = field(
+        default=PlanFailure.FALLBACK,
+        converter=lambda v: PlanFailure.lookup(v) or v,
+        validator=one_of(v.value for v in PlanFailure),
+    )
+    max_failures: int = field(default=3, validator=integer(minimum=1, hint=" (failures in a row)"))
+    shadow_rate: float = field(
+        default=0.0, validator=number(minimum=0, maximum=1, hint=" (a share of calls, e.g. 0.01)")
+    )
+    max_mismatches: int = field(
+        default=3, validator=integer(minimum=1, hint=" (shadow mismatches)")
+    )
+
+    @property
+    def guard(self) -> GuardPolicy:
+        """The production guard these fields ask for."""
+        return GuardPolicy.of(self)
 
     def wants(self, provider_name: str) -> bool:
         if provider_name in self.exclude:
