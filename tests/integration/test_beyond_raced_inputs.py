@@ -134,7 +134,9 @@ def test_nonfinite_inputs_get_eagers_answer_or_the_policys_error(tmp_path):
 
     model = SlowEagerNet(channels=8, convs=1, sleep_s=0.01)  # eager is slow: the plan wins
     gen = torch.Generator().manual_seed(2)
-    workload = WorkloadProfile(cases=(WorkloadCase("b4", args=(torch.randn(4, 3, 8, 8, generator=gen),)),))
+    workload = WorkloadProfile(
+        cases=(WorkloadCase("b4", args=(torch.randn(4, 3, 8, 8, generator=gen),)),)
+    )
     base = {
         "include": ("eager_fp32", "openvino_cpu"),
         "constraints": DeploymentConstraints(min_speedup=0.01),

@@ -152,13 +152,18 @@ def test_the_watch_follows_inputs_through_a_tracer_that_copies_the_model():
 
 def test_refuse_names_what_was_traced_and_explains_a_tracer_that_failed():
     model = SumBranch().eval()
-    with pytest.raises(ValueDependentGraph, match=r"the MyNPU trace depends on the input values"):
-        with refuse_value_dependence(model, "the MyNPU trace"):
-            model(X)
-    with pytest.raises(ValueDependentGraph) as refused:
-        with refuse_value_dependence(model, "the MyNPU trace"):
-            model(X)
-            raise RuntimeError("the tracer gave up")
+    expected = r"the MyNPU trace depends on the input values"
+    with (
+        pytest.raises(ValueDependentGraph, match=expected),
+        refuse_value_dependence(model, "the MyNPU trace"),
+    ):
+        model(X)
+    with (
+        pytest.raises(ValueDependentGraph) as refused,
+        refuse_value_dependence(model, "the MyNPU trace"),
+    ):
+        model(X)
+        raise RuntimeError("the tracer gave up")
     assert isinstance(refused.value.__cause__, RuntimeError)
     with refuse_value_dependence(SmallConvNet().eval(), "a clean trace") as watch:
         SmallConvNet().eval()(torch.randn(1, 3, 8, 8))

@@ -49,9 +49,9 @@ class CountingPlan:
         self.calls += 1
         if self.clock is not None:
             self.clock.now += self.step_s
-        if self.fail_from is not None and self.calls >= self.fail_from:
-            if self.fail_until is None or self.calls < self.fail_until:
-                raise RuntimeError(f"device lost on call {self.calls}")
+        failing = self.fail_from is not None and self.calls >= self.fail_from
+        if failing and (self.fail_until is None or self.calls < self.fail_until):
+            raise RuntimeError(f"device lost on call {self.calls}")
         if self.zeros_every is not None and self.calls % self.zeros_every == 0:
             return torch.zeros_like(x)
         return eager(x)
@@ -365,7 +365,9 @@ def test_a_serialized_plans_time_excludes_waiting_for_another_thread():
 def test_without_an_eager_model_a_failing_plan_raises_and_is_never_disabled():
     plan = CountingPlan()
     plan.fail_from, plan.fail_until = 1, 5
-    serve = served(plan, fallback=None, guard=GuardPolicy(max_failures=1, shadow_rate=1.0), judge=judge())
+    serve = served(
+        plan, fallback=None, guard=GuardPolicy(max_failures=1, shadow_rate=1.0), judge=judge()
+    )
     for _ in range(4):
         with pytest.raises(RuntimeError, match="device lost"):
             serve(X)

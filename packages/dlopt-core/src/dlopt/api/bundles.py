@@ -151,9 +151,7 @@ def _load_plan(
         if scratch is not None:
             scratch.release()
         raise
-    return OptimizationDecision(
-        plan, bundle.report, scratch=scratch, fallback=model, guard=guard
-    )
+    return OptimizationDecision(plan, bundle.report, scratch=scratch, fallback=model, guard=guard)
 
 
 def _load_selected_plan(

@@ -16,7 +16,8 @@ from dlopt.serving.health import HealthRecord
 from dlopt.serving.served import ServedPlan
 from dlopt.serving.shadow import ShadowJudge
 from dlopt.settings.guard import GuardPolicy
-from dlopt.settings.quality import LeafRounding, QualityPolicy
+from dlopt.settings.quality import QualityPolicy
+from dlopt.validation.rounding import LeafRounding
 from dlopt.vocabulary import GradMode, UnseenSignature
 
 

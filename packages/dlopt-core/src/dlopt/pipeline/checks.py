@@ -13,11 +13,11 @@ import torch
 
 from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import PLAN_FAILURES, ReferenceCheckError
+from dlopt.measurement.results import RaceResult
 from dlopt.pipeline.measure import RaceOutcome
 from dlopt.pipeline.prepare import validate_calls
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import map_tensors
-from dlopt.measurement.results import RaceResult
 from dlopt.serving.evidence import RacedLatency, ServingEvidence, guard_words, unseen_words
 from dlopt.serving.signature import (
     batch_sizes_along,

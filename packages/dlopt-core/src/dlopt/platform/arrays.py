@@ -5,7 +5,8 @@ Such a runtime reads a tensor's memory through ``tensor.numpy()``: a view, no co
 a host tensor that needs no gradient and is contiguous. :func:`numpy_view` makes any
 tensor so (copying only where it must), and :data:`NUMPY_DTYPES` are the dtypes a
 runtime can be fed that way. :func:`count_nonfinite` counts NaN and infinite values
-without running a torch kernel on a host tensor.
+without running a torch kernel on a host tensor; :func:`any_nonfinite` answers whether
+there is one, as cheaply as can be (it runs on every served call).
 """
 
 from __future__ import annotations
@@ -80,3 +81,24 @@ def count_nonfinite(tensor: torch.Tensor) -> int:
     values = tensor.numpy()
     finite = np.isfinite(values)
     return 0 if finite.all() else int(values.size - np.count_nonzero(finite))
+
+
+#: Floating dtypes ``tensor.numpy()`` reads as they are.
+_NUMPY_READS = frozenset((torch.float32, torch.float64, torch.float16))
+
+
+def any_nonfinite(tensor: torch.Tensor) -> bool:
+    """Whether a floating or complex ``tensor`` holds NaN or infinity (``False`` for any
+    other dtype). A host float tensor is read through a numpy view on the calling thread
+    (a few microseconds for 12k values); anything else goes through
+    :func:`count_nonfinite`."""
+    dtype = tensor.dtype
+    if dtype in _NUMPY_READS and tensor.is_cpu:
+        try:
+            values = tensor.numpy()  # a view; refused for a tensor needing grad
+        except RuntimeError:
+            return count_nonfinite(tensor) > 0
+        return not bool(np.isfinite(values).all())
+    if dtype.is_floating_point or dtype.is_complex:
+        return count_nonfinite(tensor) > 0
+    return False

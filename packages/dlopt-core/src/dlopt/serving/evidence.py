@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from attrs import frozen
 
@@ -107,7 +109,7 @@ def with_serving_policy(
     cache record or a bundle follows the caller's policy, not the one it was raced with)."""
     if evidence is None:
         return evidence
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if evidence.on_unseen_signature is not policy:
         changes.update(
             on_unseen_signature=policy,

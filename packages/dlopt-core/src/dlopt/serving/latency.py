@@ -49,7 +49,7 @@ EDGES_S: tuple[float, ...] = _edges()
 class LatencyHistogram:
     """Counts of served latencies per bucket (see the module docstring); not locked."""
 
-    __slots__ = ("counts", "count", "total_s")
+    __slots__ = ("count", "counts", "total_s")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(EDGES_S) + 1)

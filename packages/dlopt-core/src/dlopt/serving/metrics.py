@@ -50,9 +50,7 @@ def _prometheus() -> Any:
     try:
         import prometheus_client.core as core
     except ImportError:
-        raise ImportError(
-            f"Prometheus metrics need prometheus-client: {INSTALL_HINT}"
-        ) from None
+        raise ImportError(f"Prometheus metrics need prometheus-client: {INSTALL_HINT}") from None
     return core
 
 

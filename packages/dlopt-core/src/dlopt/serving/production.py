@@ -177,7 +177,14 @@ class ProductionGuard:
 
     @property
     def plan_calls(self) -> int:
+        """Calls the plan served so far."""
         return self._plan_calls
+
+    @property
+    def fallback_calls(self) -> int:
+        """Calls eager fp32 served so far, for any reason."""
+        with self._lock:
+            return sum(self._fallbacks.values())
 
     # -- warnings -----------------------------------------------------------------------
     def warn_once(self, key: str, message: str, stacklevel: int) -> None:
@@ -255,4 +262,3 @@ class ProductionGuard:
             race_high_ms=raced.high_ms,
             drift=drift,
         )
-

@@ -44,11 +44,11 @@ from dlopt.contract.calling import (
 )
 from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import NonFiniteInputError, ServingContextError, UnseenSignatureError
-from dlopt.platform.arrays import count_nonfinite
+from dlopt.platform.arrays import any_nonfinite
 from dlopt.platform.tree import iter_tensors
 from dlopt.serving.evidence import RacedLatency, ServingEvidence
-from dlopt.serving.production import ProductionGuard
 from dlopt.serving.health import HealthRecord
+from dlopt.serving.production import ProductionGuard
 from dlopt.serving.shadow import ShadowChecker, ShadowJudge
 from dlopt.serving.signature import describe, family_key, signature_key
 from dlopt.settings.guard import GuardPolicy
@@ -86,31 +86,22 @@ class _Known:
     watch: object | None
 
 
-_FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def _tensors_of(value: Any) -> Any:
-    """The tensors of a call's inputs: plain containers walked quickly, the rest through
-    the general walker."""
+def _nonfinite_leaf(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
-        yield value
-    elif type(value) in (tuple, list):
-        for item in value:
-            yield from _tensors_of(item)
-    elif type(value) is dict:
-        for item in value.values():
-            yield from _tensors_of(item)
-    elif value is not None and not isinstance(value, (bool, int, float, str)):
-        yield from iter_tensors(value)
+        return any_nonfinite(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return False
+    return any(any_nonfinite(t) for t in iter_tensors(value))
 
 
 def has_nonfinite_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether any floating or complex input tensor holds NaN or infinity (counted with
-    numpy on the calling thread for host tensors: :func:`dlopt.platform.arrays.count_nonfinite`)."""
-    for tensor in _tensors_of((args, kwargs)):
-        if (tensor.dtype in _FLOATING or tensor.is_complex()) and count_nonfinite(tensor):
+    """Whether any floating or complex input tensor holds NaN or infinity (read with numpy
+    on the calling thread for host tensors: :func:`dlopt.platform.arrays.any_nonfinite`).
+    Runs on every served call: plain tensor arguments are looked at directly."""
+    for value in args:
+        if _nonfinite_leaf(value):
             return True
-    return False
+    return any(_nonfinite_leaf(value) for value in kwargs.values()) if kwargs else False
 
 
 class ServedPlan:
@@ -219,7 +210,7 @@ class ServedPlan:
     def fallback_calls(self) -> int:
         """How many calls eager fp32 served instead of the plan (for any reason:
         :meth:`health` says which)."""
-        return self.guard.health().fallback_calls
+        return self.guard.fallback_calls
 
     @property
     def unseen_signatures(self) -> tuple[str, ...]:
@@ -272,9 +263,7 @@ class ServedPlan:
             if known is None:
                 key = signature_key(args, kwargs)
                 known = _Known(_Route.PLAN, describe(key), describe(family_key(key)), None)
-            self._shadow.submit(
-                known.text, known.family, args, kwargs, out, self.guard.plan_calls
-            )
+            self._shadow.submit(known.text, known.family, args, kwargs, out, self.guard.plan_calls)
         return out
 
     def _call_plan(

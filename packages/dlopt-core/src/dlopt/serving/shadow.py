@@ -2,7 +2,8 @@
 
 A sampled call hands a copy of its inputs and of the plan's outputs to a bounded queue
 (when it is full the check is skipped and counted: the caller never waits); one daemon
-thread runs eager fp32 on the copy in the calling context the plan was judged in, and
+thread, at the lowest scheduling priority, runs eager fp32 on the copy in the calling
+context the plan was judged in, and
 holds the plan's outputs to the plan's own validation limits
 (:func:`~dlopt.validation.validate_outputs`: its precision, output dtype and the quality
 policy). An fp32 plan's limits widen with the reference's own fp32 rounding, as in the
@@ -12,8 +13,11 @@ else measured once per family in this thread (a float64 run of a copy of the mod
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -26,10 +30,10 @@ from dlopt.platform.tree import map_tensors
 from dlopt.precision import Precision
 from dlopt.serving.production import ProductionGuard
 from dlopt.serving.signature import describe, family_key, signature_key
-from dlopt.settings.quality import LeafRounding, QualityPolicy
+from dlopt.settings.quality import QualityPolicy
 from dlopt.validation.reference import ReferenceCase
 from dlopt.validation.result import validate_outputs
-from dlopt.validation.rounding import measure_fp32_rounding
+from dlopt.validation.rounding import LeafRounding, measure_fp32_rounding
 from dlopt.validation.structure import iter_leaves
 from dlopt.vocabulary import GradMode
 
@@ -72,6 +76,21 @@ def rounding_by_family(cases: Iterable[ReferenceCase]) -> dict[str, dict[str, Le
             family = describe(family_key(signature_key(case.args, case.kwargs)))
             found.setdefault(family, dict(case.fp32_rounding))
     return found
+
+
+#: The nice value of the shadow thread (and the threads its eager calls start): the
+#: lowest, so the scheduler gives the serving threads the cores whenever they want them.
+SHADOW_NICE = 19
+
+
+def _lowest_priority() -> None:
+    """Lower this thread's scheduling priority (Linux: a thread is a task of its own, and
+    threads it starts, torch's OpenMP team for its eager calls among them, inherit it).
+    Elsewhere ``setpriority`` would apply to the whole process: left alone."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICE)
 
 
 def _copy(value: Any) -> Any:
@@ -133,6 +152,7 @@ class ShadowChecker:
                 self._thread.start()
 
     def _run(self) -> None:
+        _lowest_priority()
         while True:
             check = self._queue.get()
             try:
@@ -181,12 +201,13 @@ class ShadowChecker:
         self, check: _Check, args: tuple[Any, ...], kwargs: dict[str, Any], expected: Any
     ) -> Mapping[str, LeafRounding]:
         known = self._rounding.get(check.family)
-        if known is None:
-            if not isinstance(self.model, torch.nn.Module):
-                return {}  # a plain callable has no weights to run in float64
-            measured, _ = measure_fp32_rounding(self.model, [(args, kwargs, expected)])
-            known = self._rounding[check.family] = measured[0]
-        return known
+        if known is not None:
+            return known
+        if not isinstance(self.model, torch.nn.Module):
+            return {}  # a plain callable has no weights to run in float64
+        measured, _ = measure_fp32_rounding(self.model, [(args, kwargs, expected)])
+        self._rounding[check.family] = measured[0]
+        return measured[0]
 
     def close(self) -> None:
         """Stop the thread once the check in progress ends (queued checks are dropped)."""
@@ -199,10 +220,8 @@ class ShadowChecker:
             self._queue.task_done()
         thread = self._thread
         if thread is not None:
-            try:
+            with contextlib.suppress(queue.Full):
                 self._queue.put(None, timeout=CLOSE_WAIT_S)
-            except queue.Full:
-                pass
             thread.join(CLOSE_WAIT_S)
 
     def drain(self, timeout: float = 30.0) -> bool:

@@ -16,6 +16,7 @@ cache's key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from attrs import field, frozen
@@ -37,6 +38,36 @@ def _failure(value: Any) -> Any:
     return PlanFailure.lookup(value) or value
 
 
+#: The guard's fields, declared once: :class:`GuardPolicy` holds them, and
+#: ``OptimizationPolicy`` carries them flat (``guard_field("shadow_rate")`` in both).
+_FIELDS: dict[str, Callable[[], Any]] = {
+    "on_nonfinite_input": lambda: field(
+        default=NonFiniteInput.FALLBACK,
+        converter=_nonfinite,
+        validator=one_of(v.value for v in NonFiniteInput),
+    ),
+    "on_plan_failure": lambda: field(
+        default=PlanFailure.FALLBACK,
+        converter=_failure,
+        validator=one_of(v.value for v in PlanFailure),
+    ),
+    "max_failures": lambda: field(
+        default=3, validator=integer(minimum=1, hint=" (failures in a row)")
+    ),
+    "shadow_rate": lambda: field(
+        default=0.0, validator=number(minimum=0, maximum=1, hint=" (a share of calls, e.g. 0.01)")
+    ),
+    "max_mismatches": lambda: field(
+        default=3, validator=integer(minimum=1, hint=" (shadow mismatches)")
+    ),
+}
+
+
+def guard_field(name: str) -> Any:
+    """The attrs field of the guard setting ``name`` (its default, converter, validator)."""
+    return _FIELDS[name]()
+
+
 @user_document
 @frozen
 class GuardPolicy:
@@ -55,31 +86,13 @@ class GuardPolicy:
     disable the plan.
     """
 
-    on_nonfinite_input: NonFiniteInput = field(
-        default=NonFiniteInput.FALLBACK,
-        converter=_nonfinite,
-        validator=one_of(v.value for v in NonFiniteInput),
-    )
-    on_plan_failure: PlanFailure = field(
-        default=PlanFailure.FALLBACK,
-        converter=_failure,
-        validator=one_of(v.value for v in PlanFailure),
-    )
-    max_failures: int = field(default=3, validator=integer(minimum=1, hint=" (failures in a row)"))
-    shadow_rate: float = field(
-        default=0.0, validator=number(minimum=0, maximum=1, hint=" (a share of calls, e.g. 0.01)")
-    )
-    max_mismatches: int = field(
-        default=3, validator=integer(minimum=1, hint=" (shadow mismatches)")
-    )
+    on_nonfinite_input: NonFiniteInput = guard_field("on_nonfinite_input")  # noqa: RUF009
+    on_plan_failure: PlanFailure = guard_field("on_plan_failure")  # noqa: RUF009
+    max_failures: int = guard_field("max_failures")
+    shadow_rate: float = guard_field("shadow_rate")
+    max_mismatches: int = guard_field("max_mismatches")
 
     @classmethod
     def of(cls, policy: Any) -> GuardPolicy:
         """The guard an :class:`~dlopt.settings.policy.OptimizationPolicy` asks for."""
-        return cls(
-            on_nonfinite_input=policy.on_nonfinite_input,
-            on_plan_failure=policy.on_plan_failure,
-            max_failures=policy.max_failures,
-            shadow_rate=policy.shadow_rate,
-            max_mismatches=policy.max_mismatches,
-        )
+        return cls(**{name: getattr(policy, name) for name in _FIELDS})

@@ -13,7 +13,7 @@ from attrs import field, frozen
 from dlopt.errors import ConfigurationError
 from dlopt.platform.config_checks import boolean, instance_of, integer, number, one_of
 from dlopt.platform.serialization import user_document
-from dlopt.settings.guard import GuardPolicy
+from dlopt.settings.guard import GuardPolicy, guard_field
 from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.settings.quality import QualityPolicy
 from dlopt.vocabulary import NonFiniteInput, Objective, PlanFailure, UnseenSignature
@@ -259,23 +259,11 @@ class OptimizationPolicy:
         validator=one_of(u.value for u in UnseenSignature),
     )
 
-    on_nonfinite_input: NonFiniteInput = field(
-        default=NonFiniteInput.FALLBACK,
-        converter=lambda v: NonFiniteInput.lookup(v) or v,
-        validator=one_of(v.value for v in NonFiniteInput),
-    )
-    on_plan_failure: PlanFailure = field(
-        default=PlanFailure.FALLBACK,
-        converter=lambda v: PlanFailure.lookup(v) or v,
-        validator=one_of(v.value for v in PlanFailure),
-    )
-    max_failures: int = field(default=3, validator=integer(minimum=1, hint=" (failures in a row)"))
-    shadow_rate: float = field(
-        default=0.0, validator=number(minimum=0, maximum=1, hint=" (a share of calls, e.g. 0.01)")
-    )
-    max_mismatches: int = field(
-        default=3, validator=integer(minimum=1, hint=" (shadow mismatches)")
-    )
+    on_nonfinite_input: NonFiniteInput = guard_field("on_nonfinite_input")  # noqa: RUF009
+    on_plan_failure: PlanFailure = guard_field("on_plan_failure")  # noqa: RUF009
+    max_failures: int = guard_field("max_failures")
+    shadow_rate: float = guard_field("shadow_rate")
+    max_mismatches: int = guard_field("max_mismatches")
 
     @property
     def guard(self) -> GuardPolicy:
