@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -9,9 +10,11 @@ from typing import Any
 
 from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, write_bundle
 from dlopt.contract.provider import BuiltPlan
+from dlopt.errors import ConfigurationError, ServingError
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.precision import Precision
+from dlopt.serving.batching import DEFAULT_MAX_DELAY_MS, BatchedDecision
 from dlopt.serving.health import HealthRecord
 from dlopt.serving.served import ServedPlan
 from dlopt.serving.shadow import ShadowJudge
@@ -82,6 +85,7 @@ class OptimizationDecision:
             race_p50_ms=selected.latency.median_ms if selected is not None else None,
             judge=judge,
         )
+        self._batchers: list[BatchedDecision] = []
 
     @property
     def selected_plan(self) -> str:
@@ -115,6 +119,69 @@ class OptimizationDecision:
     def unseen_signatures(self) -> tuple[str, ...]:
         """The first signatures this decision was called with that no case raced."""
         return self._served.unseen_signatures
+
+    def batched(
+        self,
+        max_batch_size: int | None = None,
+        max_delay_ms: float = DEFAULT_MAX_DELAY_MS,
+        *,
+        max_concurrent_batches: int | None = None,
+    ) -> BatchedDecision:
+        """A thread-safe callable that merges concurrent calls into one plan call
+        (dynamic batching; docs/deploy.md): calls whose signatures differ only in the
+        batch dimension are merged up to the largest batch size the plan serves (the
+        largest raced size; under the throughput objective, the batch size it chose), or
+        ``max_batch_size``; a plan that serves only its raced shapes is called at a raced
+        size, padded with copies of real rows. A lone call waits at most
+        ``max_delay_ms``. ``await batched.acall(...)`` serves asyncio servers. Up to
+        ``max_concurrent_batches`` merged calls run at once (default 1; more only for a
+        plan several threads may call at once). Every promise of the decision holds per
+        caller; ``close()`` (or closing the decision) stops it."""
+        serving = self.report.serving
+        if serving is None or not serving.raced_batch_sizes:
+            raise ServingError(
+                f"the report of {self.selected_plan!r} records no raced batch sizes (it was "
+                "written before dlopt recorded them, or no case has one batch size along "
+                "its batch dimension): select again to serve it batched"
+            )
+        if max_batch_size is not None and (
+            isinstance(max_batch_size, bool)
+            or not isinstance(max_batch_size, int)
+            or max_batch_size < 1
+        ):
+            raise ConfigurationError(
+                f"max_batch_size must be an integer >= 1 or None, got {max_batch_size!r}"
+            )
+        if (
+            isinstance(max_delay_ms, bool)
+            or not isinstance(max_delay_ms, (int, float))
+            or not math.isfinite(max_delay_ms)
+            or max_delay_ms < 0
+        ):
+            raise ConfigurationError(
+                f"max_delay_ms must be a number of milliseconds >= 0, got {max_delay_ms!r}"
+            )
+        if max_concurrent_batches is not None and (
+            isinstance(max_concurrent_batches, bool)
+            or not isinstance(max_concurrent_batches, int)
+            or max_concurrent_batches < 1
+        ):
+            raise ConfigurationError(
+                "max_concurrent_batches must be an integer >= 1 or None, got "
+                f"{max_concurrent_batches!r}"
+            )
+        if max_batch_size is None and self.report.throughput is not None:
+            max_batch_size = self.report.batch_size
+        batcher = BatchedDecision(
+            self._served,
+            batch_dim=serving.batch_dim,
+            raced_sizes=serving.raced_batch_sizes,
+            max_batch_size=max_batch_size,
+            max_delay_ms=float(max_delay_ms),
+            max_concurrent_batches=max_concurrent_batches,
+        )
+        self._batchers.append(batcher)
+        return batcher
 
     def health(self) -> HealthRecord:
         """What happened to this decision's calls so far: calls by route, the plan's
@@ -181,8 +248,10 @@ class OptimizationDecision:
         return None if scratch is None or scratch.released else scratch.path
 
     def close(self) -> None:
-        """Stop the shadow checks, release the plan, then remove the temporary artifacts it
-        may have read."""
+        """Stop the batchers and the shadow checks, release the plan, then remove the
+        temporary artifacts it may have read."""
+        for batcher in self._batchers:
+            batcher.close()
         try:
             self._served.close()
         finally:

@@ -156,7 +156,25 @@ def serving_check(
         unseen=unseen_words(bool(families), policy),
         race_latency=raced_latency(cand.name, reference, race),
         guard=guard_words(run.policy.guard),
+        batch_dim=_batch_dim(workload),
+        raced_batch_sizes=_raced_batch_sizes(reference, _batch_dim(workload)),
     )
+
+
+def _batch_dim(workload: WorkloadProfile) -> int:
+    """The dimension requests are batched along (0 unless the workload says otherwise)."""
+    return workload.batch_dim if workload.batch_sizes is not None else 0
+
+
+def _raced_batch_sizes(reference: ReferenceOutputs, dim: int) -> tuple[int, ...]:
+    """The batch size of each raced case along ``dim``: the size every tensor input with
+    that dimension shares (a case whose tensors disagree there has none)."""
+    sizes: set[int] = set()
+    for case in reference.cases:
+        found = batch_sizes_along(case.args, case.kwargs, dim)
+        if len(found) == 1:
+            sizes |= found
+    return tuple(sorted(sizes))
 
 
 def raced_latency(
@@ -186,7 +204,7 @@ def _held_out(
     run: SelectionContext,
 ) -> tuple[bool, str]:
     """``(passed, what happened)`` of the selected plan on a held-out batch size."""
-    dim = workload.batch_dim if workload.batch_sizes is not None else 0
+    dim = _batch_dim(workload)
     raced: set[int] = set()
     for case in reference.cases:
         raced |= batch_sizes_along(case.args, case.kwargs, dim)

@@ -40,7 +40,9 @@ class ServingEvidence:
     the held-out check passed). ``on_unseen_signature``: what any other call gets, and
     ``unseen``: the same in words. ``race_latency``: the plan's raced latency per case
     (the production latency watch's yardstick); ``guard``: what the production guard
-    does, in words (docs/serving.md, "In production").
+    does, in words (docs/serving.md, "In production"). ``batch_dim`` and
+    ``raced_batch_sizes``: the batch dimension and the sizes the cases raced along it
+    (what dynamic batching merges calls up to; docs/deploy.md).
     """
 
     grad_mode: GradMode
@@ -55,6 +57,8 @@ class ServingEvidence:
     unseen: str = ""
     race_latency: tuple[RacedLatency, ...] = ()
     guard: str | None = None
+    batch_dim: int = 0
+    raced_batch_sizes: tuple[int, ...] = ()
 
 
 def unseen_words(families: bool, policy: UnseenSignature) -> str:

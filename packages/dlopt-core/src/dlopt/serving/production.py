@@ -97,11 +97,12 @@ class ProductionGuard:
         latency recorded): handed back to :meth:`plan_served` with each of its calls."""
         return self._watches.get(signature)
 
-    def plan_served(self, seconds: float, watch: object | None) -> None:
-        """The plan served a call in ``seconds`` (``watch``: from :meth:`watch_of`)."""
+    def plan_served(self, seconds: float, watch: object | None, requests: int = 1) -> None:
+        """The plan served a call in ``seconds`` (``watch``: from :meth:`watch_of`);
+        ``requests``: the callers' requests it carried (a merged call carries several)."""
         with self._lock:
-            self._calls += 1
-            self._plan_calls += 1
+            self._calls += requests
+            self._plan_calls += requests
             self._consecutive = 0
             self._served.record(seconds)
             self._recent.record(seconds)
@@ -109,11 +110,11 @@ class ProductionGuard:
                 assert isinstance(watch, _Watch)
                 watch.recent.record(seconds)
 
-    def fallback(self, reason: FallbackReason) -> None:
-        """Eager fp32 served a call, for ``reason``."""
+    def fallback(self, reason: FallbackReason, requests: int = 1) -> None:
+        """Eager fp32 served a call (carrying ``requests`` requests), for ``reason``."""
         with self._lock:
-            self._calls += 1
-            self._fallbacks[reason] += 1
+            self._calls += requests
+            self._fallbacks[reason] += requests
 
     def refused(self) -> None:
         """A call raised as the policy says (it reached neither the plan nor eager)."""

@@ -227,15 +227,25 @@ class ServedPlan:
 
     # -- the call -------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.serve(args, kwargs)
+
+    def serve(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, requests: int = 1) -> Any:
+        """Serve one call (see the module docstring). ``requests``: how many callers'
+        requests the call carries (a merged call of :mod:`dlopt.serving.batching`, whose
+        requests were each checked by :meth:`plan_bound`): the counts are theirs, and an
+        error reaches the batcher uncounted (it serves each request again on its own)."""
+        merged = requests > 1
         known = self._known(signature_key(args, kwargs)) if self.routed else None
         if known is not None and known.route is not _Route.PLAN:
             if known.route is _Route.FALLBACK:
-                return self._eager(FallbackReason.UNSEEN_SIGNATURE, args, kwargs, known.text)
+                return self._eager(
+                    FallbackReason.UNSEEN_SIGNATURE, args, kwargs, known.text, requests
+                )
             self.guard.refused()
             raise UnseenSignatureError(self._unseen_message(known.text))
         if self.guard.disabled is not None:
-            return self._eager(FallbackReason.PLAN_DISABLED, args, kwargs)
-        if self._check_nonfinite and has_nonfinite_input(args, kwargs):
+            return self._eager(FallbackReason.PLAN_DISABLED, args, kwargs, None, requests)
+        if self._check_nonfinite and not merged and has_nonfinite_input(args, kwargs):
             if self.policy.on_nonfinite_input is NonFiniteInput.RAISE:
                 self.guard.refused()
                 raise NonFiniteInputError(
@@ -257,14 +267,32 @@ class ServedPlan:
         try:
             out, seconds = self._call_plan(caller, args, kwargs)
         except Exception as exc:
-            return self._plan_failed(exc, args, kwargs)
-        self.guard.plan_served(seconds, known.watch if known is not None else None)
+            return self._plan_failed(exc, args, kwargs, requests)
+        self.guard.plan_served(seconds, known.watch if known is not None else None, requests)
         if self._shadow is not None and self.guard.sample_shadow():
             if known is None:
                 key = signature_key(args, kwargs)
                 known = _Known(_Route.PLAN, describe(key), describe(family_key(key)), None)
             self._shadow.submit(known.text, known.family, args, kwargs, out, self.guard.plan_calls)
         return out
+
+    def plan_bound(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Hashable | None:
+        """The call's signature key when the plan would serve it as it stands (its
+        signature routed to the plan, the plan not disabled, finite inputs, no gradients
+        the plan lacks); ``None`` when anything else would (eager fp32, a refusal). What
+        a batcher asks before it merges a request with others."""
+        key = signature_key(args, kwargs)
+        if self.routed and self._known(key).route is not _Route.PLAN:
+            return None
+        if self.guard.disabled is not None:
+            return None
+        if self._check_nonfinite and has_nonfinite_input(args, kwargs):
+            return None
+        if not self.plan.serving.differentiable and needs_gradients(
+            caller_grad_mode(), args, kwargs
+        ):
+            return None
+        return key
 
     def _call_plan(
         self, caller: GradMode, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -306,6 +334,7 @@ class ServedPlan:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         signature: str | None = None,
+        requests: int = 1,
     ) -> Any:
         if self.fallback is None:
             # Only non-finite inputs come here without a model: unseen signatures are
@@ -316,8 +345,8 @@ class ServedPlan:
                 f"{self.plan_name!r} was never judged on, and there is no eager model here "
                 "to serve it; pass the model (load_bundle(path, model=model))"
             )
-        self.guard.fallback(reason)
-        self.guard.warn_once(reason.value, self._fallback_message(reason, signature), 4)
+        self.guard.fallback(reason, requests)
+        self.guard.warn_once(reason.value, self._fallback_message(reason, signature), 5)
         return self.fallback(*args, **kwargs)
 
     def _fallback_message(self, reason: FallbackReason, signature: str | None) -> str:
@@ -347,24 +376,28 @@ class ServedPlan:
             "plan (decision.health() counts them; on_plan_failure='raise' lets them through)"
         )
 
-    def _plan_failed(self, exc: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _plan_failed(
+        self, exc: Exception, args: tuple[Any, ...], kwargs: dict[str, Any], requests: int = 1
+    ) -> Any:
         """The plan raised: eager fp32 serves the call, or the exception goes on."""
         if self.policy.on_plan_failure is PlanFailure.RAISE or self.fallback is None:
             # Nothing serves instead: the caller gets the plan's error, and the plan is
             # never disabled (it may recover; there is nothing to roll back to).
             self.guard.plan_failed(exc, can_disable=False)
-            self.guard.refused()
+            if requests == 1:
+                self.guard.refused()
             raise exc
         try:
             out = self.fallback(*args, **kwargs)
         except Exception as eager_exc:
             # Eager fails on these inputs too: the call is at fault, not the plan.
-            self.guard.refused()
+            if requests == 1:
+                self.guard.refused()
             raise eager_exc from exc
         disabled = self.guard.plan_failed(exc)
-        self.guard.fallback(FallbackReason.PLAN_FAILURE)
+        self.guard.fallback(FallbackReason.PLAN_FAILURE, requests)
         reason = FallbackReason.PLAN_DISABLED if disabled else FallbackReason.PLAN_FAILURE
-        self.guard.warn_once(reason.value, self._fallback_message(reason, None), 3)
+        self.guard.warn_once(reason.value, self._fallback_message(reason, None), 5)
         return out
 
     # -- unseen signatures ------------------------------------------------------------------
