@@ -76,6 +76,17 @@ def tests_serving(session: nox.Session) -> None:
     session.run("pytest", "-m", "serving", *(session.posargs or ["tests/integration"]))
 
 
+@nox.session(python=PYTHON, name="tests-deploy")
+def tests_deploy(session: nox.Session) -> None:
+    """The servers end to end (``pytest -m deploy``): ``dlopt serve`` as a Ray Serve
+    application with two replicas answering HTTP and stopped by SIGTERM, and a decision
+    bound to a real PyTriton server. Its own session: PyTriton pins numpy below 2 and its
+    server takes a few seconds to start and stop (CI runs it after ``tests-serving``)."""
+    _install(session)
+    session.install("-e", f"{CORE}[serve,triton]", "tritonclient[http]", *TEST_DEPS)
+    session.run("pytest", "-m", "deploy", *(session.posargs or [f"{CORE}/tests/deploy"]))
+
+
 @nox.session(python=PYTHON, name="tests-core")
 def tests_core(session: nox.Session) -> None:
     """Core alone: proves dlopt-core works with no provider distribution installed."""

@@ -16,7 +16,13 @@ ratio batched/direct, batched/ceiling, and the p99 bound ``max_delay_ms + 2 x`` 
 ceiling's p50 call. Targets: batched >= 1.6x direct and >= 85% of the ceiling, p99 within
 the bound.
 
-    python benchmarks/batching.py [--seconds 3] [--rounds 3] [--max-delay-ms 2]
+``--http PORT`` also starts ``dlopt serve`` (2 replicas, the demo conv net) on that port
+and drives it with 8 HTTP clients (one kept-alive connection each) sending batch-1 ``.npz``
+requests, beside a trivial Ray Serve deployment that echoes its request (what Ray Serve's
+HTTP path costs by itself on this machine). Target: at least half the in-process batched
+throughput.
+
+    python benchmarks/batching.py [--seconds 3] [--rounds 3] [--max-delay-ms 2] [--http 8311]
 """
 
 from __future__ import annotations
@@ -124,6 +130,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-delay-ms", type=float, default=2.0)
+    parser.add_argument("--http", type=int, default=None, metavar="PORT")
     args = parser.parse_args()
     name, flags = cpu_model_and_flags()
     isa = ", ".join(
@@ -189,7 +196,104 @@ def main() -> None:
             f"{stats.padded_rows} pad rows, {stats.alone} served alone"
         )
         decision.close()
+    if args.http:
+        http_rates(args.http, args.seconds)
     print(f"\nload average after {os.getloadavg()[0]:.2f}")
+
+
+def http_clients(port: int, path: str, body: bytes, seconds: float) -> tuple[float, float]:
+    """``CLIENTS`` threads POSTing ``body`` for ``seconds``: requests/s and p50 (ms)."""
+    import http.client
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        stop = time.perf_counter() + seconds
+        while time.perf_counter() < stop:
+            begin = time.perf_counter()
+            connection.request("POST", path, body=body)
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status} from {path}")
+            with lock:
+                latencies.append(time.perf_counter() - begin)
+
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(latencies) / (time.perf_counter() - began), quantile(latencies, 0.5) * 1e3
+
+
+def http_rates(port: int, seconds: float) -> None:
+    """``dlopt serve`` (2 replicas) and a trivial echo deployment, each under 8 clients."""
+    import io
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, arg0=np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype("f4"))
+    body = buffer.getvalue()
+    with tempfile.TemporaryDirectory() as cache:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "dlopt", "serve", "dlopt.cli.demo:demo_convnet",
+             "--port", str(port), "--replicas", "2", "--cache-dir", cache],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert server.stdout is not None
+        for line in server.stdout:
+            if "ready on" in line:
+                break
+        try:
+            http_clients(port, "/v1/predict", body, 1.0)  # warm
+            rate, p50 = http_clients(port, "/v1/predict", body, seconds)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(120)
+    print(
+        f"\ndlopt serve, 2 replicas, {CLIENTS} HTTP clients: {rate:.0f} requests/s, p50 "
+        f"{p50:.1f} ms"
+    )
+    echo = subprocess.run(
+        [sys.executable, "-c", ECHO, str(port), str(seconds)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    print(f"a Ray Serve deployment that echoes, 2 replicas: {echo.stdout.strip()}")
+
+
+#: A trivial Ray Serve application: what its HTTP path costs by itself.
+ECHO = """
+import sys, ray
+from ray import serve
+sys.path.insert(0, "benchmarks")
+from batching import http_clients
+
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+ray.init(include_dashboard=False, log_to_driver=False)
+serve.start(http_options={"host": "127.0.0.1", "port": port})
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64, num_replicas=2)
+class Echo:
+    async def __call__(self, request):
+        from starlette.responses import Response
+        return Response((await request.body())[:16])
+
+serve.run(Echo.bind(), name="echo", route_prefix="/")
+http_clients(port, "/", b"x" * 49000, 1.0)
+rate, p50 = http_clients(port, "/", b"x" * 49000, seconds)
+print(f"{rate:.0f} requests/s, p50 {p50:.1f} ms")
+serve.shutdown()
+ray.shutdown()
+"""
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from dlopt.cli.cmd_inspect import add_inspect_command
 from dlopt.cli.cmd_providers import add_providers_command
 from dlopt.cli.cmd_report import add_report_command
 from dlopt.cli.cmd_select import add_select_command
+from dlopt.cli.cmd_serve import add_serve_command
 from dlopt.cli.common import EXIT_FAILED, EXIT_USAGE
 from dlopt.errors import DloptError
 
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(sub)
     add_cache_command(sub)
     add_fleet_command(sub)
+    add_serve_command(sub)
     return parser
 
 

@@ -113,21 +113,33 @@ def _plain_label_value(value: str) -> bool:
 
 
 def connect(address: str, spec: FleetSpec, *, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> Any:
-    """Join or start Ray: ``local`` starts a small local instance standing in for the
-    spec's machine kinds (reused when this process already runs one), ``auto`` joins the
-    cluster this machine is part of (``$RAY_ADDRESS``, else the one ``ray start`` made
-    here), ``ray://HOST:PORT`` a remote one through Ray Client. Joining takes at most
+    """Join or start Ray for ``spec``'s fleet (:func:`connect_ray`): a local instance stands
+    in for the spec's machine kinds."""
+    resources, labels = local_node_settings(spec)
+    return connect_ray(address, resources=resources, labels=labels, timeout_s=timeout_s)
+
+
+def connect_ray(
+    address: str,
+    *,
+    resources: dict[str, float] | None = None,
+    labels: dict[str, str] | None = None,
+    timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+) -> Any:
+    """Join or start Ray: ``local`` starts a small local instance (with ``resources`` and
+    ``labels``; reused when this process already runs one), ``auto`` joins the cluster
+    this machine is part of (``$RAY_ADDRESS``, else the one ``ray start`` made here),
+    ``ray://HOST:PORT`` a remote one through Ray Client. Joining takes at most
     ``timeout_s``; an address that cannot be used is a ConfigurationError (one line,
     naming the address and what to do)."""
     ray = import_ray()
     if address == "local":
         if ray.is_initialized():
             return ray
-        resources, labels = local_node_settings(spec)
         ray.init(
             address="local",
             num_cpus=max(1, min(2, os.cpu_count() or 1)),
-            resources=resources,
+            resources=resources or None,
             labels=labels or None,
             include_dashboard=False,
             object_store_memory=128 * 2**20,

@@ -19,6 +19,7 @@ from dlopt.pipeline.prepare import validate_calls
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.platform.tree import map_tensors
 from dlopt.serving.evidence import RacedLatency, ServingEvidence, guard_words, unseen_words
+from dlopt.serving.interface import interface_of, with_batch_free
 from dlopt.serving.signature import (
     batch_sizes_along,
     describe,
@@ -158,6 +159,7 @@ def serving_check(
         guard=guard_words(run.policy.guard),
         batch_dim=_batch_dim(workload),
         raced_batch_sizes=_raced_batch_sizes(reference, _batch_dim(workload)),
+        interface=with_batch_free(interface_of(reference.cases), _batch_dim(workload)),
     )
 
 

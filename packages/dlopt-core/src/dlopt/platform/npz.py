@@ -10,6 +10,7 @@ arrays.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -45,10 +46,7 @@ def read_npz(
     """
     try:
         with open_regular_file(path) as handle:
-            sizes = _checked(_member_sizes, handle, where)
-            if check_sizes is not None:
-                check_sizes(sizes)
-            return _checked(_entries, handle, where, kinds)
+            return _read(handle, where, kinds, check_sizes)
     except _Refused as exc:
         raise error(f"{where}{exc}") from None
     except FileNotFoundError:
@@ -59,6 +57,44 @@ def read_npz(
         ) from None
     except OSError as exc:
         raise error(f"{where} cannot be read: {exc.strerror or exc}") from None
+
+
+def read_npz_bytes(
+    data: bytes,
+    *,
+    where: str,
+    error: Callable[[str], Exception],
+    kinds: str = "biufc",
+    check_sizes: Callable[[list[tuple[str, int]]], None] | None = None,
+) -> list[tuple[str, Any]]:
+    """:func:`read_npz` of an archive held in memory (a request body): the same checks,
+    the same errors."""
+    try:
+        return _read(io.BytesIO(data), where, kinds, check_sizes)
+    except _Refused as exc:
+        raise error(f"{where}{exc}") from None
+
+
+def npz_bytes(arrays: list[tuple[str, Any]]) -> bytes:
+    """An uncompressed ``.npz`` archive of ``arrays`` (``[(entry name, array), ...]``)."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **dict(arrays))
+    return buffer.getvalue()
+
+
+def _read(
+    handle: IO[bytes],
+    where: str,
+    kinds: str,
+    check_sizes: Callable[[list[tuple[str, int]]], None] | None,
+) -> list[tuple[str, Any]]:
+    sizes = _checked(_member_sizes, handle, where)
+    if check_sizes is not None:
+        check_sizes(sizes)
+    result: list[tuple[str, Any]] = _checked(_entries, handle, where, kinds)
+    return result
 
 
 def _checked(read: Callable[..., Any], handle: IO[bytes], where: str, *args: Any) -> Any:

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
+from dlopt.serving.interface import ServingInterface
 from dlopt.settings.guard import GuardPolicy
 from dlopt.vocabulary import Concurrency, GradMode, NonFiniteInput, PlanFailure, UnseenSignature
 
@@ -42,7 +43,8 @@ class ServingEvidence:
     (the production latency watch's yardstick); ``guard``: what the production guard
     does, in words (docs/serving.md, "In production"). ``batch_dim`` and
     ``raced_batch_sizes``: the batch dimension and the sizes the cases raced along it
-    (what dynamic batching merges calls up to; docs/deploy.md).
+    (what dynamic batching merges calls up to; docs/deploy.md). ``interface``: the
+    named tensors a server exchanges (:mod:`dlopt.serving.interface`).
     """
 
     grad_mode: GradMode
@@ -59,6 +61,7 @@ class ServingEvidence:
     guard: str | None = None
     batch_dim: int = 0
     raced_batch_sizes: tuple[int, ...] = ()
+    interface: ServingInterface | None = None
 
 
 def unseen_words(families: bool, policy: UnseenSignature) -> str:

@@ -28,7 +28,7 @@ calls nothing. Every metric carries the labels ``decision`` (the name given) and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dlopt.vocabulary import FallbackReason, Route
@@ -54,13 +54,16 @@ def _prometheus() -> Any:
     return core
 
 
-class DecisionCollector:
-    """A Prometheus collector of one decision's health (see the module docstring)."""
+Labelled = Sequence[tuple[Mapping[str, str], "HealthRecord"]]
 
-    def __init__(self, decision: Served, name: str) -> None:
+
+class RecordsCollector:
+    """A Prometheus collector of health records, each with its own labels (``decision``;
+    ``dlopt serve`` adds ``replica``) beside ``plan``; ``records`` is read at each scrape."""
+
+    def __init__(self, records: Callable[[], Labelled]) -> None:
         self._core = _prometheus()
-        self.decision = decision
-        self.name = name
+        self.records = records
 
     def describe(self) -> list[Any]:
         """Nothing to describe up front: registering must not run a collection."""
@@ -68,70 +71,73 @@ class DecisionCollector:
 
     def collect(self) -> Iterator[Any]:
         core = self._core
-        health = self.decision.health()
-        base = [self.name, health.plan]
-        labels = ["decision", "plan"]
+        found = list(self.records())
+        if not found:
+            return
+        names = [*found[0][0], "plan"]
 
-        calls = core.CounterMetricFamily(
-            "dlopt_calls", "Calls of the decision by route.", labels=[*labels, "route"]
+        def family(kind: str, name: str, text: str, extra: tuple[str, ...] = ()) -> Any:
+            maker = {"counter": core.CounterMetricFamily, "gauge": core.GaugeMetricFamily}
+            return maker[kind](name, text, labels=[*names, *extra])
+
+        calls = family("counter", "dlopt_calls", "Calls of the decision by route.", ("route",))
+        fallbacks = family(
+            "counter", "dlopt_fallback_calls", "Calls served by eager fp32, by reason.", ("reason",)
         )
-        calls.add_metric([*base, Route.PLAN.value], health.plan_calls)
-        calls.add_metric([*base, Route.FALLBACK.value], health.fallback_calls)
-        calls.add_metric([*base, Route.REFUSED.value], health.refused_calls)
+        counters = {
+            "failures": family("counter", "dlopt_plan_failures", "Calls on which the plan raised."),
+            "shadow_checks": family("counter", "dlopt_shadow_checks", "Shadow checks compared."),
+            "shadow_mismatches": family(
+                "counter", "dlopt_shadow_mismatches", "Shadow checks out of the plan's limits."
+            ),
+            "shadow_skipped": family(
+                "counter", "dlopt_shadow_skipped", "Shadow checks skipped: the queue was full."
+            ),
+        }
+        disabled = family("gauge", "dlopt_plan_disabled", "1 once the plan is disabled.")
+        drift = family(
+            "gauge",
+            "dlopt_latency_drift",
+            "1 when the served median drifted above the race's upper bound.",
+        )
+        histogram = core.HistogramMetricFamily(
+            "dlopt_plan_latency_seconds",
+            "Time of each plan call (with its synchronisation).",
+            labels=names,
+        )
+        for labels, health in found:
+            base = [*labels.values(), health.plan]
+            calls.add_metric([*base, Route.PLAN.value], health.plan_calls)
+            calls.add_metric([*base, Route.FALLBACK.value], health.fallback_calls)
+            calls.add_metric([*base, Route.REFUSED.value], health.refused_calls)
+            for reason in FallbackReason:
+                fallbacks.add_metric([*base, reason.value], health.fallbacks.get(reason.value, 0))
+            for field, counter in counters.items():
+                counter.add_metric(base, getattr(health, field))
+            disabled.add_metric(base, 0 if health.disabled is None else 1)
+            if health.drift is not None:
+                drift.add_metric(base, 1 if health.drift else 0)
+            latency = health.plan_latency
+            if latency is not None:
+                buckets = [(repr(float(b)), n) for b, n in zip(latency.bounds_s, latency.counts)]
+                buckets.append(("+Inf", latency.count))
+                histogram.add_metric(base, buckets, sum_value=latency.sum_s)
         yield calls
-
-        fallbacks = core.CounterMetricFamily(
-            "dlopt_fallback_calls",
-            "Calls served by eager fp32, by reason.",
-            labels=[*labels, "reason"],
-        )
-        for reason in FallbackReason:
-            fallbacks.add_metric([*base, reason.value], health.fallbacks.get(reason.value, 0))
         yield fallbacks
-
-        for metric, value, text in (
-            ("dlopt_plan_failures", health.failures, "Calls on which the plan raised."),
-            ("dlopt_shadow_checks", health.shadow_checks, "Shadow checks compared."),
-            (
-                "dlopt_shadow_mismatches",
-                health.shadow_mismatches,
-                "Shadow checks out of the plan's limits.",
-            ),
-            (
-                "dlopt_shadow_skipped",
-                health.shadow_skipped,
-                "Shadow checks skipped: the queue was full.",
-            ),
-        ):
-            counter = core.CounterMetricFamily(metric, text, labels=labels)
-            counter.add_metric(base, value)
-            yield counter
-
-        disabled = core.GaugeMetricFamily(
-            "dlopt_plan_disabled", "1 once the plan is disabled.", labels=labels
-        )
-        disabled.add_metric(base, 0 if health.disabled is None else 1)
+        yield from counters.values()
         yield disabled
-        if health.drift is not None:
-            drift = core.GaugeMetricFamily(
-                "dlopt_latency_drift",
-                "1 when the served median drifted above the race's upper bound.",
-                labels=labels,
-            )
-            drift.add_metric(base, 1 if health.drift else 0)
+        if drift.samples:
             yield drift
+        yield histogram
 
-        latency = health.plan_latency
-        if latency is not None:
-            histogram = core.HistogramMetricFamily(
-                "dlopt_plan_latency_seconds",
-                "Time of each plan call (with its synchronisation).",
-                labels=labels,
-            )
-            buckets = [(repr(float(b)), n) for b, n in zip(latency.bounds_s, latency.counts)]
-            buckets.append(("+Inf", latency.count))
-            histogram.add_metric(base, buckets, sum_value=latency.sum_s)
-            yield histogram
+
+class DecisionCollector(RecordsCollector):
+    """A Prometheus collector of one decision's health (see the module docstring)."""
+
+    def __init__(self, decision: Served, name: str) -> None:
+        super().__init__(lambda: [({"decision": name}, decision.health())])
+        self.decision = decision
+        self.name = name
 
 
 def expose(decision: Served, *, name: str = "default", registry: Any = None) -> DecisionCollector:
