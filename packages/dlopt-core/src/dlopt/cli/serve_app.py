@@ -30,6 +30,8 @@ from typing import Any
 
 from attrs import asdict, frozen
 
+from dlopt.platform.serialization import dumps
+
 #: The application's name in Ray Serve and the health store's actor name prefix.
 APP_NAME = "dlopt"
 #: The largest request body read (bytes); a larger one is refused with 413.
@@ -54,7 +56,7 @@ class ServeOptions:
     replicas: int = 1
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return dumps(asdict(self), indent=None)
 
     @classmethod
     def from_json(cls, text: str) -> ServeOptions:
