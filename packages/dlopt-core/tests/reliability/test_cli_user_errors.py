@@ -130,3 +130,24 @@ def test_python_m_dlopt_report_on_a_directory_shows_no_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert f"{tmp_path} is a directory" in result.stderr
+
+
+@pytest.mark.parametrize("budget", ["1e308", "1e300", "700000"])
+def test_a_time_budget_past_a_week_is_a_usage_error(capsys, budget):
+    """1e308 used to pass the checks and overflow the deadline (a traceback in process; 64
+    crashed workers in the isolated default)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["select", "--demo", "--time-budget", budget])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "at most 604800" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("budget", [1e308, float(7 * 86400 + 1)])
+def test_the_policy_refuses_a_time_budget_past_a_week(budget):
+    from dlopt import OptimizationPolicy
+    from dlopt.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="at most 604800"):
+        OptimizationPolicy(time_budget_s=budget)
+    assert OptimizationPolicy(time_budget_s=7 * 86400).time_budget_s == 7 * 86400

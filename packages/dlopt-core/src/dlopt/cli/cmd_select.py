@@ -51,6 +51,7 @@ from dlopt.measurement import MeasurementPolicy
 from dlopt.settings.policy import (
     AUTO_BUDGET_BASE_S,
     AUTO_BUDGET_PER_CALL,
+    MAX_TIME_BUDGET_S,
     OBJECTIVES,
     DeploymentConstraints,
     OptimizationPolicy,
@@ -611,6 +612,9 @@ def _time_budget(text: str) -> float | str | None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a time budget: give seconds (e.g. 20), auto or none"
         ) from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"the time budget must be more than 0 seconds, got {text}")
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIME_BUDGET_S):
+        raise argparse.ArgumentTypeError(
+            f"the time budget must be more than 0 seconds and at most {MAX_TIME_BUDGET_S:g} "
+            f"(a week; none for no budget), got {text}"
+        )
     return seconds

@@ -25,6 +25,7 @@ from typing import Any
 from dlopt.cli.console import Output
 from dlopt.cli.serve_app import APP_NAME, ServeOptions, model_and_workload
 from dlopt.errors import ConfigurationError
+from dlopt.settings.policy import MAX_TIME_BUDGET_S
 
 DEFAULT_CACHE = "~/.cache/dlopt/serve-plans"
 
@@ -92,10 +93,10 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
             budget = float(budget)
         except ValueError:
             budget = math.nan
-        if not (math.isfinite(budget) and 0 < budget <= 86400):
+        if not (math.isfinite(budget) and 0 < budget <= MAX_TIME_BUDGET_S):
             raise ConfigurationError(
-                f"--time-budget must be seconds (0 to 86400), 'auto' or 'none', got "
-                f"{args.time_budget!r}"
+                f"--time-budget must be seconds (more than 0, at most {MAX_TIME_BUDGET_S:g}), "
+                f"'auto' or 'none', got {args.time_budget!r}"
             )
     cache = args.cache_dir or os.environ.get("DLOPT_CACHE_DIR") or DEFAULT_CACHE
     cache_dir = Path(cache).expanduser()

@@ -50,6 +50,11 @@ def budget_seconds(policy: OptimizationPolicy, reference_call_s: float) -> tuple
     return float(policy.time_budget_s), "policy"
 
 
+#: The longest time budget accepted (a week): a longer one is no budget at all, and
+#: beyond about 9e9 s its deadline no longer fits the clock's nanoseconds.
+MAX_TIME_BUDGET_S = 7 * 86400.0
+
+
 def _check_budget(instance: object, attribute: Any, value: object) -> None:
     if value is None or value == "auto":
         return
@@ -57,11 +62,11 @@ def _check_budget(instance: object, attribute: Any, value: object) -> None:
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or value <= 0
+        or not 0 < value <= MAX_TIME_BUDGET_S
     ):
         raise ConfigurationError(
-            f'OptimizationPolicy.time_budget_s must be a number of seconds > 0, "auto" or '
-            f"None (no budget), got {value!r}"
+            f"OptimizationPolicy.time_budget_s must be a number of seconds > 0 and at most "
+            f'{MAX_TIME_BUDGET_S:g} (a week), "auto" or None (no budget), got {value!r}'
         )
 
 
