@@ -69,6 +69,7 @@ from dlopt.isolation.transfer import (
 from dlopt.isolation.worker import BOOTSTRAP, LEFTOVER_GRACE_S
 from dlopt.pipeline.state import SelectionContext, StageError
 from dlopt.platform.processes import end_processes, marked_processes
+from dlopt.settings.policy import AUTO_BUDGET_MAX_S
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.vocabulary import Stage, Status
 
@@ -111,12 +112,18 @@ class IsolationError(errors.DloptError):
     """The isolated selection could not finish: its worker failed outside any plan."""
 
 
+class InternalError(IsolationError):
+    """dlopt's own code raised in the isolated worker (a bug to report; no plugin's fault)."""
+
+
 @attrs.frozen
 class WorkerEnd:
     """How one worker ended: its result (strict JSON text), a dlopt error, or a fault."""
 
     result: str | None = None
     error: tuple[str, str] | None = None
+    #: dlopt's own failure: its type, message and traceback.
+    internal: tuple[str, str, str] | None = None
     plan: str | None = None
     fault: WorkerFault | None = None
     external: bool = False
@@ -368,6 +375,7 @@ def supervise(
     faults: dict[str, WorkerFault] = {}
     external_kills: dict[str, int] = {}
     kills = 0
+    deadline = _restart_deadline(spec)
     attempts: list[WorkerAttempt] = []
     leftovers: list[str] = []
     for attempt in range(1, MAX_WORKERS + 1):
@@ -388,6 +396,8 @@ def supervise(
             if not (isinstance(kind, type) and issubclass(kind, errors.DloptError)):
                 kind = errors.DloptError
             raise kind(end.error[1])
+        if end.internal is not None:
+            raise InternalError(_internal_message(*end.internal))
         if end.external and kills < MAX_EXTERNAL_KILLS:
             # Killed from outside (an operator, the OOM killer): not the plan's fault
             # until it happens again while that same plan runs.
@@ -402,11 +412,60 @@ def supervise(
             raise IsolationError(
                 f"the isolated worker died outside any provider call; its last output:\n{tail}"
             )
+        if end.plan in faults:
+            # The same culprit again, though the new worker was told to leave it out: the
+            # crash is not that plugin's, and another worker would crash the same way.
+            tail = "\n".join(end.stderr[-5:]) or "(no output)"
+            raise IsolationError(
+                f"the isolated worker crashed again in {end.plan!r} after it was left out: "
+                f"not a crash a plugin caused; its last output:\n{tail}"
+            )
+        if deadline is not None and time.monotonic() > deadline:
+            raise IsolationError(
+                f"{end.plan!r} {describe_fault(end.fault)} after the time budget ran out; "
+                f"no worker is started past it ({len(faults)} plan(s) crashed or hung "
+                "before: see `dlopt report`), select again with a larger --time-budget"
+            )
         faults[end.plan] = end.fault
         _announce(emit, end.plan, end.fault)
         if check_fault is not None:
             check_fault(end.plan, end.fault, read_journal(spec.journal))
     raise IsolationError(f"the isolated selection lost {MAX_WORKERS} workers; giving up")
+
+
+def _restart_deadline(spec: WorkerSpec) -> float | None:
+    """When no new worker may start (``time.monotonic``): the selection's time budget from
+    now (the ``auto`` budget's ceiling, which the worker reckons itself), ``None`` without
+    one."""
+    budget = spec.policy.get("time_budget_s")
+    if spec.policy.get("exhaustive") or budget is None:
+        return None
+    seconds = AUTO_BUDGET_MAX_S if budget == "auto" else float(budget)
+    return time.monotonic() + seconds
+
+
+def _internal_message(kind: str, message: str, trace: str) -> str:
+    """One line naming dlopt's own failure, with where its traceback was written."""
+    path = _write_traceback(trace)
+    where = f"the traceback is in {path}" if path is not None else f"traceback:\n{trace}"
+    return (
+        f"dlopt's own code failed in the isolated worker ({kind}: {message}); this is a bug "
+        f"in dlopt, not in a plugin: please report it with the traceback ({where})"
+    )
+
+
+def _write_traceback(trace: str) -> Path | None:
+    """Keep a worker's traceback in the user cache directory's logs (``None``: unwritable)."""
+    from dlopt.platform.fileio import user_cache_dir
+
+    try:
+        folder = user_cache_dir() / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"isolated-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(trace, encoding="utf-8")
+    except OSError:
+        return None
+    return path
 
 
 def run_worker(
@@ -501,6 +560,17 @@ def run_worker(
     if error is not None:
         return WorkerEnd(
             error=(str(error.get("type")), str(error.get("message"))), leftovers=leftovers
+        )
+    internal = next((r for r in reversed(records) if r.get("kind") == "internal_error"), None)
+    if internal is not None:
+        return WorkerEnd(
+            internal=(
+                str(internal.get("type")),
+                str(internal.get("message")),
+                str(internal.get("traceback", "")),
+            ),
+            stderr=stderr_tail,
+            leftovers=leftovers,
         )
     culprit, stage = _culprit(beat, records)
     signal_name = _signal_name(-code) if code < 0 else None

@@ -8,7 +8,9 @@ rebuilds the model from its ``module:factory`` reference and the workload from t
 running (journal and heartbeat), runs the ordinary in-process selection, writes the
 report as strict JSON, ends whatever its plans started and left running, and exits.
 Exit status 0: a report was written; 3: the selection raised a dlopt error (journaled as
-an ``error`` record); anything else: the worker died. dlopt's own warnings (a plan cache
+an ``error`` record); 5: dlopt's own code raised outside every provider call (journaled
+as an ``internal_error`` record with its traceback: no plugin is to blame, and a new
+worker would fail the same way); anything else: the worker died. dlopt's own warnings (a plan cache
 record set aside) are journaled for the host to warn again. A worker whose host died (a
 fleet's Ray worker killed, say) stops at once with its children: it must not race on
 beside the host's successor on the same machine.
@@ -23,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,8 @@ PROBE_WATCHDOG_GRACE_S = 1.0
 EXIT_SELECTION_ERROR = 3
 #: Exit status of a worker that left because its host died.
 EXIT_HOST_GONE = 4
+#: Exit status of a worker whose own code (dlopt's) raised outside every provider call.
+EXIT_INTERNAL_ERROR = 5
 #: How often the worker checks that its host is still alive (seconds).
 HOST_POLL_S = 0.25
 #: How long a process the plans left running is given to end on SIGTERM before SIGKILL.
@@ -417,6 +422,21 @@ def main(argv: list[str]) -> int:
             {"kind": "error", "type": type(exc).__name__, "message": str(exc)}, durable=True
         )
         return EXIT_SELECTION_ERROR
+    except Exception as exc:
+        # Every provider call is caught where it runs (a plan's failure is a value): what
+        # comes here is dlopt's own code failing, which no restart would change.
+        trace = traceback.format_exc()
+        print(trace, file=_CRASH_LOG, flush=True)
+        JournalWriter(spec.journal).append(
+            {
+                "kind": "internal_error",
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": trace[-20000:],
+            },
+            durable=True,
+        )
+        return EXIT_INTERNAL_ERROR
     finally:
         end_leftovers(spec.journal)
     return 0
