@@ -4,6 +4,8 @@ build); a change of the environment probes again."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dlopt.contract import probe_cache
@@ -99,3 +101,45 @@ def test_an_unreadable_entry_is_probed_again(kept):
     entry.write_text('{"format": 1, "availability": {"surprise": 1}}')
     assert Counted().probe(ProviderContext()).reason == "fine"
     assert Counted.calls == 3
+
+
+@pytest.mark.parametrize(
+    ("availability", "problem"),
+    [
+        ({"available": "yes", "reason": "fine"}, "available is 'yes'"),
+        ({"available": True, "reason": 3}, "reason is 3"),
+        ({"available": True, "sdk_versions": {"sdk": 1}}, "sdk_versions is"),
+        ({"available": True, "surprise": 1}, "unknown field(s) surprise"),
+        ({"reason": "fine"}, "no 'available' field"),
+    ],
+)
+def test_an_entry_of_the_wrong_types_is_set_aside_named_and_probed_again(
+    kept, availability, problem
+):
+    import json
+
+    from dlopt.platform.fileio import UserCacheWarning
+
+    Counted().probe(ProviderContext())
+    (entry,) = (kept / "probes").glob("*.json")
+    entry.write_text(json.dumps({"format": probe_cache.ENTRY_FORMAT, "availability": availability}))
+    with pytest.warns(UserCacheWarning, match=re.escape(problem)) as warned:
+        answer = Counted().probe(ProviderContext())
+    assert str(entry) in str(warned[0].message)
+    assert Counted.calls == 2 and answer.available is True and answer.reason == "fine"
+    assert entry.with_name(entry.name + ".set-aside").exists()
+    assert json.loads(entry.read_text())["availability"]["available"] is True  # probed anew
+
+
+def test_a_fifo_in_place_of_an_entry_never_hangs_the_probe(kept):
+    import os
+
+    from dlopt.platform.fileio import UserCacheWarning
+
+    Counted().probe(ProviderContext())
+    (entry,) = (kept / "probes").glob("*.json")
+    entry.unlink()
+    os.mkfifo(entry)
+    with pytest.warns(UserCacheWarning, match="not a regular file"):
+        answer = Counted().probe(ProviderContext())
+    assert answer.available is True and Counted.calls == 2

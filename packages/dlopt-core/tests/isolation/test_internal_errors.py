@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 #: A model module that, imported in the worker, makes dlopt's own selection code raise
 #: (the factory runs there too: that is where the failure has to happen).

@@ -82,3 +82,26 @@ def test_the_shipped_table_is_strict_json():
 
     text = files("dlopt.measurement").joinpath(TABLE_FILE).read_text("utf-8")
     json.loads(text, parse_constant=lambda c: pytest.fail(c))
+
+
+def test_a_fifo_in_place_of_a_kept_boundary_is_set_aside_and_computed_again(tmp_path, monkeypatch):
+    """A FIFO where the boundary file belongs used to hang the selection in a blocking
+    open, forever."""
+    import os
+
+    from dlopt.measurement import sequential
+    from dlopt.platform.fileio import UserCacheWarning
+
+    monkeypatch.setenv("DLOPT_USER_CACHE_DIR", str(tmp_path))
+    sequential._min_tail_probabilities.cache_clear()
+    sequential._min_tail_probabilities(3, 4)  # computed and kept
+    (kept,) = (tmp_path / "boundaries").glob("*.npy")
+    kept.unlink()
+    os.mkfifo(kept)
+    sequential._min_tail_probabilities.cache_clear()
+    with pytest.warns(UserCacheWarning, match="not a regular file") as warned:
+        again = sequential._min_tail_probabilities(3, 4)
+    assert str(kept) in str(warned[0].message)
+    assert again.shape == (sequential._CALIBRATION_PATHS,)
+    assert kept.is_file()  # written anew, the FIFO set aside
+    sequential._min_tail_probabilities.cache_clear()

@@ -39,7 +39,12 @@ from dlopt.measurement.distributions import (
     t_quantile,
     t_sf,
 )
-from dlopt.platform.fileio import atomic_write_bytes, user_cache_dir
+from dlopt.platform.fileio import (
+    atomic_write_bytes,
+    read_user_cache_entry,
+    set_aside,
+    user_cache_dir,
+)
 
 #: Grid step of the recursive integration (in units of one round's standard deviation).
 _GRID_STEP = 0.05
@@ -137,14 +142,28 @@ def _min_tail_probabilities(first: int, last: int) -> np.ndarray:
 
 
 def _read_kept(path: Path, length: int) -> np.ndarray | None:
-    """A kept calibration array, or ``None`` when there is none that can be trusted."""
-    try:
-        with path.open("rb") as handle:
-            kept = np.load(handle, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
+    """A kept calibration array, or ``None`` when there is none that can be trusted (a
+    file that is not a regular ``.npy`` of ``length`` sorted probabilities is set aside:
+    a FIFO in its place can never hang the selection)."""
+    data = read_user_cache_entry(path, length * 8 + 4096)
+    if data is None:
         return None
-    ok = kept.shape == (length,) and kept.dtype == np.float64 and bool(np.all(np.diff(kept) >= 0))
-    return kept if ok and bool(np.all((kept >= 0) & (kept <= 1))) else None
+    try:
+        kept = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        set_aside(path, f"not a readable .npy array: {exc}")
+        return None
+    ok = (
+        isinstance(kept, np.ndarray)
+        and kept.shape == (length,)
+        and kept.dtype == np.float64
+        and bool(np.all(np.diff(kept) >= 0))
+        and bool(np.all((kept >= 0) & (kept <= 1)))
+    )
+    if not ok:
+        set_aside(path, f"not {length} sorted probabilities")
+        return None
+    return kept
 
 
 def _simulate_min_tails(first: int, last: int) -> np.ndarray:

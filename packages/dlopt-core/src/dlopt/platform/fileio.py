@@ -13,6 +13,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,3 +257,46 @@ def user_cache_dir() -> Path:
         return Path(named)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "dlopt"
+
+
+class UserCacheWarning(UserWarning):
+    """An entry of the user cache directory could not be trusted and was set aside."""
+
+
+_set_aside_named: set[str] = set()
+
+
+def set_aside(path: Path, why: str) -> None:
+    """Move a user cache entry that cannot be trusted out of the way (``NAME.set-aside``,
+    replacing an older one) and say so once per path: what it held is computed again.
+    Nothing in the user cache decides anything, so a bad entry only costs time."""
+    aside = path.with_name(path.name + ".set-aside")
+    try:
+        os.replace(path, aside)
+        where = f"moved to {aside}"
+    except OSError as exc:
+        where = f"could not be moved ({exc.strerror or exc})"
+    key = str(path)
+    if key in _set_aside_named:
+        return
+    _set_aside_named.add(key)
+    warnings.warn(
+        f"dlopt's user cache entry {path} cannot be used ({why}); it was {where} and what "
+        "it held is computed again",
+        UserCacheWarning,
+        stacklevel=3,
+    )
+
+
+def read_user_cache_entry(path: Path, cap: int) -> bytes | None:
+    """The bytes of a user cache entry (``None`` when there is none); an entry that is
+    not a regular file of at most ``cap`` bytes is set aside (:func:`set_aside`)."""
+    try:
+        return read_bytes_capped(path, cap)
+    except FileNotFoundError:
+        return None
+    except (NotRegularFileError, IsADirectoryError, FileTooLargeError) as exc:
+        set_aside(path, str(exc))
+        return None
+    except OSError:
+        return None
