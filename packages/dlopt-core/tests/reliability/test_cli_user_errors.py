@@ -7,6 +7,7 @@ a usage error (exit 2) whose message names the cause, never a traceback or a han
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -151,3 +152,30 @@ def test_the_policy_refuses_a_time_budget_past_a_week(budget):
     with pytest.raises(ConfigurationError, match="at most 604800"):
         OptimizationPolicy(time_budget_s=budget)
     assert OptimizationPolicy(time_budget_s=7 * 86400).time_budget_s == 7 * 86400
+
+
+def test_all_plans_with_a_time_budget_is_refused_as_contradictory(capsys):
+    assert main(["select", "--demo", "--all-plans", "--time-budget", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "--all-plans builds and races every plan with no time budget" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ({"time_budget_s": True}, "time_budget_s: got bool True, a boolean"),
+        ({"plan_options": []}, "plan_options: expected a mapping"),
+        ({"plan_options": {"onnxruntime_cpu": []}}, "plan_options['onnxruntime_cpu']:"),
+    ],
+)
+def test_a_policy_document_of_the_wrong_types_names_the_field(document, named):
+    from dlopt.errors import ConfigurationError
+    from dlopt.fleet.spec import read_policy
+    from dlopt.platform.serialization import from_jsonable
+    from dlopt.settings.policy import OptimizationPolicy
+
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        from_jsonable(document, OptimizationPolicy)
+    with pytest.raises(ConfigurationError, match=re.escape(named)):  # a fleet spec's table
+        read_policy(document)

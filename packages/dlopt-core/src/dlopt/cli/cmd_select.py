@@ -249,6 +249,11 @@ def preflight_select(args: argparse.Namespace) -> None:
     check_count("--expected-calls", args.expected_calls)
     check_count("--seed", args.seed, maximum=2**32 - 1)
     check_objective_arguments(args, parse_input_spec(args.input)[0] if args.input else None)
+    if args.all_plans and args.time_budget is not None:
+        raise ConfigurationError(
+            "--all-plans builds and races every plan with no time budget, and --time-budget "
+            "asks for one: give one of them (a budget skips the plans it has no room for)"
+        )
     specs = [parse_case_spec(c) for c in args.case]
     if args.input:
         specs.insert(0, ("input", *parse_input_spec(args.input), 1.0))
@@ -319,7 +324,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
         on_unseen_signature=args.on_unseen_signature,
-        time_budget_s=args.time_budget,
+        time_budget_s=_budget_of(args.time_budget),
         exhaustive=args.all_plans,
     )
     out = Output(plain=args.plain or None)
@@ -513,12 +518,12 @@ def add_select_command(sub: Any) -> None:
     p.add_argument(
         "--time-budget",
         type=_time_budget,
-        default="auto",
+        default=None,
         metavar="SECONDS",
         help="wall seconds from the start to the decision, builds and race included: when "
         "they end, the best plan confirmed so far serves (default auto: "
         f"{AUTO_BUDGET_BASE_S:g} s plus {AUTO_BUDGET_PER_CALL:g} calls of the eager model on "
-        "every case; 'none': no budget)",
+        "every case; 'none': no budget; not with --all-plans, which races every plan)",
     )
     p.add_argument(
         "--all-plans",
@@ -601,11 +606,19 @@ def _add_policy_option(
     )
 
 
-def _time_budget(text: str) -> float | str | None:
-    """``--time-budget``: seconds, ``auto`` or ``none``."""
+def _budget_of(given: float | str | None) -> float | str | None:
+    """The policy's ``time_budget_s`` for ``--time-budget`` (``None``: not given, auto)."""
+    if given is None:
+        return "auto"
+    return None if given == "none" else given
+
+
+def _time_budget(text: str) -> float | str:
+    """``--time-budget``: seconds, ``auto`` or ``none`` (as text: the policy reads it
+    through :func:`_budget_of`)."""
     word = text.strip().lower()
     if word in ("auto", "none"):
-        return None if word == "none" else "auto"
+        return "none" if word == "none" else "auto"
     try:
         seconds = float(word)
     except ValueError:

@@ -293,7 +293,52 @@ def _value_problems(value: Any, annotation: Any, where: str) -> tuple[list[str],
             found, cleaned[key] = _document_problems(entry, table_of, f"{where}.{key}")
             problems.extend(found)
         return problems, cleaned
+    if _takes_mapping(annotation) and not isinstance(value, Mapping):
+        return [
+            f"{where}: expected a mapping (a JSON object or TOML table), got {_shown(value)}"
+        ], {}
+    if isinstance(value, bool) and not _takes_bool(annotation):
+        return [f"{where}: got {_shown(value)}, a boolean, where {_wanted(annotation)} goes"], None
     return [], value
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _takes_mapping(annotation: Any) -> bool:
+    """Whether ``annotation`` (``None`` aside) is a mapping type (``dict[str, ...]``)."""
+    if isinstance(annotation, str):
+        return annotation.replace(" ", "").removesuffix("|None").startswith("dict[")
+    return any(
+        typing.get_origin(member) in (dict, Mapping) or member in (dict, Mapping)
+        for member in _members(annotation)
+    )
+
+
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a boolean is one of ``annotation``'s values (unknown annotations: yes)."""
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        return "bool" in text or "Any" in text or not text
+    return any(member in (bool, Any, object) for member in _members(annotation))
+
+
+def _wanted(annotation: Any) -> str:
+    """What ``annotation`` takes, in words for a document's writer."""
+    names = []
+    for member in _members(annotation) if not isinstance(annotation, str) else (annotation,):
+        if member is type(None):
+            names.append("null")
+        elif member in (int, float):
+            names.append("a number")
+        elif member is str:
+            names.append("text")
+        else:
+            names.append(str(getattr(member, "__name__", member)))
+    return " or ".join(dict.fromkeys(names))
 
 
 def _table_of(annotation: Any) -> type | None:
@@ -373,6 +418,13 @@ def from_jsonable(data: Any, cls: type[T]) -> T:
     except cattrs.BaseValidationError as exc:
         leaves = list(_leaf_errors(exc, ""))
         ours = [leaf for _, leaf in leaves if isinstance(leaf, DloptError)]
+        if not ours and cls in _registered_documents():
+            # A value of the wrong type the shape checks above did not see: named by its
+            # path all the same, never a raw structuring error.
+            parts = [f"{path or cls.__name__}: {_type_error(leaf)}" for path, leaf in leaves]
+            raise ConfigurationError(
+                f"{cls.__name__} document: {'; '.join(parts)}. Correct or remove each"
+            ) from exc
         if not ours:
             raise
         parts = [
@@ -387,6 +439,14 @@ def from_jsonable(data: Any, cls: type[T]) -> T:
         except Exception:  # an error class with another signature
             error = ours[0]
         raise error from exc
+
+
+def _type_error(leaf: BaseException) -> str:
+    """A structuring error in words: what was expected where the value did not fit."""
+    text = str(leaf) or type(leaf).__name__
+    if isinstance(leaf, (TypeError, ValueError, AttributeError)):
+        return f"a value of the wrong type ({text})"
+    return f"{type(leaf).__name__}: {text}"
 
 
 def _registered_documents() -> set[type]:
