@@ -50,11 +50,13 @@ from dlopt_openvino.convert import (
 from dlopt_openvino.options import OpenVinoInt8Options, OpenVinoOptions
 from dlopt_openvino.outputs import NotSavable, OutputStructure, signature, to_json
 from dlopt_openvino.quantize import (
+    COMPUTE_LAYERS,
     INT8_PRECISIONS,
     QuantizeRecord,
     count,
     layer_precisions,
     quantize,
+    runtime_layer_types,
     total,
 )
 from dlopt_openvino.runner import Runner
@@ -235,7 +237,7 @@ class OpenVinoProvider(Provider):
         )  # fmt: skip
         try:
             self._check_cases(served.runner, cases)
-            evidence = self._check_precisions(served.precisions)
+            evidence = self._check_precisions(served.precisions, served.layer_types)
         except BaseException:
             served.runner.close()
             raise
@@ -412,6 +414,7 @@ class OpenVinoProvider(Provider):
             compile_s=compile_s,
             device=device,
             precisions=layer_precisions(compiled) if self.device_type == "CPU" else None,
+            layer_types=runtime_layer_types(compiled) if self.device_type == "CPU" else (),
             streams=_property(compiled, "NUM_STREAMS"),
             split_batch=split_batch,
             openvino=str(getattr(ov, "__version__", "?")),
@@ -434,9 +437,12 @@ class OpenVinoProvider(Provider):
                     f"shapes {got}, eager {expected}"
                 )
 
-    def _check_precisions(self, table: dict[str, dict[str, int]] | None) -> dict[str, Any]:
+    def _check_precisions(
+        self, table: dict[str, dict[str, int]] | None, layer_types: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
         """Metadata of what the compute layers run in; a plan that would not compute in
-        its declared precision is refused."""
+        its declared precision is refused (naming the layer types OpenVINO ran, when it
+        ran none of the types counted as compute)."""
         if table is None:
             return {"layer_precisions": None}
         layers = total(table)
@@ -457,10 +463,12 @@ class OpenVinoProvider(Provider):
         elif self.precision is Precision.INT8:
             quantized = count(table, INT8_PRECISIONS)
             if not layers:
+                ran = ", ".join(layer_types) or "none reported"
                 raise ProviderBuildError(
-                    f"{self.name}: the model has no compute layer (convolution, matrix "
-                    "multiplication) for int8 to run: this plan would compute what "
-                    "openvino_cpu computes, so it is not raced as int8"
+                    f"{self.name}: OpenVINO's compiled model has no layer of the types int8 "
+                    f"runs in ({', '.join(sorted(COMPUTE_LAYERS))}); the layer types it ran: "
+                    f"{ran}. This plan would compute what openvino_cpu computes, so it is not "
+                    "raced as int8"
                 )
             if not quantized:
                 raise ProviderBuildError(
@@ -510,6 +518,7 @@ class _Served:
     compile_s: float
     device: str
     precisions: dict[str, dict[str, int]] | None
+    layer_types: tuple[str, ...]
     streams: Any
     split_batch: bool
     openvino: str

@@ -139,6 +139,22 @@ def layer_precisions(compiled: Any) -> dict[str, dict[str, int]] | None:
     return table
 
 
+def runtime_layer_types(compiled: Any) -> tuple[str, ...]:
+    """Every runtime layer type of a compiled model, sorted (empty when the plugin does
+    not say): what a refusal names when no compute layer was found."""
+    try:
+        return tuple(
+            sorted(
+                {
+                    str(op.get_rt_info()["layerType"].astype(str))
+                    for op in compiled.get_runtime_model().get_ops()
+                }
+            )
+        )
+    except Exception:  # a device plugin without these runtime attributes
+        return ()
+
+
 def count(table: dict[str, dict[str, int]], precisions: frozenset[str] | set[str]) -> int:
     """Compute layers of ``table`` running in one of ``precisions``."""
     return sum(n for by in table.values() for p, n in by.items() if p in precisions)
