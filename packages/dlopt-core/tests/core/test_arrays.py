@@ -66,7 +66,7 @@ def test_count_nonfinite_counts_nan_and_infinities_as_torch_does(dtype):
 def test_count_nonfinite_runs_no_torch_kernel_on_a_host_tensor(monkeypatch):
     # torch's isfinite would wake its OpenMP pool, whose spinning threads slow the next
     # plan's timed call: the race's check must not run it on host outputs.
-    from dlopt.pipeline.measure import LastOutput
+    from dlopt.pipeline.raced_calls import LastOutput
 
     def refused(*args, **kwargs):
         raise AssertionError("torch.isfinite ran on a host tensor")

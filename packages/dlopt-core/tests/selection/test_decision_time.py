@@ -646,3 +646,22 @@ def test_a_cheap_plan_expected_to_lose_is_built_when_its_failure_would_spare_a_c
     assert cheap.builds == 0
     assert report.candidate("cheap_static").not_built.startswith("its prior is at most 2.20x")
     assert costly.builds == 1 and report.candidate("costly_static").prior.built_to_test is None
+
+
+def test_nan_on_a_screening_call_rejects_the_plan_and_confirms_nothing():
+    """A plan that answers NaN once validated used to earn a screened speedup from those
+    answers, and the plans that speedup spared were never built."""
+    race = FakeRace()
+    fast = race.fake(
+        "fast", 1e-3, declared_prior=prior(3.0, 2.0, 4.0, 0.5), fail="nonfinite", fail_after_calls=1
+    )
+    hopeless = race.fake("hopeless", 2.5e-3, declared_prior=prior(1.1, 0.9, 1.3, 5.0))
+    decision = select(race, race.fake("eager_fp32", 3e-3), fast, hopeless, time_budget_s=None)
+    report = decision.report
+    rejected = report.candidate("fast")
+    assert rejected.status is Status.REJECTED
+    assert rejected.error.message.startswith("screening: ")
+    assert "non-finite" in rejected.error.message
+    assert rejected.prior.screening is None
+    assert hopeless.builds == 1  # nothing was confirmed, so nothing was spared
+    assert report.selected_plan in ("eager_fp32", "hopeless")

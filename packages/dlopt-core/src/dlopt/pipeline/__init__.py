@@ -6,7 +6,9 @@
     -> constraints (measured constraints) -> choose (selection rules + a fresh validated
     call) -> dlopt.evidence
 
-``state`` holds what they share: ``CandidateState`` (one plan's working record),
+``raced_calls`` is how the race and the schedule's screenings call a plan and check
+every call's outputs. ``state`` holds what they share: ``CandidateState`` (one plan's
+working record),
 ``SelectionContext`` (policy, target, clock, event sink) and ``StageError`` (a failure, as
 a value). Each stage takes the previous stage's result and records its own on the
 candidates; only an unrecoverable state (the reference cannot serve, the user's model was

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import attrs
-import torch
 
-from dlopt.contract.provider import (
-    BuiltPlan,
-    Role,
-)
+from dlopt.contract.provider import Role
 from dlopt.errors import PLAN_FAILURES, DloptError, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     RaceResult,
     run_race,
 )
+from dlopt.pipeline.raced_calls import LastOutput, checked_calls, output_checks
 from dlopt.pipeline.schedule import race_within_budget
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
-from dlopt.platform.arrays import count_nonfinite
-from dlopt.platform.tree import leaves_with_paths
 from dlopt.selection.throughput import P99, samples_for_quantile_bound
 from dlopt.validation import (
     ReferenceOutputs,
@@ -56,71 +48,6 @@ def _throughput_min_rounds(run: SelectionContext, batch_sizes: int) -> int:
     return min(rounds, policy.max_rounds)
 
 
-class NonFiniteOutput(RuntimeError):
-    """A raced call returned NaN or infinity where the reference has a finite value."""
-
-
-def _nonfinite_counts(outputs: Any) -> dict[str, int]:
-    """Per floating output leaf (by path), how many of its values are not finite."""
-    counts: dict[str, int] = {}
-    leaves = [("output", outputs)] if isinstance(outputs, torch.Tensor) else None
-    for path, leaf in leaves if leaves is not None else leaves_with_paths(outputs, "output"):
-        if not isinstance(leaf, torch.Tensor) or not (
-            leaf.is_floating_point() or leaf.is_complex()
-        ):
-            continue
-        bad = count_nonfinite(leaf)  # not on torch's thread pool: see count_nonfinite
-        if bad:
-            counts[path] = bad
-    return counts
-
-
-class LastOutput:
-    """One plan's call on one case, keeping the output of the latest call for revalidation.
-
-    :meth:`check` inspects the outputs of every raced call (the race engine hands them over
-    after the timer stopped): a plan that turns NaN or infinite on its tenth call fails
-    the race there, named with the call number.
-    """
-
-    __slots__ = ("allowed", "args", "calls", "case", "kwargs", "output", "plan")
-
-    def __init__(
-        self,
-        plan: BuiltPlan,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        case: str = "",
-        allowed: dict[str, int] | None = None,
-    ) -> None:
-        self.plan = plan
-        self.args = args
-        self.kwargs = kwargs
-        self.case = case
-        #: Non-finite values the reference itself has, per output path (allowed by policy).
-        self.allowed = allowed or {}
-        self.output: Any = None
-        self.calls = 0
-
-    def __call__(self) -> Any:
-        self.output = self.plan(*self.args, **self.kwargs)
-        self.calls += 1
-        return self.output
-
-    def check(self, outputs: Sequence[Any]) -> None:
-        """Raise :class:`NonFiniteOutput` naming the first call of ``outputs`` (the latest
-        calls, in order) with more non-finite values than the reference."""
-        first = self.calls - len(outputs) + 1
-        for number, output in enumerate(outputs, start=first):
-            for path, bad in _nonfinite_counts(output).items():
-                if bad > self.allowed.get(path, 0):
-                    raise NonFiniteOutput(
-                        f"raced call {number} on case {self.case!r} returned {bad} non-finite "
-                        f"value(s) in {path} where the reference has "
-                        f"{self.allowed.get(path, 0)}"
-                    )
-
-
 @attrs.frozen
 class RaceOutcome:
     """The race and, per plan, the recorder of its last output on every case."""
@@ -142,14 +69,7 @@ def race(
     ``allocator_report``: as :func:`dlopt.measurement.run_race`'s (off for a race nobody
     reports)."""
     alive = [c for c in candidates if c.alive]
-    allowed = [_nonfinite_counts(case.outputs) for case in reference.cases]
-    recorders = {
-        cand.name: [
-            LastOutput(cand.plan, case.args, case.kwargs, case.name, allowed[i])  # type: ignore[arg-type]
-            for i, case in enumerate(reference.cases)
-        ]
-        for cand in alive
-    }
+    recorders = checked_calls(alive, reference)
 
     def on_round(round_number: int, snapshot: RaceResult) -> None:
         run.emit(
@@ -196,10 +116,7 @@ def race(
                 case_names=[case.name for case in reference.cases],
                 natives=[c.name for c in alive if c.role is Role.NATIVE],
                 measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
-                output_checks={
-                    name: [recorder.check for recorder in per_case]
-                    for name, per_case in recorders.items()
-                },
+                output_checks=output_checks(recorders),
                 allocator_report=allocator_report,
             )
     except DloptError:

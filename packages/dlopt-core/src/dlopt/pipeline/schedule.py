@@ -34,11 +34,12 @@ from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
 from dlopt.pipeline.probe import declared_scheme
-from dlopt.pipeline.state import CandidateState, SelectionContext
+from dlopt.pipeline.raced_calls import checked_calls, output_checks
+from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.precision import Precision, Quantization
 from dlopt.selection.prior_table import UNKNOWN_SOURCE, table_prior, unknown_prior
 from dlopt.validation import ReferenceOutputs
-from dlopt.vocabulary import Objective, Stage
+from dlopt.vocabulary import Objective, Stage, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -641,10 +642,7 @@ class Schedule:
             settle_allocator=measurement.settle_allocator,
             quiesce_max_s=measurement.quiesce_max_s,
         )
-        calls = {
-            plan.name: [_bound(plan, case.args, case.kwargs) for case in reference.cases]
-            for plan in (reference_plan, cand)
-        }
+        calls = checked_calls((reference_plan, cand), reference)
         try:
             with reference.calling_context():
                 result = run_race(
@@ -658,12 +656,21 @@ class Schedule:
                         c.name: self.run.synchronize(c.plan) for c in (reference_plan, cand)
                     },
                     should_continue=self.run.should_continue,
+                    output_checks=output_checks(calls),
                     allocator_report=False,  # a screening's race is not reported
                 )
         except Exception as exc:
             log.info("screening %r raised %s: %s", cand.name, type(exc).__name__, exc)
             return
-        measured = result.candidate(cand.name).speedup_vs_baseline
+        screened = result.candidate(cand.name)
+        if screened.verdict == Verdict.FAILED:
+            # NaN on a screening call (or any failure there) rejects the plan as a raced
+            # call would: it never races on a speedup measured from wrong answers.
+            self.run.reject(
+                cand, StageError(Stage.MEASURE, f"screening: {screened.error or 'failed'}")
+            )
+            return
+        measured = screened.speedup_vs_baseline
         if measured is not None and measured.low is not None and measured.point is not None:
             cand.screening = measured
 
@@ -742,9 +749,3 @@ def _prior(cand: CandidateState) -> Prior:
 
 def _interval(interval: RatioInterval) -> str:
     return f"{interval.point:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
-
-
-def _bound(cand: CandidateState, args: tuple, kwargs: dict):  # type: ignore[type-arg, no-untyped-def]
-    plan = cand.plan
-    assert plan is not None
-    return lambda: plan(*args, **kwargs)
