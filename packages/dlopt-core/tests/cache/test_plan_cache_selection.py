@@ -231,3 +231,31 @@ def test_a_malformed_kept_rounding_is_measured_again(tmp_path, monkeypatch, dama
     path.write_text(json.dumps(data))
     hit = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
     assert hit.report.cache.cache_hit is True and runs == [1, 1]
+
+
+def test_a_race_after_a_failed_recheck_reuses_no_file_of_the_record(tmp_path, monkeypatch):
+    """Bringing a record's plan back leaves its files in the plan's directory; when the
+    recheck fails, the race must not build from them (a tampered ONNX export whose
+    manifest key still matched was reused)."""
+    from dlopt.testing.fakes import FakeProvider
+
+    model, x = small_model(), torch.randn(4, 8)
+    cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    found_at_build: list[bool] = []
+    real_build = FakeProvider.build
+
+    def build(self, model, context):
+        if self.name == "fast":
+            kept = context.artifact_dir / "fast" / "exported.onnx"
+            found_at_build.append(kept.exists())
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text("what the record held")  # as a reload leaves its files
+        return real_build(self, model, context)
+
+    monkeypatch.setattr(FakeProvider, "build", build)
+    again = cached_optimizer(FakeRace(seed=5), tmp_path, fast_latency=3e-3).select_signature(
+        model, x
+    )
+    assert "the recheck failed" in (again.report.cache.reason or "")
+    # Brought back once for the recheck, built again for the race: nothing was left then.
+    assert found_at_build == [False, False]

@@ -21,6 +21,7 @@ without the hit's probe: the worker raced it).
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,11 +230,22 @@ def _cache_hit(
     )
     seconds = time.perf_counter() - start
     if not (recheck.reused and recheck.selected is not None):
+        _forget_reloaded_files(context, chosen)
         return recheck, seconds
     report = lookup.hit_report(found, recheck, seconds, run.policy)
     return _served_again(
         recheck, report, recheck.reason, found.record, selection, context, truth, scratch
     )
+
+
+def _forget_reloaded_files(context: ProviderContext, plan: str) -> None:
+    """Remove what bringing a record's plan back copied into the selection's artifact
+    directory: a record that failed its recheck must give the race nothing to reuse (a
+    tampered export whose manifest key still matched was built from again)."""
+    from dlopt.platform.names import is_plain_name
+
+    if is_plain_name(plan):
+        shutil.rmtree(context.artifact_dir / plan, ignore_errors=True)
 
 
 def _served_again(
