@@ -60,6 +60,7 @@ def batched(
     fallback=eager,
     max_delay_ms: float = 50.0,
     max_batch_size: int | None = None,
+    max_concurrent_batches: int | None = None,
     **kwargs,
 ) -> BatchedDecision:
     served = ServedPlan(
@@ -80,6 +81,7 @@ def batched(
         raced_sizes=(1, 8),
         max_batch_size=max_batch_size,
         max_delay_ms=max_delay_ms,
+        max_concurrent_batches=max_concurrent_batches,
     )
 
 
@@ -314,20 +316,7 @@ def test_batches_never_exceed_the_largest_size():
 
 def test_two_batches_may_run_at_once_for_a_concurrent_plan():
     runner = Recorder()
-    served = ServedPlan(
-        BuiltPlan(
-            runner=runner,
-            serving=ServingTraits(concurrency=Concurrency.CONCURRENT, any_grad_mode=True),
-        ),
-        plan_name="fast",
-        grad_mode=GradMode.INFERENCE_MODE,
-        raced=RACED,
-        families=FAMILY,
-        fallback=eager,
-    )
-    serve = BatchedDecision(
-        served, batch_dim=0, raced_sizes=(1, 8), max_delay_ms=1, max_concurrent_batches=2
-    )
+    serve = batched(runner, dynamic=True, max_delay_ms=1, max_concurrent_batches=2)
     inputs = distinct_rows(16)
     results = call_together(serve, inputs)
     for x, out in zip(inputs, results):
