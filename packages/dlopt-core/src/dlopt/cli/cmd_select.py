@@ -324,7 +324,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
         plan_cache_dir=cache_dir_of(args, required=False),
         reuse_cached_plan=not args.no_cache_reuse,
         on_unseen_signature=args.on_unseen_signature,
-        time_budget_s=_budget_of(args.time_budget),
+        time_budget_s=budget_of(args.time_budget),
         exhaustive=args.all_plans,
     )
     out = Output(plain=args.plain or None)
@@ -517,7 +517,7 @@ def add_select_command(sub: Any) -> None:
     )
     p.add_argument(
         "--time-budget",
-        type=_time_budget,
+        type=parse_time_budget,
         default=None,
         metavar="SECONDS",
         help="wall seconds from the start to the decision, builds and race included: when "
@@ -606,16 +606,16 @@ def _add_policy_option(
     )
 
 
-def _budget_of(given: float | str | None) -> float | str | None:
+def budget_of(given: float | str | None) -> float | str | None:
     """The policy's ``time_budget_s`` for ``--time-budget`` (``None``: not given, auto)."""
     if given is None:
         return "auto"
     return None if given == "none" else given
 
 
-def _time_budget(text: str) -> float | str:
+def parse_time_budget(text: str) -> float | str:
     """``--time-budget``: seconds, ``auto`` or ``none`` (as text: the policy reads it
-    through :func:`_budget_of`)."""
+    through :func:`budget_of`)."""
     word = text.strip().lower()
     if word in ("auto", "none"):
         return "none" if word == "none" else "auto"

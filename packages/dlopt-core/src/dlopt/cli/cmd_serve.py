@@ -22,10 +22,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dlopt.cli.cmd_cache import cache_dir_of, check_cache_dir
+from dlopt.cli.cmd_select import budget_of, parse_time_budget
 from dlopt.cli.console import Output
 from dlopt.cli.serve_app import APP_NAME, ServeOptions, model_and_workload
 from dlopt.errors import ConfigurationError
-from dlopt.settings.policy import MAX_TIME_BUDGET_S
 
 DEFAULT_CACHE = "~/.cache/dlopt/serve-plans"
 
@@ -52,12 +53,15 @@ def add_serve_command(sub: Any) -> None:
     p.add_argument("--inputs", help="an .npz or .safetensors file: one case per entry")
     p.add_argument(
         "--cache-dir",
+        default=None,
         help=f"the plan cache replicas share (default: $DLOPT_CACHE_DIR, else {DEFAULT_CACHE})",
     )
     p.add_argument(
         "--time-budget",
-        default="auto",
-        help="seconds for a decision where no record exists ('auto', or 'none')",
+        type=parse_time_budget,
+        default=None,
+        metavar="SECONDS",
+        help="seconds for a decision where no record exists (default auto; 'none': no budget)",
     )
     p.add_argument("--port", type=int, required=True, help="the HTTP port")
     p.add_argument("--host", default="127.0.0.1", help="the HTTP address (default 127.0.0.1)")
@@ -87,31 +91,24 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
         raise ConfigurationError(f"--max-batch-size must be at least 1, got {args.max_batch_size}")
     if not (math.isfinite(args.max_delay_ms) and args.max_delay_ms >= 0):
         raise ConfigurationError(f"--max-delay-ms must be >= 0, got {args.max_delay_ms}")
-    budget: float | str | None = args.time_budget
-    if budget not in ("auto", "none"):
+    check_cache_dir(args, writable=True)
+    cache = cache_dir_of(args, required=False)
+    if cache is None:
+        default = Path(DEFAULT_CACHE).expanduser()
         try:
-            budget = float(budget)
-        except ValueError:
-            budget = math.nan
-        if not (math.isfinite(budget) and 0 < budget <= MAX_TIME_BUDGET_S):
+            default.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
             raise ConfigurationError(
-                f"--time-budget must be seconds (more than 0, at most {MAX_TIME_BUDGET_S:g}), "
-                f"'auto' or 'none', got {args.time_budget!r}"
-            )
-    cache = args.cache_dir or os.environ.get("DLOPT_CACHE_DIR") or DEFAULT_CACHE
-    cache_dir = Path(cache).expanduser()
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigurationError(
-            f"--cache-dir {cache}: cannot be made ({exc.strerror or exc})"
-        ) from None
+                f"the default plan cache {default} cannot be made ({exc.strerror or exc}): "
+                "pass --cache-dir DIR"
+            ) from None
+        cache = str(default)
     return ServeOptions(
         factory=args.model,
         cases=tuple(args.case),
         inputs=str(Path(args.inputs).resolve()) if args.inputs else None,
-        cache_dir=str(cache_dir.resolve()),
-        time_budget=None if budget == "none" else budget,
+        cache_dir=str(Path(cache).resolve()),
+        time_budget=budget_of(args.time_budget),
         device=args.device,
         max_batch_size=args.max_batch_size,
         max_delay_ms=float(args.max_delay_ms),
@@ -139,7 +136,8 @@ def run(args: argparse.Namespace, out: Output | None = None) -> int:
     }
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
-        store = start_health_store()
+        # Held while serving: the replicas push their health records to it.
+        store = start_health_store()  # noqa: F841
         actor_options: dict[str, Any] = {"num_cpus": 0}
         if args.address == "local":
             # Replicas import the factory's module as this process does: from here too.
@@ -160,7 +158,6 @@ def run(args: argparse.Namespace, out: Output | None = None) -> int:
         while not stop.wait(0.5):
             pass
         out.line("dlopt serve: stopping")
-        del store
     finally:
         try:
             serve.shutdown()

@@ -141,10 +141,11 @@ class ServeReplica:
         self.options = ServeOptions.from_json(options_json)
         self.decision = decide(self.options)
         serving = self.decision.report.serving
-        self.interface = serving.interface if serving is not None else None
-        if self.interface is None or not self.interface.usable:
-            why = self.interface.note if self.interface is not None else "none recorded"
+        interface = serving.interface if serving is not None else None
+        if interface is None or not interface.usable:
+            why = interface.note if interface is not None else "none recorded"
             raise RuntimeError(f"this model has no wire interface to serve over HTTP: {why}")
+        self.interface = interface
         self.batched = self.decision.batched(
             max_batch_size=self.options.max_batch_size, max_delay_ms=self.options.max_delay_ms
         )
@@ -265,7 +266,9 @@ def replicas_ready(expected: int) -> tuple[bool, str]:
         return False, f"not ready: {type(exc).__name__}: {exc}"
     running = 0
     for deployment in app.deployments.values():
-        running += int(deployment.replica_states.get("RUNNING", 0))
+        for state, count in deployment.replica_states.items():
+            if getattr(state, "value", state) == "RUNNING":
+                running += int(count)
     status = getattr(app.status, "value", app.status)
     ready = status == "RUNNING" and running >= expected
     return ready, f"{'ready' if ready else 'not ready'}: {running} of {expected} replicas running"

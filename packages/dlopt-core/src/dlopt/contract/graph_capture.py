@@ -152,7 +152,6 @@ class ValueWatch:
 
     def __init__(self) -> None:
         self.conversions: list[ValueConversion] = []
-        self.calls = 0
         self._seen: set[tuple[str, str]] = set()
 
     @property
@@ -294,7 +293,6 @@ class _Follow(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
-        self.watch.calls += 1
         name = _name(func)
         if name in _METADATA:
             # A shape is no value: under a tracer its sizes may be tensors, never followed.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -12,6 +11,7 @@ from dlopt.bundle.store import PROGRAM_ARTIFACT, BundleError, SavedProgram, writ
 from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import ConfigurationError, ServingError
 from dlopt.evidence.report import OptimizationReport
+from dlopt.platform.config_checks import is_int, is_number
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.precision import Precision
 from dlopt.serving.batching import DEFAULT_MAX_DELAY_MS, BatchedDecision
@@ -144,31 +144,15 @@ class OptimizationDecision:
                 "written before dlopt recorded them, or no case has one batch size along "
                 "its batch dimension): select again to serve it batched"
             )
-        if max_batch_size is not None and (
-            isinstance(max_batch_size, bool)
-            or not isinstance(max_batch_size, int)
-            or max_batch_size < 1
+        for name, count in (
+            ("max_batch_size", max_batch_size),
+            ("max_concurrent_batches", max_concurrent_batches),
         ):
-            raise ConfigurationError(
-                f"max_batch_size must be an integer >= 1 or None, got {max_batch_size!r}"
-            )
-        if (
-            isinstance(max_delay_ms, bool)
-            or not isinstance(max_delay_ms, (int, float))
-            or not math.isfinite(max_delay_ms)
-            or max_delay_ms < 0
-        ):
+            if count is not None and not (is_int(count) and count >= 1):
+                raise ConfigurationError(f"{name} must be an integer >= 1 or None, got {count!r}")
+        if not (is_number(max_delay_ms) and max_delay_ms >= 0):
             raise ConfigurationError(
                 f"max_delay_ms must be a number of milliseconds >= 0, got {max_delay_ms!r}"
-            )
-        if max_concurrent_batches is not None and (
-            isinstance(max_concurrent_batches, bool)
-            or not isinstance(max_concurrent_batches, int)
-            or max_concurrent_batches < 1
-        ):
-            raise ConfigurationError(
-                "max_concurrent_batches must be an integer >= 1 or None, got "
-                f"{max_concurrent_batches!r}"
             )
         if max_batch_size is None and self.report.throughput is not None:
             max_batch_size = self.report.batch_size

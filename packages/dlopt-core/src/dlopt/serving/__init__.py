@@ -7,5 +7,7 @@ calling context (:mod:`dlopt.contract.calling`), threads), ``evidence``
 ``production`` (``ProductionGuard``: counts, the failure rule, the latency watch),
 ``shadow`` (eager fp32 reruns of sampled calls in a background thread), ``latency``
 (streaming latency histograms), ``health`` (``HealthRecord``, ``decision.health()``) and
-``metrics`` (the record as Prometheus metrics). See docs/serving.md.
+``metrics`` (the record as Prometheus metrics); and for servers: ``batching``
+(``BatchedDecision``, ``decision.batched()``), ``interface`` (the named tensors a server
+exchanges) and ``triton`` (the PyTriton binding). See docs/serving.md and docs/deploy.md.
 """

@@ -50,7 +50,7 @@ import torch
 from dlopt.contract.calling import caller_grad_mode, grad_mode_scope
 from dlopt.platform.tree import iter_tensors, map_tensors
 from dlopt.serving.served import ServedPlan
-from dlopt.serving.signature import describe, family_key
+from dlopt.serving.signature import describe, family_key, resize_batch
 from dlopt.vocabulary import Concurrency, GradMode
 
 #: The default longest wait of a lone request for others to merge with.
@@ -205,7 +205,8 @@ class BatchedDecision:
         if request is None:
             self._count("alone")
             return self._alone(*args, **kwargs)
-        request.future = future = Future()
+        future: Future[Any] = Future()
+        request.future = future
         self._submit(request)
         return future.result()
 
@@ -229,8 +230,9 @@ class BatchedDecision:
         key = self.served.plan_bound(args, kwargs)
         if key is None:
             return None  # eager, a refusal or an error: as the decision serves it, alone
-        found = self._known.get(key, False)
-        if found is False:
+        if key in self._known:
+            found = self._known[key]
+        else:
             found = self._batch_rows(key, args, kwargs)
             if len(self._known) > 4096:
                 self._known.clear()
@@ -376,16 +378,18 @@ class BatchedDecision:
         merged = []
         dim = self.batch_dim
         for leaves in zip(*flat):
-            joined = torch.cat(leaves, dim=dim)
-            if size > rows:
-                index = torch.arange(size, device=joined.device) % rows
-                joined = joined.index_select(dim, index)
-            merged.append(joined)
+            merged.append(torch.cat(leaves, dim=dim))
         first = batch[0]
         if not first.kwargs and all(type(a) is torch.Tensor for a in first.args):
-            return tuple(merged), {}, rows, size
-        it = iter(merged)
-        args, kwargs = map_tensors(lambda _: next(it), (first.args, first.kwargs))
+            args: tuple[Any, ...] = tuple(merged)
+            kwargs: dict[str, Any] = {}
+        else:
+            it = iter(merged)
+            args, kwargs = map_tensors(lambda _: next(it), (first.args, first.kwargs))
+        if size > rows:
+            padded = resize_batch(args, kwargs, dim, size)  # copies of real rows
+            assert padded is not None  # every merged tensor carries the batch dimension
+            args, kwargs = padded
         return args, kwargs, rows, size
 
     def _split(self, out: Any, batch: list[_Request], size: int) -> list[Any]:
@@ -405,9 +409,7 @@ class BatchedDecision:
             if type(out) is torch.Tensor:
                 parts.append(out.narrow(dim, offset, request.rows))
             else:
-                parts.append(
-                    map_tensors(lambda t, o=offset, n=request.rows: t.narrow(dim, o, n), out)
-                )
+                parts.append(map_tensors(_narrowed(dim, offset, request.rows), out))
             start += request.rows
         return parts
 
@@ -461,6 +463,11 @@ class BatchedDecision:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _narrowed(dim: int, start: int, rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """One request's rows of a merged output tensor."""
+    return lambda t: t.narrow(dim, start, rows)
 
 
 def _flat_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:

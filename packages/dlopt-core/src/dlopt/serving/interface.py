@@ -116,17 +116,20 @@ class ServingInterface:
         return self.call_arguments(dict(entries))
 
     # -- responses --------------------------------------------------------------------------
-    def output_arrays(self, outputs: Any) -> list[tuple[str, np.ndarray]]:
-        """The decision's outputs as named numpy arrays, in the interface's order."""
-        tensors = output_tensors(outputs)
-        return [
-            (spec.name, numpy_view(t.detach()).copy())
-            for spec, t in zip(self.outputs, tensors.values())
-        ]
-
     def write_response(self, outputs: Any) -> bytes:
         """The decision's outputs as ``.npz`` bytes."""
-        return npz_bytes(self.output_arrays(outputs))
+        return npz_bytes(output_arrays(self.outputs, outputs))
+
+
+def output_arrays(specs: Sequence[TensorSpec], outputs: Any) -> list[tuple[str, np.ndarray]]:
+    """A decision's outputs as named numpy arrays in the order of ``specs``, each in its
+    spec's dtype: a plan computing in bf16 or fp16 answers in the dtype the interface
+    announces (the reference's), which numpy and the wire can carry."""
+    tensors = output_tensors(outputs)
+    return [
+        (spec.name, numpy_view(t.detach().to(WIRE_DTYPES[spec.dtype])).copy())
+        for spec, t in zip(specs, tensors.values())
+    ]
 
 
 def output_tensors(outputs: Any) -> dict[str, torch.Tensor]:

@@ -31,8 +31,8 @@ from dlopt.vocabulary import FallbackReason, PlanFailure
 MISMATCHES_KEPT = 5
 
 
-class _Watch:
-    """The latency watch of one raced signature."""
+class SignatureWatch:
+    """The latency watch of one raced signature: the race's figures and the recent calls."""
 
     __slots__ = ("raced", "recent")
 
@@ -81,9 +81,9 @@ class ProductionGuard:
         #: Every plan call since the start (exported), and the recent ones (the record).
         self._served = LatencyHistogram()
         self._recent = RecentLatency()
-        self._watches: dict[str, _Watch] = {}
+        self._watches: dict[str, SignatureWatch] = {}
         for raced in race_latency:
-            self._watches.setdefault(raced.signature, _Watch(raced))
+            self._watches.setdefault(raced.signature, SignatureWatch(raced))
         self._random = random.Random()
 
     # -- per call -----------------------------------------------------------------------
@@ -92,12 +92,12 @@ class ProductionGuard:
         """Why the plan no longer serves (``None`` while it does)."""
         return self._disabled
 
-    def watch_of(self, signature: str) -> object | None:
+    def watch_of(self, signature: str) -> SignatureWatch | None:
         """The latency watch of a raced signature's text (``None``: not raced, or no race
         latency recorded): handed back to :meth:`plan_served` with each of its calls."""
         return self._watches.get(signature)
 
-    def plan_served(self, seconds: float, watch: object | None, requests: int = 1) -> None:
+    def plan_served(self, seconds: float, watch: SignatureWatch | None, requests: int = 1) -> None:
         """The plan served a call in ``seconds`` (``watch``: from :meth:`watch_of`);
         ``requests``: the callers' requests it carried (a merged call carries several)."""
         with self._lock:
@@ -107,7 +107,6 @@ class ProductionGuard:
             self._served.record(seconds)
             self._recent.record(seconds)
             if watch is not None:
-                assert isinstance(watch, _Watch)
                 watch.recent.record(seconds)
 
     def fallback(self, reason: FallbackReason, requests: int = 1) -> None:
@@ -247,7 +246,7 @@ class ProductionGuard:
             )
 
     @staticmethod
-    def _signature_health(watch: _Watch) -> SignatureHealth:
+    def _signature_health(watch: SignatureWatch) -> SignatureHealth:
         recent, raced = watch.recent, watch.raced
         p50 = _ms(recent.quantile(0.5))
         drift = None

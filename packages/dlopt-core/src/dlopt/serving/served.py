@@ -48,7 +48,7 @@ from dlopt.platform.arrays import any_nonfinite
 from dlopt.platform.tree import iter_tensors
 from dlopt.serving.evidence import RacedLatency, ServingEvidence
 from dlopt.serving.health import HealthRecord
-from dlopt.serving.production import ProductionGuard
+from dlopt.serving.production import ProductionGuard, SignatureWatch
 from dlopt.serving.shadow import ShadowChecker, ShadowJudge
 from dlopt.serving.signature import describe, family_key, signature_key
 from dlopt.settings.guard import GuardPolicy
@@ -83,7 +83,7 @@ class _Known:
     route: _Route
     text: str
     family: str
-    watch: object | None
+    watch: SignatureWatch | None
 
 
 def _nonfinite_leaf(value: Any) -> bool:

@@ -16,7 +16,8 @@ largest raced batch size) and a dynamic batcher whose preferred batch sizes are 
 ones and whose queue delay is ``max_delay_ms``. :func:`infer_function` is what Triton
 calls with a batch of requests (numpy arrays, merged by Triton's dynamic batcher along
 dimension 0): a plan that serves only its raced shapes gets the batch padded to the next
-raced size with copies of real rows, whose outputs are dropped. Every call goes through
+raced size with copies of real rows (:func:`~dlopt.serving.signature.resize_batch`),
+whose outputs are dropped; outputs come back in the dtypes the configuration announces. Every call goes through
 the decision, so its guard holds (non-finite inputs, plan failures, the health record).
 
 PyTriton's Python backend stub links the system's ``libpython``; an interpreter built
@@ -39,7 +40,8 @@ from attrs import frozen
 
 from dlopt.errors import ServingError
 from dlopt.serving.batching import DEFAULT_MAX_DELAY_MS
-from dlopt.serving.interface import ServingInterface, TensorSpec, output_tensors
+from dlopt.serving.interface import ServingInterface, TensorSpec, output_arrays
+from dlopt.serving.signature import resize_batch
 
 #: The install command named when PyTriton is missing.
 INSTALL_HINT = 'pip install "dlopt-core[triton]"'
@@ -119,29 +121,22 @@ def infer_function(decision: Decision, model: TritonModel) -> Callable[..., dict
 
     def infer(**arrays: np.ndarray) -> dict[str, np.ndarray]:
         tensors = [torch.from_numpy(np.ascontiguousarray(arrays[n])) for n in names]
+        args = tuple(tensors[: model.positional])
+        kwargs = dict(zip(names[model.positional :], tensors[model.positional :]))
         rows = int(tensors[0].shape[0]) if model.max_batch_size else 0
         size = next((s for s in model.pad_to if s >= rows), rows) if rows else 0
         if size > rows:
-            index = torch.arange(size) % rows
-            tensors = [t.index_select(0, index) for t in tensors]
-        args = tuple(tensors[: model.positional])
-        kwargs = dict(zip(names[model.positional :], tensors[model.positional :]))
+            padded = resize_batch(args, kwargs, 0, size)
+            assert padded is not None  # every input carries the batch dimension
+            args, kwargs = padded
         with torch.inference_mode():
             out = decision(*args, **kwargs)
-        found = _by_name(out, model)
+        found = dict(output_arrays(model.outputs, out))
         if size > rows:
             found = {k: v[:rows] for k, v in found.items()}
         return found
 
     return infer
-
-
-def _by_name(outputs: Any, model: TritonModel) -> dict[str, np.ndarray]:
-    tensors = output_tensors(outputs)
-    return {
-        spec.name: tensor.detach().cpu().contiguous().numpy()
-        for spec, tensor in zip(model.outputs, tensors.values())
-    }
 
 
 def bind(
