@@ -4,6 +4,7 @@ answering real HTTP requests; SIGTERM leaves nothing running (``nox -s tests-dep
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
@@ -64,13 +65,21 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _served_precision(cache: Path) -> str:
+    """The precision of the plan the replicas serve, from the one record in the cache."""
+    (manifest,) = cache.glob("records/*/bundle/manifest.json")
+    return str(json.loads(manifest.read_text())["precision"])
+
+
 def _npz(**arrays: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
-def test_dlopt_serve_answers_http_from_two_replicas_and_sigterm_stops_everything(tmp_path):
+def test_dlopt_serve_answers_http_from_two_replicas_and_sigterm_stops_everything(
+    tmp_path, assert_answers_as_validated
+):
     before = _ray_processes()
     port = _free_port()
     log = tmp_path / "serve.log"
@@ -92,6 +101,7 @@ def test_dlopt_serve_answers_http_from_two_replicas_and_sigterm_stops_everything
         status, text = _get(f"{base}/healthz")
         assert status == 200 and "2 of 2" in text, text
         model = build_demo_model()
+        precision = _served_precision(tmp_path / "cache")
         for batch in (1, 3, 8):
             x = np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32)
             status, body = _post(f"{base}/v1/predict", _npz(arg0=x))
@@ -100,7 +110,7 @@ def test_dlopt_serve_answers_http_from_two_replicas_and_sigterm_stops_everything
             with torch.inference_mode():
                 expected = model(torch.from_numpy(x)).numpy()
             assert list(out.keys()) == ["out0"]
-            np.testing.assert_allclose(out["out0"], expected, rtol=1e-3, atol=1e-3)
+            assert_answers_as_validated(out["out0"], expected, precision)
         # Bad requests: a 4xx and one line saying what is wrong, never a traceback.
         bad = {
             "wrong dtype": _npz(arg0=np.zeros((1, 3, 64, 64), np.float64)),

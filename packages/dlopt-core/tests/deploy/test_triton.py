@@ -29,7 +29,7 @@ def _ports(n: int) -> list[int]:
             sock.close()
 
 
-def test_a_decision_served_by_triton_answers_as_eager(monkeypatch):
+def test_a_decision_served_by_triton_answers_as_eager(monkeypatch, assert_answers_as_validated):
     from pytriton.triton import Triton, TritonConfig
 
     for name, value in python_library_env().items():
@@ -62,7 +62,7 @@ def test_a_decision_served_by_triton_answers_as_eager(monkeypatch):
             result = client.infer("mlp", [request]).as_numpy("out0")
             with torch.inference_mode():
                 expected = model(torch.from_numpy(x)).numpy()
-            np.testing.assert_allclose(result, expected, rtol=1e-3, atol=1e-3)
+            assert_answers_as_validated(result, expected, decision.plan.precision)
         client.close()
     assert decision.health().calls >= 3
     decision.close()
