@@ -189,28 +189,33 @@ class WritesArtifacts(FaultyPlan):
 PIDS_FILE_ENV = "FAULTY_PLANS_PIDS_FILE"
 
 
+def start_helpers() -> None:
+    """Start what an SDK might and never end it: a child in this process's group, one in
+    a session of its own (``setsid``) and a daemon whose parent exits at once (an
+    orphan). Their ids go to the file ``$FAULTY_PLANS_PIDS_FILE`` names."""
+    import subprocess
+
+    same_group = subprocess.Popen(["sleep", "600"])
+    own_session = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    daemon = subprocess.run(
+        ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pids = [same_group.pid, own_session.pid, int(daemon.stdout.strip())]
+    with open(os.environ[PIDS_FILE_ENV], "a", encoding="utf-8") as file:
+        file.write("".join(f"{pid}\n" for pid in pids))
+
+
 class StartsProcesses(FaultyPlan):
-    """A plan that starts what an SDK might and never ends it: a child in the worker's
-    process group, one in a session of its own (``setsid``) and a daemon whose parent
-    exits at once (an orphan). Their ids go to the file ``$FAULTY_PLANS_PIDS_FILE`` names.
-    It is slower than the reference, so it is built in the worker only."""
+    """A plan that starts helpers (:func:`start_helpers`) as it builds. It is slower than
+    the reference, so it is built in the worker only."""
 
     name = "starts_processes"
 
     def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
-        import subprocess
-
-        same_group = subprocess.Popen(["sleep", "600"])
-        own_session = subprocess.Popen(["sleep", "600"], start_new_session=True)
-        daemon = subprocess.run(
-            ["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        pids = [same_group.pid, own_session.pid, int(daemon.stdout.strip())]
-        with open(os.environ[PIDS_FILE_ENV], "a", encoding="utf-8") as file:
-            file.write("".join(f"{pid}\n" for pid in pids))
+        start_helpers()
         plan = super().build(model, context)
         fast = plan.runner
 
@@ -219,6 +224,17 @@ class StartsProcesses(FaultyPlan):
             return fast(x)
 
         return BuiltPlan(runner=slow)
+
+
+class StartsProcessesAndWins(FaultyPlan):
+    """A plan that starts helpers (:func:`start_helpers`) each time it is built and wins:
+    the host brings it back from the worker, and its helpers start there too."""
+
+    name = "starts_processes_and_wins"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        start_helpers()
+        return super().build(model, context)
 
 
 #: The last line :class:`PrintsWithoutEnd` prints before it crashes.

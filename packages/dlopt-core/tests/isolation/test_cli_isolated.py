@@ -166,6 +166,25 @@ def test_an_isolated_select_leaves_nothing_in_the_temp_directory(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_helpers_of_a_winning_plugin_plan_end_with_dlopt_select(tmp_path):
+    from dlopt.platform.processes import has_ended
+
+    env = _default_env(tmp_path)
+    pids_file = tmp_path / "pids"
+    env.update(HOSTILE_PLANS="StartsProcessesAndWins", FAULTY_PLANS_PIDS_FILE=str(pids_file))
+    report_path = tmp_path / "r.json"
+    args = _select_args(report_path, "eager_fp32", "starts_processes_and_wins")
+    done = _dlopt(args, env, tmp_path, 300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert report["selected_plan"] == "starts_processes_and_wins"
+    pids = [int(line) for line in pids_file.read_text(encoding="utf-8").split()]
+    # Built in the worker and again in the host (a child, a setsid child, a daemon each).
+    assert len(pids) == 6
+    assert [pid for pid in pids if not has_ended(pid)] == []
+
+
+@pytest.mark.slow
 def test_a_module_in_the_working_directory_shadows_nothing_in_the_worker(tmp_path):
     """A stray ``faulty_plans.py`` where ``dlopt`` (the console script, which does not
     search the working directory) is run: the worker imports what the host imported."""

@@ -14,6 +14,7 @@ from faulty_plans import (
     PIDS_FILE_ENV,
     PrintsWithoutEnd,
     StartsProcesses,
+    StartsProcessesAndWins,
     WritesArtifacts,
     bounded,
     isolated_policy,
@@ -59,6 +60,27 @@ def test_processes_a_plan_started_end_with_the_selection(tmp_path, monkeypatch):
     survivors = [pid for pid in pids if not has_ended(pid)]
     assert survivors == [], f"processes left running: {survivors}"
     assert report.isolation is not None and report.isolation.warnings == ()
+
+
+@pytest.mark.slow
+def test_processes_a_winning_plan_started_end_with_its_decision(tmp_path, monkeypatch):
+    # The winner is built in the worker and again in the host: both sets of helpers end,
+    # the host's when the decision is closed (``dlopt select`` closes it before it exits).
+    pids_file = tmp_path / "pids"
+    monkeypatch.setenv(PIDS_FILE_ENV, str(pids_file))
+    policy = isolated_policy(include=("eager_fp32", StartsProcessesAndWins.name))
+    with bounded(240):
+        optimizer = InferenceOptimizer("cpu", policy, [StartsProcessesAndWins()])
+        decision = optimizer.select("faulty_plans:tiny_model")
+    with decision:
+        assert decision.selected_plan == StartsProcessesAndWins.name
+        pids = [int(line) for line in pids_file.read_text(encoding="utf-8").split()]
+        assert len(pids) == 6  # three in the worker, three in the host
+        assert [pid for pid in pids[:3] if not has_ended(pid)] == []
+        # The host's serve with the plan while the decision is open.
+        assert [pid for pid in pids[3:] if has_ended(pid)] == []
+    survivors = [pid for pid in pids if not has_ended(pid)]
+    assert survivors == [], f"processes left running: {survivors}"
 
 
 @pytest.mark.slow

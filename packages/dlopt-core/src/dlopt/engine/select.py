@@ -46,6 +46,7 @@ from dlopt.pipeline.schedule import Schedule, assign_priors
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.machine import machine_class
+from dlopt.platform.processes import StartedProcesses
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.shadow import rounding_by_family
 from dlopt.settings.policy import OptimizationPolicy, budget_seconds
@@ -219,22 +220,31 @@ def _cache_hit(
         return None, None
     start = time.perf_counter()
     chosen = found.record.report.selected_plan
-    recheck = recheck_record(
-        found.record,
-        chosen,
-        candidates,
-        selection.model,
-        context,
-        truth,
-        run,
-    )
+    processes = StartedProcesses()
+    with processes.marking():
+        recheck = recheck_record(
+            found.record,
+            chosen,
+            candidates,
+            selection.model,
+            context,
+            truth,
+            run,
+        )
     seconds = time.perf_counter() - start
     if not (recheck.reused and recheck.selected is not None):
+        processes.end()
         _forget_reloaded_files(context, chosen)
         return recheck, seconds
     report = lookup.hit_report(found, recheck, seconds, run.policy)
     return _served_again(
-        recheck, report, recheck.reason, found.record, selection, context, truth, scratch
+        recheck,
+        report,
+        recheck.reason,
+        found.record,
+        selection,
+        (context, truth),
+        (scratch, processes),
     )
 
 
@@ -254,20 +264,24 @@ def _served_again(
     reason: str,
     record: CacheRecord | None,
     selection: Selection,
-    context: ProviderContext,
-    truth: ground_truth.GroundTruth,
-    scratch: TemporaryArtifacts | None,
+    prepared: tuple[ProviderContext, ground_truth.GroundTruth],
+    owned: tuple[TemporaryArtifacts | None, StartedProcesses],
 ) -> OptimizationDecision:
     """The decision serving a winner brought back and rechecked (a cache hit, or the host
-    of an isolated selection); ``reason`` is what its ``decision_made`` event says."""
+    of an isolated selection); ``reason`` is what its ``decision_made`` event says. The
+    decision owns ``owned``: the scratch artifact directory and the processes the plan
+    started as it was brought back."""
     assert recheck.selected is not None and recheck.selected.plan is not None
     run = selection.context
+    context, truth = prepared
+    scratch, processes = owned
     run.emit(Event(EventKind.DECISION_MADE, reason, candidate=report.selected_plan))
     program = program_saver(recheck.selected, context, truth.reference, record)
     return OptimizationDecision(
         recheck.selected.plan,
         report,
         scratch=scratch,
+        processes=processes,
         program=program,
         fallback=selection.model,
         **_guarded(run.policy, truth.reference),
@@ -298,6 +312,7 @@ def decision_in_host(
     selection = attrs.evolve(selection, context=run)
     candidates = plans.choose_plans(registry, selection.providers, policy)
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
+    processes = StartedProcesses()
     try:
         truth = ground_truth.capture(model, selection.workload, run)
         ground_truth.with_fp32_rounding(
@@ -306,28 +321,36 @@ def decision_in_host(
         context = ProviderContext(
             target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
         )
-        recheck = recheck_record(
-            record,
-            report.selected_plan,
-            candidates,
-            model,
-            context,
-            truth,
-            run,
-            probe=False,
-        )
+        with processes.marking():
+            recheck = recheck_record(
+                record,
+                report.selected_plan,
+                candidates,
+                model,
+                context,
+                truth,
+                run,
+                probe=False,
+            )
         if not recheck.reused:
             raise WinnerNotServed(
                 f"the selected plan {report.selected_plan!r} passed in the worker but not "
                 f"when brought back into this process: {recheck.reason}"
             )
     except BaseException:
+        processes.end()
         if scratch is not None:
             scratch.release()
         raise
     # The worker's race chose it: its reason is the decision's, as in process.
     return _served_again(
-        recheck, report, report.selection_reason, record, selection, context, truth, scratch
+        recheck,
+        report,
+        report.selection_reason,
+        record,
+        selection,
+        (context, truth),
+        (scratch, processes),
     )
 
 

@@ -18,7 +18,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+import uuid
+import warnings
+import weakref
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from attrs import frozen
@@ -167,3 +170,62 @@ def _gone(pid: int) -> bool:
 def _ended(state: str) -> bool:
     """A zombie (``Z``) or dead (``X``) process has ended; only its entry is left."""
     return state in ("Z", "X")
+
+
+#: The environment variable marking what a plan started in this process (see
+#: :class:`StartedProcesses`).
+PLAN_MARK_ENV = "DLOPT_PLAN_PROCESSES"
+
+
+class StartedProcesses:
+    """The processes a plan starts while it is built or loaded here (an SDK's helper, a
+    daemon that forked twice, one in a session of its own), to be ended with the plan.
+
+    While :meth:`marking`, every process started from this one inherits an environment
+    mark (:data:`PLAN_MARK_ENV`), which stays in its ``/proc/PID/environ`` wherever it is
+    moved since; :meth:`end` ends each live process carrying it. The mark is the
+    process's environment: what another thread starts meanwhile is marked too, and two
+    selections building at once in one process share the later mark. Ended at the latest when this object is
+    garbage-collected or the interpreter exits, with a :class:`LeftoverProcessWarning`
+    naming what could not be ended.
+    """
+
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
+        self._finalizer = weakref.finalize(self, _end_marked, self.mark)
+
+    @contextlib.contextmanager
+    def marking(self) -> Iterator[None]:
+        """Mark the processes started from this process inside the ``with`` block."""
+        before = os.environ.get(PLAN_MARK_ENV)
+        os.environ[PLAN_MARK_ENV] = self.mark
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(PLAN_MARK_ENV, None)
+            else:
+                os.environ[PLAN_MARK_ENV] = before
+
+    def end(self) -> list[ProcessInfo]:
+        """End every live process carrying this mark (idempotent); those that could not
+        be ended, also named in a warning."""
+        survivors: list[ProcessInfo] = self._finalizer() or []
+        return survivors
+
+
+class LeftoverProcessWarning(UserWarning):
+    """Processes a plan started could not be ended with it (another user's, or they
+    ignored SIGKILL in an uninterruptible wait)."""
+
+
+def _end_marked(mark: str) -> list[ProcessInfo]:
+    survivors = end_processes(marked_processes(PLAN_MARK_ENV, mark))
+    if survivors:
+        warnings.warn(
+            "processes the selected plan started could not be ended: "
+            + ", ".join(info.describe() for info in survivors),
+            LeftoverProcessWarning,
+            stacklevel=2,
+        )
+    return survivors
