@@ -12,7 +12,7 @@ break-even call count vs eager ((extra setup + first calls) / per-call saving, t
 report's ``break_even_calls_vs_baseline``).
 
 Inductor's on-disk caches point at a fresh temporary directory, so first calls are cold
-compiles (what a first deployment pays). Figures are recorded in docs/providers/fx.md.
+compiles (what a first deployment pays). Figures are recorded in docs/design/provider-figures.md.
 """
 
 from __future__ import annotations

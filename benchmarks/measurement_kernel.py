@@ -12,7 +12,7 @@ high >= min_speedup; the pick is the best point among those. Kernel: ``run_race`
 default ``MeasurementPolicy``; the pick is what ``dlopt.selection.rules.choose`` serves from it.
 Regret: the pick's true speedup is more than 2% below the best plan's. Real models have
 no known truth: a long interleaved reference run (40 rounds of 10 calls per plan, median
-of per-round medians) stands for it. Figures are recorded in docs/measurement.md.
+of per-round medians) stands for it. Figures are recorded in docs/design/measurement-kernel.md.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the regret of the pick (throughput: ``1 - items/s of the pick / items/s of the b
 min-latency: ``latency of the pick / best latency - 1``, both from the exhaustive
 measurement), whether the pick meets the budget by the exhaustive figures, and the time
 to decision (wall clock of ``select``: builds, validation, race). The CPU ISA, thread
-count and load average frame every figure (docs/selection.md, "Objectives for latency and throughput").
+count and load average frame every figure (recorded in docs/design/throughput-objectives.md).
 """
 
 from __future__ import annotations

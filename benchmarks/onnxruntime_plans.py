@@ -9,7 +9,7 @@ limits), and races them in interleaved rounds of settled bursts paired with eage
 docs/measurement.md). The speedup is the report's ``speedup_vs_eager``: the per-round
 paired ratio of traffic-weighted costs, eager/plan, with its interval. Per-case ratios of
 mean latencies from the same race are printed as context. Figures are recorded in
-docs/providers/onnxruntime.md.
+docs/design/provider-figures.md.
 """
 
 from __future__ import annotations
