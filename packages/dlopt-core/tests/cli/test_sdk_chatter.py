@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,7 +31,7 @@ class NoisyProvider(FakeProvider):
 
 
 @pytest.fixture
-def noisy_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+def noisy_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     own = logging.getLogger(OWN)
     handler = logging.StreamHandler(sys.stderr)  # like torch's logger: its own handler
     own.addHandler(handler)
@@ -58,7 +59,7 @@ MESSAGES = (
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_probe_chatter_is_shown_once_on_stderr_only(noisy_registry, capsys, as_json):
-    assert main(["providers", *(["--json"] if as_json else [])]) == 0
+    assert main(["providers", "--verbose", *(["--json"] if as_json else [])]) == 0
     captured = capsys.readouterr()
     if as_json:
         data = json.loads(captured.out)  # nothing but the JSON on stdout
@@ -72,3 +73,14 @@ def test_probe_chatter_is_shown_once_on_stderr_only(noisy_registry, capsys, as_j
     for message in MESSAGES:
         assert captured.err.count(message) == 1, captured.err
     assert "provider packages said (5 lines):" in captured.err
+
+
+def test_by_default_each_package_s_chatter_is_one_line(noisy_registry, capsys):
+    assert main(["providers", "--plain"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("provider packages said 5 lines"), err
+    summaries = err[1:]
+    origins = [line.strip().split(":", 1)[0] for line in summaries]
+    assert len(origins) == len(set(origins)), summaries  # one line per package
+    assert "noisysdk" in origins  # a logger's top package names its lines
+    assert sum(int(line.split(": ", 1)[1].split(" ", 1)[0]) for line in summaries) == 5

@@ -1,4 +1,6 @@
-"""``dlopt providers``: every plan, its availability and install hint; a plan's options."""
+"""``dlopt providers``: every plan, its availability and install hint; the first-party
+provider distributions not installed, with the command that installs each; a plan's
+options. What SDKs print while loaded and probed is summarised on stderr, one line each."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dlopt.cli.common import (
     EXIT_OK,
     add_isolate_argument,
     add_target_arguments,
+    add_verbose_argument,
     captured_chatter,
     cli_target,
     finish_command,
@@ -28,6 +31,7 @@ def add_providers_command(sub: Any) -> None:
         "--options", metavar="PLAN", help="list the options PLAN takes (name, type, default)"
     )
     add_isolate_argument(p, "load the plugins and probe")
+    add_verbose_argument(p)
     finish_command(p, _cmd_providers)
 
 
@@ -48,7 +52,8 @@ def _cmd_providers(args: argparse.Namespace) -> int:
     with captured_chatter() as chatter:
         registry = load_providers()
         statuses = None if args.options else probe_all(registry, ProviderContext(target=target))
-    show_chatter(chatter)
+    owners = {info.name: info.distribution for info in registry.providers if info.distribution}
+    show_chatter(chatter, verbose=args.verbose, owners=owners)
     if args.options:
         return _print_options(registry, args.options, as_json=args.json, out=out)
     assert statuses is not None
@@ -57,16 +62,42 @@ def _cmd_providers(args: argparse.Namespace) -> int:
 
 def _print_statuses(args: argparse.Namespace, statuses: Any, failures: Any, out: Output) -> int:
     from dlopt.platform.serialization import dumps
+    from dlopt.plugins.first_party import missing_first_party
     from dlopt.reporting.tables import plugin_failures_table, providers_table
 
+    device_type = str(args.device).split(":", 1)[0]
+    missing = [
+        {"distribution": d.name, "adds": d.adds, "install": d.install_command(device_type)}
+        for d in missing_first_party()
+    ]
     if args.json:
-        print(dumps({"device": args.device, "providers": statuses, "plugin_failures": failures}))
+        document = {
+            "device": args.device,
+            "providers": statuses,
+            "plugin_failures": failures,
+            "not_installed": missing,
+        }
+        print(dumps(document))
         return EXIT_OK
     out.table(providers_table(statuses))
     if failures:
         out.line()
         out.table(plugin_failures_table(failures))
+    if missing:
+        out.line()
+        out.table(_not_installed_table(missing))
     return EXIT_OK
+
+
+def _not_installed_table(missing: list[dict[str, str]]) -> Any:
+    """The first-party provider distributions not installed: name, plans, pip command."""
+    from dlopt.reporting.tables import NOWRAP, WRAP, Table
+
+    return Table.build(
+        (("distribution", NOWRAP, False), ("adds", WRAP, False, 1), ("install", NOWRAP, False)),
+        [(m["distribution"], m["adds"], m["install"]) for m in missing],
+        title="first-party provider distributions not installed",
+    )
 
 
 def _print_options(registry: Any, plan: str, *, as_json: bool, out: Output) -> int:

@@ -20,6 +20,7 @@ from dlopt.cli.common import (
     EXIT_OK,
     add_isolation_choice,
     add_target_arguments,
+    add_verbose_argument,
     captured_chatter,
     cli_target,
     finish_command,
@@ -370,7 +371,7 @@ def _cmd_select(args: argparse.Namespace) -> int:
             out.line(serve_one_request(decision, model, workload))
     finally:
         decision.close()
-        show_chatter(chatter)
+        show_chatter(chatter, verbose=args.verbose)
     return status
 
 
@@ -584,6 +585,7 @@ def add_select_command(sub: Any) -> None:
         action="store_true",
         help="race even when the cache holds a record (the record is refreshed)",
     )
+    add_verbose_argument(p)
     finish_command(p, _cmd_select)
 
 
