@@ -226,9 +226,11 @@ class InferenceOptimizer:
         if not isinstance(workload, WorkloadProfile):
             workload = WorkloadProfile(cases=tuple(workload))
         workload = batches_to_race(workload, self.policy.objective)
-        limits = self.policy.constraints
+        constraints = self.policy.constraints
         horizon = (
-            limits.expected_calls if limits.expected_calls is not None else workload.expected_calls
+            constraints.expected_calls
+            if constraints.expected_calls is not None
+            else workload.expected_calls
         )
         if self.policy.objective is Objective.LIFECYCLE_LATENCY and horizon is None:
             raise ConfigurationError(

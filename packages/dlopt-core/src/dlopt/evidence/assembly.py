@@ -109,12 +109,12 @@ def throughput_evidence(
     chosen = outcome.throughput
     if chosen is None or workload.batch_sizes is None:
         return None
-    limits = policy.constraints
+    constraints = policy.constraints
     budget = " and ".join(
         f"{name} {value:g} ms"
         for name, value in (
-            ("max_latency_ms", limits.max_latency_ms),
-            ("max_p99_latency_ms", limits.max_p99_latency_ms),
+            ("max_latency_ms", constraints.max_latency_ms),
+            ("max_p99_latency_ms", constraints.max_p99_latency_ms),
         )
         if value is not None
     )

@@ -38,11 +38,11 @@ def _throughput_min_rounds(run: SelectionContext, batch_sizes: int) -> int:
     at every batch size (each round times at least ``timed_calls_per_burst`` calls of a
     case)."""
     policy = run.policy.measurement
-    limits = run.policy.constraints
+    constraints = run.policy.constraints
     rounds = max(policy.min_rounds, policy.auto_budget_rounds)
-    if limits.max_latency_ms is not None:
+    if constraints.max_latency_ms is not None:
         rounds = max(rounds, BUDGET_MIN_ROUNDS)
-    if limits.max_p99_latency_ms is not None:
+    if constraints.max_p99_latency_ms is not None:
         needed = samples_for_quantile_bound(P99, policy.alpha / max(1, batch_sizes))
         rounds = max(rounds, -(-needed // policy.timed_calls_per_burst))
     return min(rounds, policy.max_rounds)
