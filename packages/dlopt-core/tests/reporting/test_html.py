@@ -155,5 +155,19 @@ def test_a_budget_scaled_to_the_model_is_shown_as_such(race_report, tmp_path) ->
         policy=attrs.evolve(race_report.measurement.policy, max_time_s=None),
         budget_s=42.0,
     )
-    page = render_html(attrs.evolve(race_report, measurement=measurement), {})
+    page = render_html(attrs.evolve(race_report, measurement=measurement), [])
     assert "42 (scaled to the model)" in page
+
+
+@needs_plots
+def test_figures_raise_no_deprecation_warning(sampled_report) -> None:
+    """dlopt's own figures use no Matplotlib argument the installed version deprecates
+    (boxplot's ``vert=`` since 3.10)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        warnings.simplefilter("error", PendingDeprecationWarning)
+        figures = report_figures(sampled_report)
+    assert [f.name for f in figures] == ["latency", "speedup"]
+    assert "<svg" in figures[0].svg

@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 INSTALL_HINT = 'pip install "dlopt-core[plots]"'
 
 
+def _horizontal() -> dict[str, Any]:
+    """The boxplot argument that lays boxes on their side: ``orientation=`` since
+    Matplotlib 3.10, where ``vert=`` is deprecated; ``vert=`` before it (3.8 and 3.9)."""
+    import matplotlib
+
+    if tuple(matplotlib.__version_info__[:2]) >= (3, 10):
+        return {"orientation": "horizontal"}
+    return {"vert": False}
+
+
 class FiguresUnavailable(RuntimeError):
     """matplotlib is not installed: everything but the figures can still be written."""
 
@@ -104,7 +114,7 @@ def latency_figure(report: OptimizationReport, label: str = "") -> Figure | None
                 ax.boxplot(
                     [list(samples)],
                     positions=[y],
-                    vert=False,
+                    **_horizontal(),
                     widths=0.6,
                     showfliers=True,
                     flierprops={"markersize": 2},
