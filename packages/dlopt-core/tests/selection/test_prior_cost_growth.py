@@ -120,3 +120,13 @@ def test_a_compile_priced_for_the_models_size_is_left_out_of_a_budget_it_cannot_
         assert f"cost for {calls} operator calls (measured at 1)" in row.prior.source
     else:
         assert compile_plan.builds == 1 and row.prior.cost_s == 1.0
+
+
+@pytest.mark.parametrize("growth", [float("nan"), float("inf"), -0.5])
+def test_a_table_entry_whose_growth_is_no_number_of_seconds_is_refused_when_read(growth):
+    # Read later, it would fail the selection of whichever model grows the cost.
+    entry = {"machine": "m", "mix": "conv", "plan": "p", "speedup": 2.0, "low": 1.0,
+             "high": 3.0, "cost_s": 2.0, "workloads": 3, "operator_calls": 50,
+             "cost_per_operator_s": growth}  # fmt: skip
+    with pytest.raises(ValueError, match="cost_per_operator_s must be a finite number >= 0"):
+        table_from_json({"format": 1, "entries": [entry]})

@@ -27,6 +27,7 @@ Pure data and arithmetic: no torch here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -55,6 +56,13 @@ def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
     return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, UNKNOWN_SOURCE)
 
 
+def _seconds(instance: object, attribute: Any, value: float) -> None:
+    # Refused when the table is read: a NaN growth would otherwise fail the selection
+    # that reads the entry for its model.
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"TableEntry.{attribute.name} must be a finite number >= 0, got {value!r}")
+
+
 @attrs.frozen
 class TableEntry:
     """One plan's prior on one machine class and mix, and how its cost grows with the
@@ -63,8 +71,8 @@ class TableEntry:
     ``cost_per_operator_s`` (0 and 0: the cost does not grow)."""
 
     prior: Prior
-    operator_calls: int = 0
-    cost_per_operator_s: float = 0.0
+    operator_calls: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    cost_per_operator_s: float = attrs.field(default=0.0, validator=_seconds)
 
     def for_model(self, operator_calls: int) -> Prior:
         """The prior for a model of ``operator_calls`` (0: not counted): its cost grown by
@@ -74,6 +82,8 @@ class TableEntry:
         if operator_calls <= 0 or self.cost_per_operator_s <= 0 or extra <= 0:
             return self.prior
         cost_s = self.prior.cost_s + extra * self.cost_per_operator_s
+        if not math.isfinite(cost_s):  # a count or a growth beyond any real build
+            return self.prior
         source = (
             f"{self.prior.source}; cost for {operator_calls} operator calls "
             f"(measured at {self.operator_calls})"
