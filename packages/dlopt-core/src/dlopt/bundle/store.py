@@ -337,6 +337,35 @@ def verify_bundle(directory: str | os.PathLike[str]) -> Bundle:
         raise BundleError(f"{root} is not a bundle directory")
     real = root.resolve()
     manifest = _read_manifest(root / MANIFEST_NAME)
+    report, report_path = _checked_report(root, real, manifest)
+    if manifest.get("selected_plan") != report.selected_plan:
+        raise BundleError(
+            f"{root / MANIFEST_NAME} names plan {manifest.get('selected_plan')!r} but "
+            f"{root / manifest['report']} selected {report.selected_plan!r}: the bundle is "
+            "inconsistent"
+        )
+    listed = {MANIFEST_NAME, report_path.relative_to(real).as_posix()}
+    for name, entry in _field(manifest, "artifacts", dict, root).items():
+        listed |= _verify_artifact(real, root, name, entry)
+    _check_nothing_else(real, root, listed)
+    return Bundle(path=root, report=report, manifest=manifest)
+
+
+def verified_report(directory: str | os.PathLike[str]) -> OptimizationReport:
+    """The report of the bundle in ``directory``, read only when its bytes match the
+    manifest's ``report_sha256`` (:class:`BundleError` otherwise). The artifacts are not
+    hashed: this is for reading a bundle's evidence, not for serving its plan
+    (:func:`verify_bundle` checks everything)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise BundleError(f"{root} is not a bundle directory")
+    return _checked_report(root, root.resolve(), _read_manifest(root / MANIFEST_NAME))[0]
+
+
+def _checked_report(
+    root: Path, real: Path, manifest: Mapping[str, Any]
+) -> tuple[OptimizationReport, Path]:
+    """The report the manifest names, parsed once its SHA-256 matches, and its path."""
     report_rel = _field(manifest, "report", str, root)
     report_path = _resolve_inside(real, report_rel, root)
     try:
@@ -351,16 +380,7 @@ def verify_bundle(directory: str | os.PathLike[str]) -> Bundle:
         report = report_from_json(data.decode("utf-8"))
     except ValueError as exc:
         raise BundleError(f"{root / report_rel} is not a dlopt report: {exc}") from None
-    if manifest.get("selected_plan") != report.selected_plan:
-        raise BundleError(
-            f"{root / MANIFEST_NAME} names plan {manifest.get('selected_plan')!r} but "
-            f"{root / report_rel} selected {report.selected_plan!r}: the bundle is inconsistent"
-        )
-    listed = {MANIFEST_NAME, report_path.relative_to(real).as_posix()}
-    for name, entry in _field(manifest, "artifacts", dict, root).items():
-        listed |= _verify_artifact(real, root, name, entry)
-    _check_nothing_else(real, root, listed)
-    return Bundle(path=root, report=report, manifest=manifest)
+    return report, report_path
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:
