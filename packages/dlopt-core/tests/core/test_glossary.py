@@ -4,7 +4,9 @@
   function, attribute, enum member or module of a first-party distribution).
 * Every retired name (its "Retired names" table) is gone from code, docs and the CLI, but
   where a deprecated alias keeps it working (those places are listed here, with why).
-* Every folder of the module map is a package of dlopt, and every package is on the map.
+* Every folder of the module map is a package of dlopt, and every package is on the map;
+  every module is named in its folder's entry (a package in :data:`MAPPED_AS_GROUP`
+  may be named as a whole) and in its package's docstring.
 * Every enum derives from the one vocabulary base (``TextEnum``).
 """
 
@@ -42,6 +44,12 @@ ALIAS_PLACES = {
     "packages/dlopt-core/tests/core/test_retired_names.py": "the aliases still work and warn",
     "packages/dlopt-core/tests/core/test_glossary.py": "this table names the alias places",
     "packages/dlopt-core/tests/selection/test_objective_cli.py": "--strategy still works",
+}
+
+#: Packages the module map may name as a whole, and why: each of their modules is still
+#: named in the package's docstring.
+MAPPED_AS_GROUP = {
+    "cli": "one module per command and its helpers; the map names the commands",
 }
 
 
@@ -147,13 +155,64 @@ def test_the_cli_offers_no_retired_flag() -> None:
     assert retired & offered == set()
 
 
-def test_every_folder_on_the_map_is_a_package_and_every_package_is_on_it() -> None:
+def _map_entries() -> dict[str, str]:
+    """The module map's entries: each folder's text by its name (``""``: the top level)."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
     block = text[text.index("## The module map") :].split("```")[1]
-    mapped = set(re.findall(r"^  (\w+)/", block, re.M))
+    entries: dict[str, str] = {}
+    folder = ""
+    for line in block.splitlines():
+        start = re.match(r"^  (\w+)/", line)
+        if start:
+            folder = start.group(1)
+        entries[folder] = entries.get(folder, "") + line + "\n"
+    return entries
+
+
+def _modules() -> dict[str, set[str]]:
+    """dlopt's modules by package (``""``: the top level, ``__init__`` included)."""
     root = Path(dlopt.__file__).parent
-    packages = {p.parent.name for p in root.glob("*/__init__.py")}
+    found = {"": {p.stem for p in root.glob("*.py")}}
+    for init in root.glob("*/__init__.py"):
+        found[init.parent.name] = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
+    return found
+
+
+def _named(name: str, text: str) -> bool:
+    """Whether ``text`` names module ``name`` as a word (``dlopt.models`` is not ``models``)."""
+    return re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", text) is not None
+
+
+def test_every_folder_on_the_map_is_a_package_and_every_package_is_on_it() -> None:
+    mapped = set(_map_entries()) - {""}
+    packages = set(_modules()) - {""}
     assert mapped == packages
+
+
+def test_every_module_is_on_the_map() -> None:
+    entries = _map_entries()
+    unmapped = [
+        f"{package}/{name}.py" if package else f"{name}.py"
+        for package, names in sorted(_modules().items())
+        if package not in MAPPED_AS_GROUP
+        for name in sorted(names)
+        if not _named(name, entries.get(package, ""))
+    ]
+    assert unmapped == []
+
+
+def test_every_module_is_named_in_its_package_docstring() -> None:
+    root = Path(dlopt.__file__).parent
+    unnamed = []
+    for package, names in sorted(_modules().items()):
+        if not package:
+            continue
+        tree = ast.parse((root / package / "__init__.py").read_text(encoding="utf-8"))
+        docstring = ast.get_docstring(tree) or ""
+        for name in sorted(names):
+            if f"``{name}``" not in docstring and f"dlopt.{package}.{name}" not in docstring:
+                unnamed.append(f"dlopt.{package}.{name}")
+    assert unnamed == []
 
 
 def test_every_enum_derives_from_the_vocabulary_base() -> None:

@@ -5,7 +5,8 @@ challenger paired with the baseline round by round, decided by a group-sequentia
 that stays valid whenever the race stops. The modules: ``scheduler`` (timing, quiet-wait,
 warm-up, bursts), ``sequential`` (boundaries, pooled variance, paired statistics),
 ``race`` (the race), ``results`` (what it returns), ``allocator`` (the heap regime),
-``clock``, ``memory``, ``stats``. Its policy is :mod:`dlopt.settings.measurement`. See
+``distributions`` (normal, Student t, F and binomial, in plain Python), ``clock``,
+``memory``, ``stats``. Its policy is :mod:`dlopt.settings.measurement`. See
 docs/measurement.md.
 """
 

@@ -1,10 +1,10 @@
 """The stages of one selection, one module each, in the order the engine runs them:
-
-    batches (the public API, once) -> ground_truth (the eager fp32 reference) -> plans
-    -> probe -> prepare (build, first calls, validation, build limits)
-    -> measure (the race) -> checks (model unchanged, revalidation, serving check)
-    -> constraints (measured constraints) -> choose (selection rules + a fresh validated
-    call) -> dlopt.evidence
+``batches`` (the public API, once) -> ``ground_truth`` (the eager fp32 reference) ->
+``plans`` -> ``schedule`` (every plan's prior, the build order and its cut under the time
+budget) -> ``probe`` -> ``prepare`` (build, first calls, validation, build limits; in the
+schedule's order, with its screenings) -> ``measure`` (the race) -> ``checks`` (model
+unchanged, revalidation, serving check) -> ``constraints`` (measured constraints) ->
+``choose`` (selection rules + a fresh validated call) -> :mod:`dlopt.evidence`.
 
 ``raced_calls`` is how the race and the schedule's screenings call a plan and check
 every call's outputs. ``state`` holds what they share: ``CandidateState`` (one plan's

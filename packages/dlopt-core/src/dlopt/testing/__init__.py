@@ -15,9 +15,12 @@ A third-party provider (a private NPU SDK, say) runs the same checks as dlopt's 
 The contract suite (:mod:`dlopt.testing.provider_suite`, :mod:`dlopt.testing.fixtures`) needs
 pytest; it is imported only when ``ProviderContractSuite`` is first asked for. The fakes
 (:mod:`dlopt.testing.fakes`), the fake-clock race (:mod:`dlopt.testing.fake_race`), the
-in-process plugin modules (:mod:`dlopt.testing.plugins`), the small models
-(:mod:`dlopt.testing.models`) and the fresh-process script runner
-(:mod:`dlopt.testing.fresh_process`) import without pytest.
+context a race hands a provider's build (:mod:`dlopt.testing.contexts`), the simulated
+machine (:mod:`dlopt.testing.simulation`), the in-process plugin modules
+(:mod:`dlopt.testing.plugins`), the small models (:mod:`dlopt.testing.models`), the
+fresh-process script runner (:mod:`dlopt.testing.fresh_process`) and the peers'
+back-to-back protocol, for comparison (:mod:`dlopt.testing.back_to_back`) import without
+pytest.
 """
 
 from __future__ import annotations

@@ -1,5 +1,14 @@
 """The quality gate: every candidate must reproduce the eager fp32 outputs.
 
+``inputs`` (a case's inputs put on the target device), ``reference`` (the eager fp32
+reference, captured once it is proven fit to serve as ground truth), ``rounding`` (the
+reference's own fp32 rounding, against a float64 run), ``structure`` (a candidate's
+nested outputs matched to the reference's, leaf by leaf), ``metrics`` (per-leaf errors,
+in float64), ``result`` (one candidate's outputs checked, over every case),
+``fingerprint`` (no plan changed the user's model, or the change is undone),
+``metric_registry`` (user metrics by name) and ``user_metrics`` (ready-made ones:
+top-1 agreement, PSNR).
+
 Pipeline use::
 
     ref = capture_reference(model, workload, policy.quality)      # refuses a bad reference
