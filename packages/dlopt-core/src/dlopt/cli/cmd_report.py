@@ -25,6 +25,7 @@ from dlopt.reporting.tables import (
     serving_line,
     throughput_notes,
     throughput_table,
+    unavailable_summary_table,
     unavailable_table,
 )
 
@@ -86,15 +87,27 @@ def read_report(path_text: str) -> OptimizationReport:
         raise ConfigurationError(f"{path} is not a dlopt report: {exc}") from exc
 
 
+#: Said under a table whose one-line cells were cut short on a terminal.
+CLIPPED_HINT = (
+    "(cut to one line: dlopt report FILE --candidate PLAN shows a plan's whole text, "
+    "--plain every row whole)"
+)
+
+
 def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     """The candidates table, the plans unavailable here, the race's summary and the
-    decision with its reason."""
+    decision with its reason. On a terminal a plan's notes take one line and the plans
+    unavailable one line per distribution (:data:`CLIPPED_HINT` says where the whole
+    text is); plain output keeps every cell whole and every unavailable plan's row."""
     out = out if out is not None else Output()
-    out.table(candidates_table(report, include_unavailable=False))
-    unavailable = unavailable_table(report)
+    cut = out.table(candidates_table(report, include_unavailable=False))
+    terminal = out.console is not None
+    unavailable = (unavailable_summary_table if terminal else unavailable_table)(report)
     if unavailable is not None:
         out.line()
-        out.table(unavailable)
+        cut = out.table(unavailable) or cut
+    if cut:
+        out.dim(CLIPPED_HINT)
     line = measurement_line(report)
     if line:
         out.line()

@@ -109,18 +109,20 @@ class Output:
         """A line that matters less (captured SDK chatter, hints)."""
         self.line(text, style="dim")
 
-    def table(self, table: TableLike) -> None:
-        """Render ``table``: fitted to the terminal, or plain with long cells whole."""
+    def table(self, table: TableLike) -> bool:
+        """Render ``table``: fitted to the terminal, or plain with long cells whole.
+        Returns whether a one-line (``"clip"``) cell was cut short to fit."""
         if self._console is None:
             if table.title:
                 print(f"{table.title}:", file=self.stream)
             print(format_table(table.headers, table.rows), file=self.stream)
-            return
+            return False
         shown = fitting_columns(table, self._console.width)
-        self._console.print(rich_table(table, shown))
+        self._console.print(rich_table(table, shown, self._console.width))
         hidden = [h for i, h in enumerate(table.headers) if i not in shown]
         if hidden:
             self.dim(f"(too narrow for: {', '.join(hidden)}; widen the terminal or use --plain)")
+        return clipped(table, shown, self._console.width)
 
     def pairs(self, rows: Sequence[tuple[str, str]], title: str | None = None) -> None:
         """A two-column ``field  value`` listing."""
@@ -142,6 +144,8 @@ class Output:
 
 #: The narrowest a wrapping column (reasons, hints) is allowed to get.
 WRAP_MIN_WIDTH = 24
+#: The narrowest a one-line column gets where names and numbers leave little room.
+_CLIP_MIN_WIDTH = 8
 
 
 def fitting_columns(table: TableLike, width: int) -> list[int]:
@@ -159,6 +163,22 @@ def fitting_columns(table: TableLike, width: int) -> list[int]:
     return shown
 
 
+def clip_room(table: TableLike, shown: Sequence[int], width: int) -> int:
+    """How wide each ``"clip"`` column of the ``shown`` ones may be in ``width``
+    characters: an even share of what the columns that never break leave (names and
+    numbers stay whole; a few characters at the least)."""
+    flexible = [i for i in shown if table.overflow[i] != "none"] or [0]
+    fixed = sum(column_width(table, i) + 3 for i in shown if table.overflow[i] == "none")
+    return max(_CLIP_MIN_WIDTH, (width - fixed) // len(flexible) - 3)
+
+
+def clipped(table: TableLike, shown: Sequence[int], width: int) -> bool:
+    """Whether a ``"clip"`` cell of the ``shown`` columns is cut short in ``width``."""
+    room = clip_room(table, shown, width)
+    clips = [i for i in shown if table.overflow[i] == "clip"]
+    return any(len(row[i]) > room for row in table.rows for i in clips)
+
+
 def column_width(table: TableLike, index: int) -> int:
     """The width column ``index`` needs: its widest cell when it never wraps, else its
     longest text up to :data:`WRAP_MIN_WIDTH`."""
@@ -167,9 +187,12 @@ def column_width(table: TableLike, index: int) -> int:
     return widest if table.overflow[index] == "none" else min(widest, WRAP_MIN_WIDTH)
 
 
-def rich_table(table: TableLike, columns: Sequence[int] | None = None) -> Any:
+def rich_table(
+    table: TableLike, columns: Sequence[int] | None = None, width: int | None = None
+) -> Any:
     """``table`` (only ``columns``, default all) as a :class:`rich.table.Table`; rich fits
-    it to the console's width by wrapping the columns that may wrap."""
+    it to the console's width by wrapping the columns that may wrap; a one-line
+    (``"clip"``) column is at most its :func:`clip_room` in ``width`` and ends in "…"."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -183,16 +206,19 @@ def rich_table(table: TableLike, columns: Sequence[int] | None = None) -> Any:
         pad_edge=False,
     )
     shown = list(range(len(table.headers))) if columns is None else list(columns)
+    room = clip_room(table, shown, width) if width is not None else None
     for index in shown:
         header, overflow = table.headers[index], table.overflow[index]
         numeric = table.numeric[index]
+        clip = overflow == "clip"
         out.add_column(
             header,
             justify="right" if numeric else "left",
-            no_wrap=overflow == "none",
+            no_wrap=overflow == "none" or clip,
             # Words longer than the column (paths, pip commands) fold rather than vanish.
-            overflow="fold",
+            overflow="ellipsis" if clip else "fold",
             min_width=None if overflow == "none" else column_width(table, index),
+            max_width=room if clip else None,
             ratio=None if overflow == "none" else 1,
         )
     styles = list(table.row_styles) + [None] * (len(table.rows) - len(table.row_styles))

@@ -75,12 +75,39 @@ class RatioInterval:
     per_look_confidence: float | None = None
 
     def describe(self) -> str:
-        """``1.234x [1.100, 1.380]`` (``no interval`` when there is no point estimate)."""
+        """``1.234x [1.100, 1.380]`` (``no interval`` when there is no point estimate;
+        ``1.234x [not measured (1 round)]`` when the interval is too thin to print,
+        :func:`not_measured`)."""
         if self.point is None:
             return "no interval"
+        thin = not_measured(self)
+        if thin is not None:
+            return f"{self.point:.3f}x [{thin}]"
         low = f"{self.low:.3f}" if self.low is not None else "?"
         high = f"{self.high:.3f}" if self.high is not None else "?"
         return f"{self.point:.3f}x [{low}, {high}]"
+
+
+#: The fewest paired rounds whose interval is printed: one round has no spread to bound.
+MIN_PRINTED_ROUNDS = 2
+#: An upper bound past this is printed as not measured: no plan is a million times faster,
+#: so such a bound is the t-quantile of too few rounds, or a timing of about nothing.
+MAX_PRINTED_BOUND = 1e6
+
+
+def not_measured(interval: RatioInterval) -> str | None:
+    """``"not measured (1 round)"`` when ``interval`` (one with a point) is too thin to
+    print: from fewer than :data:`MIN_PRINTED_ROUNDS` rounds, or with an upper bound that
+    is missing or past :data:`MAX_PRINTED_BOUND` (then ``"not measured (8 rounds,
+    unbounded)"``); ``None`` when its numbers can be printed."""
+    rounds = interval.rounds
+    counted = f"{rounds} round{'' if rounds == 1 else 's'}"
+    if rounds < MIN_PRINTED_ROUNDS:
+        return f"not measured ({counted})"
+    # ``not <=`` also catches NaN; a missing bound is one that overflowed.
+    if interval.high is None or not interval.high <= MAX_PRINTED_BOUND:
+        return f"not measured ({counted}, unbounded)"
+    return None
 
 
 def describe_ratio(interval: RatioInterval | None) -> str:

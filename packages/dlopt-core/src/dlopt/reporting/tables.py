@@ -13,15 +13,20 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+from dlopt.measurement.stats import not_measured
+
 if TYPE_CHECKING:
     from dlopt.evidence.report import CandidateEvidence, OptimizationReport
+    from dlopt.measurement.stats import RatioInterval
 
 #: Minor page faults per call above which the table suggests allocator tuning.
 PAGE_FAULT_HINT_THRESHOLD = 100
 
 #: How a column may break when the terminal is narrow: never (names, numbers), at spaces
-#: (reasons) or anywhere (install commands, paths).
-NOWRAP, WRAP, FOLD = "none", "wrap", "fold"
+#: (reasons) or anywhere (install commands, paths); or kept to one line, cut short with
+#: an ellipsis on a terminal (notes: the whole text is in ``--plain``, ``--candidate``
+#: and the JSON).
+NOWRAP, WRAP, FOLD, CLIP = "none", "wrap", "fold", "clip"
 
 
 @frozen
@@ -171,10 +176,14 @@ def notes_text(cand: CandidateEvidence) -> str:
     return note
 
 
-def interval_text(speedup: Any, unit: str = "x") -> str:
-    """``"0.81x [0.74, 0.89]"``, or ``-`` without a point."""
+def interval_text(speedup: RatioInterval | None, unit: str = "x") -> str:
+    """``"0.81x [0.74, 0.89]"``, ``-`` without a point, ``"0.81x [not measured (1 round)]"``
+    when the interval is too thin to print (:func:`~dlopt.measurement.stats.not_measured`)."""
     if speedup is None or speedup.point is None:
         return "-"
+    thin = not_measured(speedup)
+    if thin is not None:
+        return f"{speedup.point:.2f}{unit} [{thin}]"
     low, high = number(speedup.low, "{:.2f}"), number(speedup.high, "{:.2f}")
     return f"{speedup.point:.2f}{unit} [{low}, {high}]"
 
@@ -188,6 +197,15 @@ def dropped_text(cand: CandidateEvidence) -> str:
         return f"eliminated: {interval_text(speedup)} of {by}'s speed"
     note = cand.race.note
     return note or "dropped"
+
+
+def status_text(cand: CandidateEvidence) -> str:
+    """The status column: the report's status, except ``not_raced`` for a plan built and
+    validated that the race had no room for (the report keeps ``lost`` there, with
+    ``not_raced`` saying why): it lost nothing."""
+    if cand.status == "lost" and getattr(cand, "not_raced", None):
+        return "not_raced"
+    return str(cand.status)
 
 
 def row_style(cand: CandidateEvidence, report: OptimizationReport) -> str | None:
@@ -213,7 +231,8 @@ CANDIDATE_COLUMNS = (
     ("setup s", NOWRAP, True, 3),
     ("1st call s", NOWRAP, True, 3),
     ("peak MB", NOWRAP, True, 3),
-    ("notes", WRAP, False, 0),
+    # One line a plan on a terminal: a "not built" reason runs to 300 characters.
+    ("notes", CLIP, False, 0),
 )
 
 
@@ -224,7 +243,7 @@ def candidates_table(report: OptimizationReport, *, include_unavailable: bool = 
     rows = [
         (
             c.name,
-            c.status,
+            status_text(c),
             c.precision,
             number(c.latency.median_ms),
             number(c.latency.p99_ms),
@@ -267,6 +286,42 @@ def unavailable_table(report: OptimizationReport) -> Table | None:
         ),
         rows,
         title="unavailable here",
+    )
+
+
+def unavailable_summary_table(report: OptimizationReport) -> Table | None:
+    """:func:`unavailable_table` in one row per distribution, for a terminal: how many of
+    its plans cannot run here and which, their distinct reasons and its first install
+    hint (each cut to one line there; ``--plain`` and the JSON list every plan)."""
+    full = unavailable_table(report)
+    if full is None:
+        return None
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for row in full.rows:
+        groups.setdefault(row[1], []).append(row)
+    rows = []
+    for distribution, members in groups.items():
+        plans = [m[0] for m in members]
+        reasons = list(dict.fromkeys(m[2] for m in members if m[2] != "-"))
+        hints = [m[3] for m in members if m[3] != "-"]
+        count = f"{len(plans)} plan{'s' if len(plans) != 1 else ''}"
+        rows.append(
+            (
+                distribution,
+                f"{count}: {', '.join(plans)}",
+                "; ".join(reasons) or "-",
+                hints[0] if hints else "-",
+            )
+        )
+    return Table.build(
+        (
+            ("distribution", NOWRAP, False),
+            ("plans", CLIP, False),
+            ("reason", CLIP, False),
+            ("install", CLIP, False, 1),
+        ),
+        rows,
+        title=f"unavailable here ({len(full.rows)} plans, one line per distribution)",
     )
 
 
@@ -664,7 +719,7 @@ def candidate_summary(cand: CandidateEvidence) -> list[tuple[str, str]]:
     """One plan's headline facts as ``(field, value)`` pairs."""
     pairs = [
         ("plan", cand.name),
-        ("status", str(cand.status)),
+        ("status", status_text(cand)),
         ("role", str(getattr(cand, "role", "-"))),
         ("precision", cand.precision),
         ("provider", " ".join(text(v) for v in (cand.distribution, cand.version) if v) or "-"),
@@ -692,6 +747,7 @@ def candidate_summary(cand: CandidateEvidence) -> list[tuple[str, str]]:
 
 
 __all__ = [
+    "CLIP",
     "FOLD",
     "NOWRAP",
     "PAGE_FAULT_HINT_THRESHOLD",
@@ -716,9 +772,11 @@ __all__ = [
     "quantized_share",
     "race_notes",
     "speedup_text",
+    "status_text",
     "text",
     "throughput_notes",
     "throughput_table",
+    "unavailable_summary_table",
     "unavailable_table",
     "validation_table",
 ]
