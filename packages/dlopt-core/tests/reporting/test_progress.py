@@ -211,3 +211,20 @@ def test_a_plan_that_crashed_or_hung_an_isolated_worker_is_shown_and_the_race_re
         Event(EventKind.CANDIDATE_HUNG, "hung at build (4.0 s, limit 4 s)", candidate="b")
     )
     assert lines == ["[3/3] b: hung at build (4.0 s, limit 4 s); resuming without it"]
+
+
+def test_an_isolated_selection_says_its_decision_once():
+    """The worker decides, then the host brings the winner back, checks it and decides
+    again: one ``decision:`` line, and the check says what it is."""
+    state = ProgressState()
+    lines = [line for event in _stream() for line in state.update(event)]
+    race_end = Event(EventKind.RACE_FINISHED, "3 rounds, stop: decided")
+    decided = Event(EventKind.DECISION_MADE, "faster", candidate="fast")
+    again = Event(
+        EventKind.CANDIDATE_VALIDATED, "ok", candidate="fast", data={"setup_time_s": 0.33}
+    )
+    for event in (race_end, decided, _stage("fast", "build"), again, decided):
+        lines += state.update(event)
+    assert [line for line in lines if line.startswith("decision:")] == ["decision: fast"]
+    assert lines[-1] == "[4/4] fast: brought back into this process and checked (setup 0.33 s)"
+    assert state.status() == "decided: fast"

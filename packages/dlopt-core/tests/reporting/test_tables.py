@@ -11,6 +11,7 @@ from dlopt.reporting.tables import (
     candidate_summary,
     candidates_table,
     evidence_tables,
+    gate_text,
     latency_table,
     unavailable_table,
     validation_table,
@@ -240,3 +241,24 @@ def test_the_leader_line_reads_as_identified_within_the_zone():
         "leader: fast, identified: no surviving plan can be faster than it by more than the "
         "1.02x indifference zone"
     ]
+
+
+def test_the_gate_says_failed_only_when_its_interval_fell_below_the_bar(race_report):
+    """An unresolved comparison is not a failed gate: the table and ``--candidate`` say
+    which it is."""
+    from dlopt.evidence.report import evolve_candidate
+    from dlopt.vocabulary import Verdict
+
+    mid = race_report.candidate("mid")
+    for verdict, word in (
+        (Verdict.NOT_FASTER, "failed"),
+        (Verdict.UNRESOLVED, "unresolved"),
+        (Verdict.DROPPED, "unresolved"),
+        (None, "not passed"),
+    ):
+        cand = evolve_candidate(mid, measurement_verdict=verdict, confidence_gate_passed=False)
+        assert gate_text(cand).split(" vs ")[0] == word, verdict
+        assert dict(candidate_summary(cand))["confidence gate"] == gate_text(cand)
+    passed = evolve_candidate(mid, confidence_gate_passed=True)
+    assert gate_text(passed).startswith("passed vs ")
+    assert gate_text(evolve_candidate(mid, confidence_gate_passed=None)) == "-"

@@ -131,6 +131,10 @@ class ProgressState:
         elif kind is EventKind.CANDIDATE_SKIPPED:
             lines.append(f"{tag}: {event.message}")
             self._finish(name)
+        elif kind is EventKind.CANDIDATE_VALIDATED and self.selected is not None:
+            # The decided plan again: an isolated selection's host brings the winner back
+            # into its own process and checks it before serving it.
+            lines.append(f"{tag}: brought back into this process and checked ({self._costs(data)})")
         elif kind is EventKind.CANDIDATE_VALIDATED:
             if name is not None and name not in self.validated:
                 self.validated.append(name)
@@ -163,8 +167,9 @@ class ProgressState:
             lines.append(f"race finished: {event.message}{self._spent()}")
             self.race_done = True
         elif kind is EventKind.DECISION_MADE:
+            if name != self.selected:  # the host's decision repeats the worker's: said once
+                lines.append(f"decision: {name}")
             self.selected = name
-            lines.append(f"decision: {name}")
         elif kind is not EventKind.CANDIDATE_BUILT:  # its stages say more
             lines.append(f"{kind.value}: {tag + ': ' if tag else ''}{event.message}")
         self.log.extend(lines)

@@ -104,11 +104,21 @@ def speedup_text(cand: CandidateEvidence, baseline: str | None = None) -> str:
 
 
 def gate_text(cand: CandidateEvidence) -> str:
-    """The confidence gate: passed / not passed (against which plan), or ``-``."""
+    """The confidence gate against which plan: ``passed``, ``failed`` (its interval fell
+    below the bar), ``unresolved`` (the race ended, or dropped it, with the interval
+    still across the bar) or ``not passed``; ``-`` where no gate was judged."""
     passed = cand.race.gate_passed
     if passed is None:
         return "-"
-    word = "passed" if passed else "failed"
+    verdict = cand.race.verdict
+    if passed:
+        word = "passed"
+    elif verdict == "not_faster":
+        word = "failed"
+    elif verdict in ("unresolved", "dropped"):
+        word = "unresolved"
+    else:
+        word = "not passed"
     against = cand.race.gate_against
     return f"{word} vs {against}" if against else word
 
