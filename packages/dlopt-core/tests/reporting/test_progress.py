@@ -228,3 +228,43 @@ def test_an_isolated_selection_says_its_decision_once():
     assert [line for line in lines if line.startswith("decision:")] == ["decision: fast"]
     assert lines[-1] == "[4/4] fast: brought back into this process and checked (setup 0.33 s)"
     assert state.status() == "decided: fast"
+
+
+def test_a_selection_from_python_shows_the_clis_progress_lines(monkeypatch):
+    """``InferenceOptimizer(observers=[ProgressDisplay()])`` prints what ``dlopt select``
+    prints while it selects: each plan as it finishes, the race and the decision."""
+    import torch
+
+    from dlopt.settings.workload import WorkloadCase, WorkloadProfile
+    from dlopt.testing.fake_race import FakeRace
+    from dlopt.testing.models import StructuredMLP
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    race = FakeRace(seed=11)
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3))
+    out = io.StringIO()  # not a terminal: plain lines, decided from the stream
+    display = ProgressDisplay(out)
+    assert display.plain
+    workload = WorkloadProfile(cases=(WorkloadCase("b1", args=(torch.randn(1, 16),)),))
+    with display:
+        decision = optimizer.with_policy(optimizer.policy, observers=[display]).select(
+            StructuredMLP().eval(), workload
+        )
+    decision.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("race_started: ")
+    assert any(line.startswith("[2/2] fast: validated") for line in lines), lines
+    assert any(line.startswith("race finished: ") for line in lines), lines
+    assert lines.count(f"decision: {decision.report.selected_plan}") == 1
+
+
+def test_on_a_terminal_the_display_is_live_unless_colour_is_off(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert not ProgressDisplay(Tty()).plain
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert ProgressDisplay(Tty()).plain

@@ -200,22 +200,41 @@ class ProgressState:
         return ", ".join(parts) or "ok"
 
 
+def _on_a_terminal(stream: IO[str]) -> bool:
+    """Whether ``stream`` is a terminal that takes a live line (not with ``NO_COLOR`` set
+    or ``TERM=dumb``)."""
+    import os
+
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 class ProgressDisplay:
-    """Shows a selection's progress on ``stream`` (stderr by default): a live line on a
-    terminal, plain lines otherwise. Register it as a plugin (it implements
-    ``dlopt_on_event``) and use it as a context manager around the selection."""
+    """Shows a selection's progress on ``stream`` (stderr by default), the lines
+    ``dlopt select`` shows: a live line on a terminal, plain lines otherwise (``plain``:
+    ``None`` decides from ``stream``). It is an observer: from Python pass it to the
+    optimizer and use it as a context manager around the selection::
+
+        with ProgressDisplay() as progress:
+            decision = InferenceOptimizer(observers=[progress]).select(model, workload)
+
+    It also implements ``dlopt_on_event``, to be registered as a plugin."""
 
     def __init__(
         self,
         stream: IO[str] | None = None,
         *,
-        plain: bool = True,
+        plain: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import sys
 
         self.stream = stream if stream is not None else sys.stderr
-        self.plain = plain
+        self.plain = plain if plain is not None else not _on_a_terminal(self.stream)
         #: Paces the plain mode's round lines; the race's own times come from its events.
         self.clock = clock
         self.state = ProgressState()
@@ -251,6 +270,10 @@ class ProgressDisplay:
             self._live = None
 
     # -- the hook ------------------------------------------------------------------
+    def __call__(self, event: Event) -> None:
+        """An observer of ``InferenceOptimizer(observers=[...])``: as :meth:`dlopt_on_event`."""
+        self.dlopt_on_event(event)
+
     @hookimpl
     def dlopt_on_event(self, event: Event) -> None:
         """Take one event: update the status, print what finished."""
