@@ -1,5 +1,6 @@
 """Numbers a reader can take at their word: an interval too thin to bound anything is
-printed as not measured."""
+printed as not measured, and a plan the race had no room for is ``not_raced``, not
+``lost``, wherever a status is shown."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from dlopt.measurement.stats import (
     RatioInterval,
     describe_ratio,
 )
+from dlopt.reporting.export import candidate_records, latex_table
 from dlopt.reporting.html import render_html
-from dlopt.reporting.tables import candidates_table, interval_text
+from dlopt.reporting.labels import LabelledReport
+from dlopt.reporting.tables import candidate_summary, candidates_table, interval_text
+from dlopt.vocabulary import Status
 
 
 def interval(point: float, low: float | None, high: float | None, rounds: int) -> RatioInterval:
@@ -61,3 +65,33 @@ def test_the_leaders_table_cell_does_not_print_an_unbounded_interval(race_report
     row = next(r for r in candidates_table(report).rows if r[0] == leader)
     assert row[5] == "2.00 [not measured (8 rounds, unbounded)]"
     assert "e+300" not in render_html(report) and "4300000" not in render_html(report)
+
+
+def status_everywhere(report: OptimizationReport, name: str) -> set[str]:
+    """The status ``name`` shows in the terminal table, its summary, the CSV, the LaTeX
+    table and the HTML page."""
+    table = candidates_table(report)
+    column = table.headers.index("status")
+    shown = {next(r[column] for r in table.rows if r[0] == name)}
+    cand = next(c for c in report.candidates if c.name == name)
+    shown.add(dict(candidate_summary(cand))["status"])
+    runs = [LabelledReport("run", report)]
+    shown.add(next(r["status"] for r in candidate_records(runs) if r["plan"] == name))
+    line = next(line for line in latex_table(runs).splitlines() if line.startswith(name))
+    shown.add(line.split(" & ")[-1].removesuffix(r" \\").strip().replace(r"\_", "_"))
+    if f'{name} <span class="muted">(not_raced)</span>' in render_html(report):
+        shown.add("not_raced (html)")
+    return shown
+
+
+def test_a_plan_built_but_left_out_of_the_race_is_not_raced_not_lost(race_report):
+    lost = [c.name for c in race_report.candidates if c.status == Status.LOST]
+    assert lost, "the race report has a plan that lost"
+    name = lost[0]
+    assert status_everywhere(race_report, name) == {"lost"}
+    report = with_candidate(
+        race_report, name, not_raced="the race's share of the time budget had no room for it"
+    )
+    assert status_everywhere(report, name) == {"not_raced", "not_raced (html)"}
+    # The report itself is unchanged: the status it keeps, and why, for readers of JSON.
+    assert next(c for c in report.candidates if c.name == name).status == Status.LOST

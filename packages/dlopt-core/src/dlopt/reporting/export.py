@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from dlopt.reporting.labels import LabelledReport
-from dlopt.reporting.tables import inputs_kind, speedup_text
+from dlopt.reporting.tables import inputs_kind, speedup_text, status_text
 
 if TYPE_CHECKING:
     from dlopt.evidence.report import CandidateEvidence, CaseEvidence
@@ -103,7 +103,7 @@ def _candidate_record(run: LabelledReport, c: CandidateEvidence) -> dict[str, An
     return {
         "run": run.label,
         "plan": c.name,
-        "status": str(c.status),
+        "status": status_text(c),
         "role": str(getattr(c, "role", "")),
         "precision": c.precision,
         "distribution": c.distribution,
@@ -298,7 +298,7 @@ def latex_table(runs: Sequence[LabelledReport]) -> str:
         for c in report.candidates:
             median = "--" if c.latency.median_ms is None else f"{c.latency.median_ms:.3f}"
             p99 = "--" if c.latency.p99_ms is None else f"{c.latency.p99_ms:.3f}"
-            status = str(c.status) + (r" $\star$" if c.name == report.selected_plan else "")
+            status = status_text(c) + (r" $\star$" if c.name == report.selected_plan else "")
             lines.append(
                 " & ".join(
                     [

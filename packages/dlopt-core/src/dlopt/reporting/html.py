@@ -26,6 +26,7 @@ from dlopt.reporting.tables import (
     inputs_kind,
     measurement_line,
     race_notes,
+    status_text,
     throughput_notes,
     throughput_table,
     unavailable_table,
@@ -249,7 +250,7 @@ def render_html(report: OptimizationReport, figures: Sequence[tuple[str, str]] =
         opened = " open" if cand.name == report.selected_plan else ""
         parts.append(
             f'<details class="candidate"{opened}><summary>{_esc(cand.name)} '
-            f'<span class="muted">({_esc(cand.status)})</span></summary>{"".join(inner)}'
+            f'<span class="muted">({_esc(status_text(cand))})</span></summary>{"".join(inner)}'
             "</details>"
         )
     parts.append('<h2 id="provenance">Provenance</h2>')
