@@ -29,7 +29,8 @@ optional ``quantization`` declaration, a :class:`Quantization`;
 require ``dlopt-core>=0.3,<0.4`` for 2.1). Names only added since (a plugin that uses
 them needs the dlopt-core release that added them): ``watch_value_dependence``,
 ``refuse_value_dependence``, ``check_value_independence``, ``ValueWatch`` and ``ValueDependentGraph`` (a plan made by
-tracing or export refuses a graph that depends on input values).
+tracing or export refuses a graph that depends on input values); ``scoped_environment``
+(environment variables set for a block and put back after it).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ from dlopt.platform.probing import (
     try_import,
     version_satisfies,
 )
+from dlopt.platform.processes import scoped_environment
 from dlopt.platform.retired import retired_names
 from dlopt.platform.serialization import atomic_write_text, strict_jsonable
 from dlopt.platform.tree import iter_tensors, map_tensors
@@ -138,6 +140,7 @@ __all__ = [
     "map_tensors",
     "numpy_view",
     "one_of",
+    "scoped_environment",
     "read_npz",
     "refuse_value_dependence",
     "strict_jsonable",

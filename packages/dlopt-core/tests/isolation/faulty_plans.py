@@ -237,6 +237,28 @@ class StartsProcessesAndWins(FaultyPlan):
         return super().build(model, context)
 
 
+#: The name of the file :class:`LittersTempDirAndWins` writes the way native code does.
+NATIVE_LITTER = ".ses"
+
+
+class LittersTempDirAndWins(FaultyPlan):
+    """A plan that writes into the temp directory each time it is built, as SDKs do
+    (Python's ``tempfile`` for a compile cache, ``$TMPDIR`` read by native code), and
+    wins: the host brings it back from the worker, and writes there too."""
+
+    name = "litters_temp_dir_and_wins"
+
+    def build(self, model: torch.nn.Module, context: Any) -> BuiltPlan:
+        import tempfile
+
+        handle, _ = tempfile.mkstemp(prefix="compile-cache-")
+        os.close(handle)
+        native = os.path.join(os.environ.get("TMPDIR", "/tmp"), NATIVE_LITTER)
+        with open(native, "w", encoding="utf-8") as file:
+            file.write(str(os.getpid()))
+        return super().build(model, context)
+
+
 #: The last line :class:`PrintsWithoutEnd` prints before it crashes.
 LAST_WORDS = "prints_without_end: the last line before the crash"
 

@@ -11,7 +11,9 @@ import faulty_plans
 import pytest
 from faulty_plans import (
     LAST_WORDS,
+    NATIVE_LITTER,
     PIDS_FILE_ENV,
+    LittersTempDirAndWins,
     PrintsWithoutEnd,
     StartsProcesses,
     StartsProcessesAndWins,
@@ -41,6 +43,15 @@ def select(*providers, include: tuple[str, ...]):
         return optimizer.select("faulty_plans:tiny_model")
 
 
+def select_winner(plan):
+    """An isolated selection of eager fp32 and ``plan``, which wins it (checked)."""
+    policy = isolated_policy(include=("eager_fp32", plan.name))
+    with bounded(240):
+        decision = InferenceOptimizer("cpu", policy, [plan]).select("faulty_plans:tiny_model")
+    assert decision.selected_plan == plan.name
+    return decision
+
+
 @pytest.mark.slow
 def test_a_decision_closed_leaves_nothing_in_the_temp_directory(private_tmpdir):
     with select(WritesArtifacts(), include=("fast_artifact",)) as decision:
@@ -68,12 +79,7 @@ def test_processes_a_winning_plan_started_end_with_its_decision(tmp_path, monkey
     # the host's when the decision is closed (``dlopt select`` closes it before it exits).
     pids_file = tmp_path / "pids"
     monkeypatch.setenv(PIDS_FILE_ENV, str(pids_file))
-    policy = isolated_policy(include=("eager_fp32", StartsProcessesAndWins.name))
-    with bounded(240):
-        optimizer = InferenceOptimizer("cpu", policy, [StartsProcessesAndWins()])
-        decision = optimizer.select("faulty_plans:tiny_model")
-    with decision:
-        assert decision.selected_plan == StartsProcessesAndWins.name
+    with select_winner(StartsProcessesAndWins()):
         pids = [int(line) for line in pids_file.read_text(encoding="utf-8").split()]
         assert len(pids) == 6  # three in the worker, three in the host
         assert [pid for pid in pids[:3] if not has_ended(pid)] == []
@@ -81,6 +87,23 @@ def test_processes_a_winning_plan_started_end_with_its_decision(tmp_path, monkey
         assert [pid for pid in pids[3:] if has_ended(pid)] == []
     survivors = [pid for pid in pids if not has_ended(pid)]
     assert survivors == [], f"processes left running: {survivors}"
+
+
+@pytest.mark.slow
+def test_what_a_winning_plan_writes_to_the_temp_directory_goes_with_its_decision(
+    private_tmpdir,
+):
+    # The worker writes into a temp directory inside its working directory; the host
+    # brings the winner back with a temp directory of the decision's own.
+    with select_winner(LittersTempDirAndWins()):
+        # The host's litter is in the decision's own temp directory, beside its scratch.
+        (own,) = [p for p in private_tmpdir.iterdir() if (p / NATIVE_LITTER).exists()]
+        assert not (private_tmpdir / NATIVE_LITTER).exists()
+        assert (own / NATIVE_LITTER).read_text(encoding="utf-8") == str(os.getpid())
+        assert [p.name for p in own.glob("compile-cache-*")] != []
+        assert os.environ.get("TMPDIR") == str(private_tmpdir)  # put back after the build
+        assert tempfile.gettempdir() == str(private_tmpdir)
+    assert sorted(p.name for p in private_tmpdir.rglob("*")) == []
 
 
 @pytest.mark.slow

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dlopt.plugin import Concurrency, ServingTraits
+from dlopt.plugin import Concurrency, ServingTraits, scoped_environment
 
 if TYPE_CHECKING:
     from dlopt.plugin import PreparedCase, ProviderContext, WorkloadCase
@@ -79,18 +78,12 @@ def inductor_cache_scope(directory: Path) -> Iterator[None]:
         "TORCHINDUCTOR_CACHE_DIR": str(directory),
         "TRITON_CACHE_DIR": str(directory / "triton"),
     }
-    previous = {key: os.environ.get(key) for key in keys}
-    os.environ.update(keys)
-    clear_caches()
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with scoped_environment(keys):
         clear_caches()
+        try:
+            yield
+        finally:
+            clear_caches()
 
 
 def _leaf_shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:

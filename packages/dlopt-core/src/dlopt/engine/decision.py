@@ -12,8 +12,8 @@ from dlopt.contract.provider import BuiltPlan
 from dlopt.errors import ConfigurationError, ServingError
 from dlopt.evidence.report import OptimizationReport
 from dlopt.platform.config_checks import is_int, is_number
+from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts
-from dlopt.platform.processes import StartedProcesses
 from dlopt.precision import Precision
 from dlopt.serving.batching import DEFAULT_MAX_DELAY_MS, BatchedDecision
 from dlopt.serving.health import HealthRecord
@@ -31,10 +31,11 @@ class OptimizationDecision:
     ``close()`` releases the plan's runtime resources (sessions, engines) and removes the
     temporary artifact directory the selection made (``scratch``), which the plan may
     read while the decision is alive (ONNX Runtime session files); a bundle saved before
-    keeps its own copy. Processes the plan started as it was brought into this process
-    (``processes``: an SDK's helpers) are ended then too. Both also go when the decision
-    is garbage-collected or the interpreter exits. The decision is a context manager:
-    ``with optimizer.select(model, workload) as decision:`` releases both on exit.
+    keeps its own copy. What the plan left as it was brought into this process
+    (``containment``: an SDK's helper processes, its own temp directory) goes then
+    too. All of it also goes when the decision is garbage-collected or the interpreter
+    exits. The decision is a context manager:
+    ``with optimizer.select(model, workload) as decision:`` releases all of it on exit.
 
     It serves callers the way the race judged the plan (docs/serving.md): in any grad
     mode (entering the workload's around a plan bound to it), from many threads at once
@@ -56,7 +57,7 @@ class OptimizationDecision:
         report: OptimizationReport,
         *,
         scratch: TemporaryArtifacts | None = None,
-        processes: StartedProcesses | None = None,
+        containment: Containment | None = None,
         program: Callable[[Path | None], SavedProgram | None] | None = None,
         fallback: Callable[..., Any] | None = None,
         on_unseen_signature: UnseenSignature | str | None = None,
@@ -67,7 +68,7 @@ class OptimizationDecision:
         self.plan = plan
         self.report = report
         self._scratch = scratch
-        self._processes = processes
+        self._containment = containment
         #: Saves the plan as a compiled program for a bundle (see :meth:`save_bundle`).
         self._program = program
         serving = report.serving
@@ -237,15 +238,16 @@ class OptimizationDecision:
 
     def close(self) -> None:
         """Stop the batchers and the shadow checks, release the plan, end the processes it
-        started (a :class:`~dlopt.platform.processes.LeftoverProcessWarning` names those
-        that could not be ended), then remove the temporary artifacts it may have read."""
+        started and remove its temp directory (a
+        :class:`~dlopt.platform.processes.LeftoverProcessWarning` names processes that
+        could not be ended), then remove the temporary artifacts it may have read."""
         for batcher in self._batchers:
             batcher.close()
         try:
             self._served.close()
         finally:
-            if self._processes is not None:
-                self._processes.end()
+            if self._containment is not None:
+                self._containment.release()
             if self._scratch is not None:
                 self._scratch.release()
 

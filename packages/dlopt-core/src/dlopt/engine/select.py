@@ -44,9 +44,9 @@ from dlopt.evidence.report import DecisionTimeEvidence, OptimizationReport
 from dlopt.pipeline import checks, choose, ground_truth, plans, race_stages
 from dlopt.pipeline.schedule import Schedule, assign_priors
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
+from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.machine import machine_class
-from dlopt.platform.processes import StartedProcesses
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.shadow import rounding_by_family
 from dlopt.settings.policy import OptimizationPolicy, budget_seconds
@@ -220,8 +220,8 @@ def _cache_hit(
         return None, None
     start = time.perf_counter()
     chosen = found.record.report.selected_plan
-    processes = StartedProcesses()
-    with processes.marking():
+    containment = Containment()
+    with containment.inside():
         recheck = recheck_record(
             found.record,
             chosen,
@@ -233,7 +233,7 @@ def _cache_hit(
         )
     seconds = time.perf_counter() - start
     if not (recheck.reused and recheck.selected is not None):
-        processes.end()
+        containment.release()
         _forget_reloaded_files(context, chosen)
         return recheck, seconds
     report = lookup.hit_report(found, recheck, seconds, run.policy)
@@ -244,7 +244,7 @@ def _cache_hit(
         found.record,
         selection,
         (context, truth),
-        (scratch, processes),
+        (scratch, containment),
     )
 
 
@@ -265,23 +265,23 @@ def _served_again(
     record: CacheRecord | None,
     selection: Selection,
     prepared: tuple[ProviderContext, ground_truth.GroundTruth],
-    owned: tuple[TemporaryArtifacts | None, StartedProcesses],
+    owned: tuple[TemporaryArtifacts | None, Containment],
 ) -> OptimizationDecision:
     """The decision serving a winner brought back and rechecked (a cache hit, or the host
     of an isolated selection); ``reason`` is what its ``decision_made`` event says. The
-    decision owns ``owned``: the scratch artifact directory and the processes the plan
-    started as it was brought back."""
+    decision owns ``owned``: the scratch artifact directory and what contained the plan
+    as it was brought back (the processes it started, its temp directory)."""
     assert recheck.selected is not None and recheck.selected.plan is not None
     run = selection.context
     context, truth = prepared
-    scratch, processes = owned
+    scratch, containment = owned
     run.emit(Event(EventKind.DECISION_MADE, reason, candidate=report.selected_plan))
     program = program_saver(recheck.selected, context, truth.reference, record)
     return OptimizationDecision(
         recheck.selected.plan,
         report,
         scratch=scratch,
-        processes=processes,
+        containment=containment,
         program=program,
         fallback=selection.model,
         **_guarded(run.policy, truth.reference),
@@ -312,7 +312,7 @@ def decision_in_host(
     selection = attrs.evolve(selection, context=run)
     candidates = plans.choose_plans(registry, selection.providers, policy)
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
-    processes = StartedProcesses()
+    containment = Containment()
     try:
         truth = ground_truth.capture(model, selection.workload, run)
         ground_truth.with_fp32_rounding(
@@ -321,7 +321,7 @@ def decision_in_host(
         context = ProviderContext(
             target=run.target, policy=policy, workload=truth.workload, artifact_dir=artifact_dir
         )
-        with processes.marking():
+        with containment.inside():
             recheck = recheck_record(
                 record,
                 report.selected_plan,
@@ -338,7 +338,7 @@ def decision_in_host(
                 f"when brought back into this process: {recheck.reason}"
             )
     except BaseException:
-        processes.end()
+        containment.release()
         if scratch is not None:
             scratch.release()
         raise
@@ -350,7 +350,7 @@ def decision_in_host(
         record,
         selection,
         (context, truth),
-        (scratch, processes),
+        (scratch, containment),
     )
 
 
@@ -359,9 +359,9 @@ class WinnerNotServed(DloptError):
 
 
 def _expected_calls(selection: Selection) -> int | None:
-    limits = selection.context.policy.constraints
-    if limits.expected_calls is not None:
-        return limits.expected_calls
+    constraints = selection.context.policy.constraints
+    if constraints.expected_calls is not None:
+        return constraints.expected_calls
     return selection.workload.expected_calls
 
 

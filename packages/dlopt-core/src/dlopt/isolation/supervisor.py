@@ -68,6 +68,7 @@ from dlopt.isolation.transfer import (
 )
 from dlopt.isolation.worker import BOOTSTRAP, LEFTOVER_GRACE_S
 from dlopt.pipeline.state import SelectionContext, StageError
+from dlopt.platform.containment import TEMP_ENV
 from dlopt.platform.processes import end_processes, marked_processes
 from dlopt.settings.policy import AUTO_BUDGET_MAX_S
 from dlopt.settings.workload import WorkloadProfile
@@ -100,6 +101,8 @@ MAX_WORKERS = 64
 #: The selection's own plan cache, in its working directory, when the user named none:
 #: the worker's winner comes back to the host through it (``WorkerSpec.handback``).
 HANDBACK_CACHE = "handback"
+#: The workers' temp directory, in the working directory (``TMPDIR`` and the like).
+WORKER_TEMP_DIR = "tmp"
 _STAGES = {s.value for s in Stage}
 
 RESUME_NOTE = (
@@ -479,9 +482,14 @@ def run_worker(
     spec_path = write_spec(spec, workdir / f"spec-{spec.attempt}.json")
     heartbeat = Heartbeat(spec.heartbeat, create=True)
     mark = f"{os.getpid()}-{spec.attempt}-{secrets.token_hex(8)}"
+    # The worker's temp directory is inside the working directory, removed with it: what
+    # its SDKs write there (Inductor's compile cache, ONNX Runtime's ``.ses``) goes too.
+    temp = workdir / WORKER_TEMP_DIR
+    temp.mkdir(exist_ok=True)
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(spec.sys_path),
+        **dict.fromkeys(TEMP_ENV, str(temp)),
         **{HOST_PID_ENV: str(os.getpid()), WORKER_MARK_ENV: mark},
     )
     # One pipe for stdout and stderr, read as it comes (OutputTail): never a file that

@@ -21,7 +21,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from attrs import frozen
@@ -172,6 +172,27 @@ def _ended(state: str) -> bool:
     return state in ("Z", "X")
 
 
+@contextlib.contextmanager
+def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for ``None``, unset) these environment variables for the ``with`` block,
+    and put every one of them back as it was on exit, however the block ends. What the
+    block itself sets in one of them is undone too; other variables are left alone."""
+    before = {name: os.environ.get(name) for name in values}
+    try:
+        _set_environment(values)
+        yield
+    finally:
+        _set_environment(before)
+
+
+def _set_environment(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 #: The environment variable marking what a plan started in this process (see
 #: :class:`StartedProcesses`).
 PLAN_MARK_ENV = "DLOPT_PLAN_PROCESSES"
@@ -194,18 +215,9 @@ class StartedProcesses:
         self.mark = uuid.uuid4().hex
         self._finalizer = weakref.finalize(self, _end_marked, self.mark)
 
-    @contextlib.contextmanager
-    def marking(self) -> Iterator[None]:
+    def marking(self) -> contextlib.AbstractContextManager[None]:
         """Mark the processes started from this process inside the ``with`` block."""
-        before = os.environ.get(PLAN_MARK_ENV)
-        os.environ[PLAN_MARK_ENV] = self.mark
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop(PLAN_MARK_ENV, None)
-            else:
-                os.environ[PLAN_MARK_ENV] = before
+        return scoped_environment({PLAN_MARK_ENV: self.mark})
 
     def end(self) -> list[ProcessInfo]:
         """End every live process carrying this mark (idempotent); those that could not
