@@ -434,10 +434,12 @@ def test_the_reason_names_the_choice_and_quotes_its_numbers(scenario):
         if challengers:
             best = max(challengers, key=lambda c: scenario.point(c, baseline))
             quoted = scenario.judged(best, baseline)
-            measured = "no interval" if quoted is None or quoted.point is None else None
-            assert (
-                f"the best challenger, {best}, measured {measured or fmt_point(quoted)}" in reason
-            )
+            if quoted is None:  # nothing measured: no lower bound to speak of
+                assert f"the best challenger, {best}, has no " in reason
+                assert "lower bound" not in reason
+            else:
+                measured = "no interval" if quoted.point is None else fmt_point(quoted)
+                assert f"the best challenger, {best}, measured {measured}" in reason
     if baseline != EAGER:
         won = scenario.judged(baseline, EAGER)
         assert f"{baseline} replaced {EAGER} as the baseline ({fmt_point(won)} [" in reason
@@ -506,3 +508,17 @@ def _quotes_a_tie(scenario: Scenario, outcome: SelectionOutcome) -> bool:
     kept = outcome.selected == outcome.baseline
     natives_quoted = outcome.baseline == EAGER and tied(scenario.native_names(), EAGER)
     return natives_quoted or (kept and tied(scenario.challengers(), outcome.baseline))
+
+
+def test_a_challenger_without_an_interval_is_not_said_to_miss_the_bar_by_its_lower_bound():
+    outcome = choose(
+        objective="steady_state_latency",
+        min_speedup=1.05,
+        expected_calls=None,
+        eligible=(Costs(EAGER, 0.0, 0.0, 2.0), Costs("unjudged", 0.0, 0.0, 1.0)),
+        steady_speedup=lambda name, against: None,
+        confidence=0.95,
+    )
+    assert outcome.selected == EAGER
+    assert "the best challenger, unjudged, has no steady-state latency interval" in outcome.reason
+    assert "lower bound" not in outcome.reason and "measured no interval" not in outcome.reason

@@ -392,10 +392,17 @@ def _reason(judged_by: _Bar, standings: _Standings, budget_note: str | None) -> 
         )
     if challengers:
         best = max(challengers, key=_point)
-        tail = (
-            f"the best challenger, {best.candidate}, measured {describe_ratio(best.speedup)} ({metric}), "
-            f"whose lower bound does not clear {bar}"
-        )
+        if best.speedup is None:
+            # No interval: nothing to compare with the bar, so no "lower bound" to name.
+            tail = (
+                f"the best challenger, {best.candidate}, has no {metric} interval to judge "
+                f"against {bar}"
+            )
+        else:
+            tail = (
+                f"the best challenger, {best.candidate}, measured {describe_ratio(best.speedup)} "
+                f"({metric}), whose lower bound does not clear {bar}"
+            )
     else:
         tail = "no challenger beyond the native variants passed validation and the constraints"
     return f"Kept {baseline} ({base_ms:.3f} ms per request): {tail}. {base_text}.{_sentence(budget_note)}"
