@@ -28,6 +28,7 @@ from dlopt.cache.record_store import CacheRecord
 from dlopt.cache.reload import ProgramSaver, bring_back
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval
+from dlopt.measurement.stats import describe_ratio
 from dlopt.pipeline import measure, prepare, race_stages, state
 from dlopt.pipeline.ground_truth import GroundTruth
 from dlopt.validation import ReferenceOutputs
@@ -168,7 +169,7 @@ def _verdict(
     if raced is None:  # the baseline did not survive its preparation
         return Recheck(False, f"the probe's baseline {versus!r} {_why_not(baseline)}")
     interval = raced.result.candidate(chosen).speedup_vs_baseline
-    shown = _interval_text(interval)
+    shown = describe_ratio(interval)
     if not probe_keeps(interval, min_speedup):
         return Recheck(
             False,
@@ -223,9 +224,3 @@ def _why_not(cand: state.CandidateState) -> str:
     if cand.status is not None and not cand.status.availability.available:
         return f"is unavailable here: {cand.status.availability.reason}"
     return "was not built"
-
-
-def _interval_text(interval: RatioInterval | None) -> str:
-    if interval is None or interval.point is None:
-        return "not measured"
-    return f"{interval.point:.3f}x, bounds [{interval.low:.3f}, {interval.high:.3f}]"

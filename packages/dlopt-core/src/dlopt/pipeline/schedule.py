@@ -32,7 +32,7 @@ import attrs
 
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import ProviderContext
-from dlopt.measurement import MeasurementPolicy, RatioInterval, run_race
+from dlopt.measurement import MeasurementPolicy, run_race
 from dlopt.pipeline.probe import declared_scheme
 from dlopt.pipeline.raced_calls import checked_calls, output_checks
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
@@ -397,7 +397,7 @@ class Schedule:
         low = confirmed(leader) if leader is not None else None
         if leader is not None and low is not None and not self.scouts(cand, candidates, leader):
             at = (
-                f"is confirmed at {_interval(leader.screening)}"
+                f"is confirmed at {leader.screening.describe()}"
                 if leader.screening is not None
                 else "is the reference (1x)"
             )
@@ -738,14 +738,10 @@ def _promise(cand: CandidateState) -> float:
 
 def _promise_text(cand: CandidateState) -> str:
     if cand.screening is not None and cand.screening.point is not None:
-        return f"screened at {_interval(cand.screening)}"
+        return f"screened at {cand.screening.describe()}"
     prior = _prior(cand)
     return f"its prior: {prior.describe()}, {prior.source}"
 
 
 def _prior(cand: CandidateState) -> Prior:
     return cand.prior if cand.prior is not None else unknown_prior()
-
-
-def _interval(interval: RatioInterval) -> str:
-    return f"{interval.point:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
