@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+_T = TypeVar("_T")
+
 
 class DloptError(Exception):
     """Base class of every error dlopt raises on purpose."""
@@ -67,3 +72,38 @@ class NonFiniteInputError(ServingError):
 #: ``SystemExit`` included (a vendor SDK that calls ``sys.exit`` on an unsupported op),
 #: ``KeyboardInterrupt`` not (the user's Ctrl-C stops the run).
 PLAN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+
+class PlanCall(Generic[_T]):
+    """What calling a plan's or a provider's code gave: its ``value``, or the ``error`` it
+    raised (one of :data:`PLAN_FAILURES`). The one place the pipeline catches what a plan
+    raises: :meth:`of` calls, the caller reads the outcome (pytest's ``CallInfo.from_call``
+    idea), so a failure is a value the stage reports, never an ``except`` of its own."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: _T | None, error: BaseException | None) -> None:
+        self.value = value
+        self.error = error
+
+    @classmethod
+    def of(
+        cls, call: Callable[[], _T], *, passes: tuple[type[BaseException], ...] = ()
+    ) -> PlanCall[_T]:
+        """Call ``call``; what it raises among :data:`PLAN_FAILURES` is kept, except the
+        types in ``passes`` (dlopt's own signals, such as a changed model), which go on."""
+        try:
+            return cls(call(), None)
+        except passes:
+            raise
+        except PLAN_FAILURES as exc:
+            return cls(None, exc)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the call raised."""
+        return self.error is not None
+
+    def describe(self) -> str:
+        """``"TypeName: message"`` of the error (empty when the call returned)."""
+        return "" if self.error is None else f"{type(self.error).__name__}: {self.error}"

@@ -12,11 +12,12 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import attrs
 from attrs import define, field, frozen
 
-from dlopt.errors import PLAN_FAILURES, ConfigurationError
+from dlopt.errors import ConfigurationError, PlanCall
 from dlopt.measurement.allocator import AllocatorControl, GlibcAllocator, advice, minor_faults
 from dlopt.measurement.clock import Clock, CpuTimeSource, MonotonicClock, ProcessCpuTime
 from dlopt.measurement.results import (
@@ -278,10 +279,9 @@ class _Race:
             if should_continue is not None and not should_continue():
                 self.warmup_s = (self.clock.now_ns() - start) / 1e9
                 return False
-            try:
-                self.sched.warmup(plan, plan.cases[i], cap)
-            except PLAN_FAILURES as exc:
-                self._fail(plan, exc, f"warm-up of case {self.case_names[i]!r}")
+            failure = PlanCall.of(partial(self.sched.warmup, plan, plan.cases[i], cap)).error
+            if failure is not None:
+                self._fail(plan, failure, f"warm-up of case {self.case_names[i]!r}")
         self.warmup_s = (self.clock.now_ns() - start) / 1e9
         regime = self.allocator_regime
         if regime is not None:
@@ -364,10 +364,9 @@ class _Race:
             plan = plans[j]
             if plan.failed is not None:
                 continue  # failed earlier in this round
-            try:
-                self.sched.burst(plan, plan.cases[i], r)
-            except PLAN_FAILURES as exc:
-                self._fail(plan, exc, f"round {r}, case {self.case_names[i]!r}")
+            failure = PlanCall.of(partial(self.sched.burst, plan, plan.cases[i], r)).error
+            if failure is not None:
+                self._fail(plan, failure, f"round {r}, case {self.case_names[i]!r}")
         self.rounds = r
 
     def scores(self) -> dict[str, dict[int, float]]:

@@ -9,10 +9,12 @@ held-out batch size for a plan that declares dynamic shapes).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from dlopt.contract.provider import BuiltPlan
-from dlopt.errors import PLAN_FAILURES, ReferenceCheckError
+from dlopt.errors import PlanCall, ReferenceCheckError
 from dlopt.measurement.results import RaceResult
 from dlopt.pipeline.measure import RaceOutcome
 from dlopt.pipeline.prepare import validate_calls
@@ -94,17 +96,22 @@ def fresh_calls_check(
     plan = cand.plan
     assert plan is not None
     sync = run.synchronize(plan)
-    outputs = []
-    try:
+
+    def call_every_case() -> list[Any]:
+        outputs = []
         with reference.calling_context():
             for case in reference.cases:
                 args, kwargs = copy_inputs(case.args, case.kwargs)
                 outputs.append(plan(*args, **kwargs))
                 if sync is not None:
                     sync()
-    except PLAN_FAILURES as exc:
-        return ValidationResult.rejected(f"the call raised {type(exc).__name__}: {exc}")
-    return validate_calls(cand, outputs, reference, run.policy)
+        return outputs
+
+    called = PlanCall.of(call_every_case)
+    if called.error is not None:
+        return ValidationResult.rejected(f"the call raised {called.describe()}")
+    assert called.value is not None
+    return validate_calls(cand, called.value, reference, run.policy)
 
 
 def serving_check(
@@ -231,16 +238,20 @@ def _held_out(
         rounding, _ = measure_fp32_rounding(model, [(args, kwargs, expected)])
         held.fp32_rounding = rounding[0]
     sync = run.synchronize(plan)
-    try:
+
+    def call_once() -> Any:
         with reference.calling_context():
             own_args, own_kwargs = copy_inputs(args, kwargs)
             out = plan(*own_args, **own_kwargs)
             if sync is not None:
                 sync()
-    except PLAN_FAILURES as exc:
-        return False, f"failed: batch {size} raised {type(exc).__name__}: {exc}"
+        return out
+
+    called = PlanCall.of(call_once)
+    if called.error is not None:
+        return False, f"failed: batch {size} raised {called.describe()}"
     result = validate_outputs(
-        out,
+        called.value,
         held,
         precision=plan.precision,
         output_dtype=plan.output_dtype,

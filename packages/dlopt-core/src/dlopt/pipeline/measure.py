@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from dlopt.contract.provider import Role
-from dlopt.errors import PLAN_FAILURES, DloptError, ReferenceCheckError
+from dlopt.errors import DloptError, PlanCall, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import (
     RaceResult,
@@ -101,9 +101,10 @@ def race(
             warmup_leave_factor=None,
             min_rounds=_throughput_min_rounds(run, len(reference.cases)),
         )
-    try:
+
+    def race() -> RaceResult:
         with reference.calling_context():
-            result = run_race(
+            return run_race(
                 recorders,
                 weights=[case.weight for case in reference.cases],
                 baseline=alive[0].name,
@@ -119,16 +120,18 @@ def race(
                 output_checks=output_checks(recorders),
                 allocator_report=allocator_report,
             )
-    except DloptError:
-        raise
-    except PLAN_FAILURES as exc:
+
+    raced = PlanCall.of(race, passes=(DloptError,))
+    if raced.error is not None:
         # run_race records a failing challenger and goes on; only the baseline's own
         # error propagates: the reference cannot serve, so no decision can be made.
         raise ReferenceCheckError(
             f"the reference plan {alive[0].name!r} raised while being measured: "
-            f"{type(exc).__name__}: {exc}; the model must serve the workload inputs on "
+            f"{raced.describe()}; the model must serve the workload inputs on "
             "every call: fix the model or the inputs"
-        ) from exc
+        ) from raced.error
+    result = raced.value
+    assert result is not None
     run.emit(
         Event(
             EventKind.RACE_FINISHED,

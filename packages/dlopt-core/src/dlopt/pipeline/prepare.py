@@ -22,7 +22,7 @@ from dlopt.contract.provider import (
     ProviderContext,
 )
 from dlopt.errors import (
-    PLAN_FAILURES,
+    PlanCall,
     PlanNotApplicable,
     ProviderBuildError,
     ReferenceCheckError,
@@ -175,15 +175,17 @@ def build(
     run: SelectionContext,
 ) -> StageError | None:
     """Build the plan (timed as its setup cost) and check it at the plugin boundary."""
-    try:
-        cand.setup_s, built = time_call(
+    timed = PlanCall.of(
+        lambda: time_call(
             lambda: cand.info.provider.build(model, context), run.clock, run.synchronize(None)
-        )
-    except ModelMutatedError:
-        raise
-    except PLAN_FAILURES as exc:
-        cand.not_applicable = isinstance(exc, PlanNotApplicable)
-        return _stage_failure(Stage.BUILD, exc, cand, model, guard)
+        ),
+        passes=(ModelMutatedError,),
+    )
+    if timed.error is not None:
+        cand.not_applicable = isinstance(timed.error, PlanNotApplicable)
+        return _stage_failure(Stage.BUILD, timed.error, cand, model, guard)
+    assert timed.value is not None  # time_call returns (seconds, value)
+    cand.setup_s, built = timed.value
     # Only a real BuiltPlan is kept (everything later closes and reads it), and only once
     # its names, paths and values are checked at the plugin boundary.
     if isinstance(built, BuiltPlan):
@@ -219,7 +221,8 @@ def first_calls(
     plan = cand.plan
     assert plan is not None
     sync = run.synchronize(plan)
-    try:
+
+    def call_every_case() -> StageError | None:
         # In the workload's calling context, on inputs made in it: what is judged serves.
         with reference.calling_context():
             for case in reference.cases:
@@ -238,11 +241,12 @@ def first_calls(
                         f"{', '.join(changed)} changed): plans must treat their inputs as "
                         "read-only; copy an input before writing to it",
                     )
-    except ModelMutatedError:
-        raise
-    except PLAN_FAILURES as exc:
-        return _stage_failure(Stage.FIRST_CALL, exc, cand, model, guard)
-    return _model_problem(cand, model, guard, Stage.FIRST_CALL)
+        return None
+
+    called = PlanCall.of(call_every_case, passes=(ModelMutatedError,))
+    if called.error is not None:
+        return _stage_failure(Stage.FIRST_CALL, called.error, cand, model, guard)
+    return called.value or _model_problem(cand, model, guard, Stage.FIRST_CALL)
 
 
 def _model_problem(

@@ -32,7 +32,8 @@ import attrs
 
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.contract.provider import ProviderContext
-from dlopt.measurement import MeasurementPolicy, run_race
+from dlopt.errors import PlanCall
+from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
 from dlopt.pipeline.probe import declared_scheme
 from dlopt.pipeline.raced_calls import checked_calls, output_checks
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
@@ -177,16 +178,13 @@ def _declared(cand: CandidateState, context: ProviderContext) -> Prior | None:
     declare = getattr(cand.info.provider, "prior", None)
     if not callable(declare):
         return None
-    try:
-        prior = declare(context)
-    except Exception as exc:  # a plugin's bug must not stop the selection
+    declared = PlanCall.of(lambda: declare(context))
+    if declared.error is not None:  # a plugin's bug must not stop the selection
         log.warning(
-            "the prior of plan %r raised %s: %s; using dlopt's own",
-            cand.name,
-            type(exc).__name__,
-            exc,
+            "the prior of plan %r raised %s; using dlopt's own", cand.name, declared.describe()
         )
         return None
+    prior = declared.value
     if prior is None or isinstance(prior, Prior):
         return prior
     log.warning(
@@ -643,9 +641,10 @@ class Schedule:
             quiesce_max_s=measurement.quiesce_max_s,
         )
         calls = checked_calls((reference_plan, cand), reference)
-        try:
+
+        def screen() -> RaceResult:
             with reference.calling_context():
-                result = run_race(
+                return run_race(
                     calls,
                     weights=[case.weight for case in reference.cases],
                     baseline=reference_plan.name,
@@ -659,9 +658,13 @@ class Schedule:
                     output_checks=output_checks(calls),
                     allocator_report=False,  # a screening's race is not reported
                 )
-        except Exception as exc:
-            log.info("screening %r raised %s: %s", cand.name, type(exc).__name__, exc)
+
+        screening = PlanCall.of(screen)
+        if screening.error is not None:
+            log.info("screening %r raised %s", cand.name, screening.describe())
             return
+        result = screening.value
+        assert result is not None
         screened = result.candidate(cand.name)
         if screened.verdict == Verdict.FAILED:
             # NaN on a screening call (or any failure there) rejects the plan as a raced
