@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dlopt.contract.priors import OperatorMix, Prior
-from dlopt.pipeline.schedule import FINISH_RESERVE_S
+from dlopt.pipeline.measure import FINISH_RESERVE_S
 from dlopt.settings.policy import OptimizationPolicy, auto_time_budget, budget_seconds
 from dlopt.testing.fake_race import FakeRace
 from dlopt.vocabulary import Status

@@ -42,7 +42,8 @@ from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
 from dlopt.evidence.report import DecisionTimeEvidence, OptimizationReport
 from dlopt.pipeline import checks, choose, ground_truth, plans, race_stages
-from dlopt.pipeline.schedule import Schedule, assign_priors
+from dlopt.pipeline.plan_priors import assign_priors
+from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts

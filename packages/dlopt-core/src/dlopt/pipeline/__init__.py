@@ -1,8 +1,9 @@
 """The stages of one selection, one module each, in the order the engine runs them:
 ``batches`` (the public API, once) -> ``ground_truth`` (the eager fp32 reference) ->
-``plans`` -> ``schedule`` (every plan's prior, the build order and its cut under the time
-budget) -> ``probe`` -> ``prepare`` (build, first calls, validation, build limits; in the
-schedule's order, with its screenings) -> ``measure`` (the race) -> ``checks`` (model
+``plans`` -> ``plan_priors`` (every plan's prior) -> ``schedule`` (the build order and its
+cut under the time budget) -> ``probe`` -> ``prepare`` (build, first calls, validation,
+build limits; in the schedule's order, with its screenings) -> ``measure`` (the race,
+what it is expected to cost, and the screenings' short races) -> ``checks`` (model
 unchanged, revalidation, serving check) -> ``constraints`` (measured constraints) ->
 ``choose`` (selection rules + a fresh validated call) -> :mod:`dlopt.evidence`.
 

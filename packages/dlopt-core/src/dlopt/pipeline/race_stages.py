@@ -56,7 +56,7 @@ def prepare_and_race(
             return None
     floor_s = 0.0
     if schedule is not None:
-        floor_s = schedule.race_floor_s()
+        floor_s = schedule.price.race_floor_s()
         for cand in schedule.cut_the_race(racing):
             run.emit(
                 Event(
