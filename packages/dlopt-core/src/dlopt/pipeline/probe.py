@@ -20,11 +20,10 @@ from dlopt.contract.provider import (
     ProviderContext,
     ProviderInfo,
 )
-from dlopt.errors import ConfigurationError
+from dlopt.errors import ConfigurationError, PlanCall
 from dlopt.platform.config_checks import is_number
 from dlopt.platform.probing import capture_output, release_capture, strip_ansi
 from dlopt.plugins.boundary import (
-    PLUGIN_ERRORS,
     describe_error,
     normalize_availability,
 )
@@ -95,12 +94,14 @@ def probe_provider(
     # SDKs print while probed (C libraries straight to fds 1/2): catch it all, so a
     # host's own output (``dlopt providers --json``) stays clean.
     with capture_output(f"probe {info.name}") as capture:
-        try:
-            answered, answer = _call_with_limit(
+        probed = PlanCall.of(
+            lambda: _call_with_limit(
                 lambda: info.provider.probe(context), limit, f"dlopt-probe-{info.name}"
             )
-        except PLUGIN_ERRORS as exc:
-            error = exc
+        )
+        error = probed.error
+        if probed.value is not None:
+            answered, answer = probed.value
         if error is None and not answered:
             release_capture()  # the abandoned probe would hold stdout/stderr forever
     if error is not None:
