@@ -41,6 +41,7 @@ from dlopt.cache.record_store import BUNDLE_DIR, PlanCache
 from dlopt.contract.priors import Prior, pass_rate
 from dlopt.evidence.report import CandidateEvidence, OptimizationReport
 from dlopt.measurement.stats import RatioInterval
+from dlopt.platform.config_checks import is_number
 from dlopt.vocabulary import Stage
 
 #: The newest records read for evidence (reading is cheap, but a cache may be large).
@@ -164,8 +165,8 @@ def _not_evidence(cand: CandidateEvidence, measured: RatioInterval, busy: bool) 
 def _plausible(value: float | None) -> bool:
     """Whether ``value`` is a speedup within :data:`PLAUSIBLE_SPEEDUP` either way of 1x."""
     return (
-        isinstance(value, (int, float))
-        and math.isfinite(value)
+        value is not None
+        and is_number(value)
         and 1.0 / PLAUSIBLE_SPEEDUP <= value <= PLAUSIBLE_SPEEDUP
     )
 
@@ -174,9 +175,7 @@ def _seconds(value: float | None) -> float | None:
     """``value`` when it is a finite number of seconds >= 0 (``None``: 0), else ``None``."""
     if value is None:
         return 0.0
-    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None
+    return float(value) if is_number(value) and value >= 0 else None
 
 
 def _observation(key: str, cand: CandidateEvidence, measured: RatioInterval) -> Observation:

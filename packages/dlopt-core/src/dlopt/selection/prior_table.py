@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 from dlopt.contract.priors import OperatorMix, Prior, pass_rate
+from dlopt.platform.config_checks import integer, number
 from dlopt.platform.serialization import parse_strict_json
 
 #: The shipped table's file, beside this module.
@@ -56,13 +57,6 @@ def unknown_prior(cost_s: float = UNKNOWN_COST_S) -> Prior:
     return Prior(1.0, UNKNOWN_LOW, UNKNOWN_HIGH, cost_s, UNKNOWN_SOURCE)
 
 
-def _seconds(instance: object, attribute: Any, value: float) -> None:
-    # Refused when the table is read: a NaN growth would otherwise fail the selection
-    # that reads the entry for its model.
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"TableEntry.{attribute.name} must be a finite number >= 0, got {value!r}")
-
-
 @attrs.frozen
 class TableEntry:
     """One plan's prior on one machine class and mix, and how its cost grows with the
@@ -71,8 +65,12 @@ class TableEntry:
     ``cost_per_operator_s`` (0 and 0: the cost does not grow)."""
 
     prior: Prior
-    operator_calls: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    cost_per_operator_s: float = attrs.field(default=0.0, validator=_seconds)
+    # Checked when the table is read: a NaN growth would otherwise fail the selection
+    # that reads the entry for its model.
+    operator_calls: int = attrs.field(default=0, validator=integer(minimum=0, error=ValueError))
+    cost_per_operator_s: float = attrs.field(
+        default=0.0, validator=number(minimum=0, error=ValueError)
+    )
 
     def for_model(self, operator_calls: int) -> Prior:
         """The prior for a model of ``operator_calls`` (0: not counted): its cost grown by
