@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from dlopt.measurement.stats import not_measured
+from dlopt.vocabulary import Verdict
 
 if TYPE_CHECKING:
     from dlopt.evidence.report import CandidateEvidence, OptimizationReport
@@ -113,9 +114,9 @@ def gate_text(cand: CandidateEvidence) -> str:
     verdict = cand.race.verdict
     if passed:
         word = "passed"
-    elif verdict == "not_faster":
+    elif verdict == Verdict.NOT_FASTER:
         word = "failed"
-    elif verdict in ("unresolved", "dropped"):
+    elif verdict in (Verdict.UNRESOLVED, Verdict.DROPPED):
         word = "unresolved"
     else:
         word = "not passed"
