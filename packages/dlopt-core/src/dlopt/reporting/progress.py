@@ -202,7 +202,8 @@ class ProgressState:
 
 def _on_a_terminal(stream: IO[str]) -> bool:
     """Whether ``stream`` is a terminal that takes a live line (not with ``NO_COLOR`` set
-    or ``TERM=dumb``)."""
+    or ``TERM=dumb``): the rule of ``dlopt.cli.console.wants_plain``, which this layer
+    cannot import (the CLI sits above it, and its console imports nothing of dlopt)."""
     import os
 
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
