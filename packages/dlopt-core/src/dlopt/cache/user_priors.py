@@ -50,8 +50,8 @@ MAX_RECORDS = 200
 #: earlier races are good evidence, but not of this model.
 WIDEN = 1.3
 #: A speedup over eager fp32 beyond this either way (above it, or below its inverse) is
-#: no evidence: 25x past the best the benchmark suite measured (3.96x), where a race on a
-#: contended machine lands.
+#: no evidence: no plan of the benchmark suite comes near it, while a race on a contended
+#: machine does (1000x was seen).
 PLAUSIBLE_SPEEDUP = 100.0
 #: The fewest paired rounds a speedup of evidence rests on (one round has no spread).
 MIN_ROUNDS = 2
