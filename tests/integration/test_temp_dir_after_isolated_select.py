@@ -62,7 +62,5 @@ def test_an_isolated_select_leaves_the_temp_directory_as_it_found_it(tmp_path: P
     assert report["isolation"]["mode"] == "process"
     built = {c["name"] for c in report["candidates"] if c["error"] is None}
     assert set(installed) <= built, [(c["name"], c["error"]) for c in report["candidates"]]
-    # The winner (any of them, or eager on a machine too busy to tell) was brought back.
-    assert report["selected_plan"] in plans
     left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
     assert left == [], f"left in $TMPDIR: {left[:20]}"
