@@ -7,6 +7,8 @@ budget, the screening and the race run exactly as they would, without waiting.
 from __future__ import annotations
 
 import json
+import time
+import types
 
 import pytest
 import torch
@@ -256,6 +258,33 @@ def test_the_operator_mix_names_its_kind():
     assert OperatorMix(linear=0.6, other=0.4).kind == "linear"
     assert OperatorMix(conv=0.3, linear=0.3, has_attention=True, other=0.4).kind == "attention"
     assert OperatorMix().kind == "other"
+
+
+class InterruptedOnce(Tiny):
+    """Tiny, whose first call stalls outside its linear layer (as when the scheduler takes
+    the core away there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.03)
+        return super().forward(x)
+
+
+def test_a_stall_in_one_timed_call_does_not_change_the_kind_of_a_short_model():
+    from dlopt.pipeline.ground_truth import operator_mix
+
+    model = InterruptedOnce().eval()
+    reference = types.SimpleNamespace(
+        cases=[types.SimpleNamespace(args=(X,), kwargs={})], calling_context=torch.no_grad
+    )
+    mix = operator_mix(model, reference)
+    assert model.calls > 1
+    assert mix.kind == "linear", mix.describe()
 
 
 class SlowTiny(Tiny):
