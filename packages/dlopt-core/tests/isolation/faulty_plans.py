@@ -47,6 +47,16 @@ def tiny_model() -> tuple[torch.nn.Module, WorkloadProfile]:
     return SleepyLinear().eval(), WorkloadProfile([WorkloadCase("small", args=(x,))])
 
 
+def per_process_model() -> tuple[torch.nn.Module, WorkloadProfile]:
+    """A factory whose weights differ in every process (drawn from the process id, which
+    no seed reaches): the worker's model is not the host's."""
+    model, workload = tiny_model()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.fill_(os.getpid() % 997 / 997)
+    return model, workload
+
+
 def segfault() -> None:
     """A native crash: read the byte at address 0."""
     ctypes.string_at(0)

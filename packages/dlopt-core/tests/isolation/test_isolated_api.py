@@ -10,10 +10,12 @@ from faulty_plans import isolated_policy, optimizer_with
 
 from dlopt.errors import ConfigurationError
 from dlopt.isolation.transfer import (
+    call_factory,
     policy_from_json,
     policy_to_json,
     read_workload,
     reference_of,
+    weights_sha256,
     write_workload,
 )
 from dlopt.platform.serialization import dumps, parse_strict_json
@@ -104,3 +106,20 @@ def broken_factory():
 def test_a_factory_that_raises_is_the_users_error_said_plainly():
     with pytest.raises(ConfigurationError, match="raised RuntimeError: weights not found"):
         optimizer_with(policy=isolated_policy()).select(broken_factory)
+
+
+def test_a_factory_that_draws_its_weights_at_random_builds_the_same_model_every_call():
+    # The host and every worker call it: their models must agree for the host to judge
+    # the worker's winner (an ONNX file carries the worker's weights).
+    torch.manual_seed(5)
+    expected_next = torch.rand(3)
+    torch.manual_seed(5)
+    first, _ = call_factory(faulty_plans.tiny_model, "faulty_plans:tiny_model")
+    second, _ = call_factory(faulty_plans.tiny_model, "faulty_plans:tiny_model")
+    assert weights_sha256(first) == weights_sha256(second)
+    assert torch.equal(torch.rand(3), expected_next)  # the caller's generator is put back
+
+
+def test_a_factory_whose_weights_differ_in_the_worker_is_refused_plainly():
+    with pytest.raises(ConfigurationError, match="other weights in the isolated worker"):
+        optimizer_with(policy=isolated_policy()).select(faulty_plans.per_process_model)

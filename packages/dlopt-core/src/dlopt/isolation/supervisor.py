@@ -63,6 +63,7 @@ from dlopt.isolation.transfer import (
     policy_to_json,
     reference_of,
     resolve_reference,
+    weights_sha256,
     write_spec,
     write_workload,
 )
@@ -267,6 +268,7 @@ def select_in_worker(selection: Selection, model_ref: str) -> OptimizationDecisi
             sys_path=host_import_path(),
             started_at=_wall_time_of(selection.context),
             handback=handback,
+            weights=weights_sha256(selection.model),
         )
         done = supervise(spec, workdir, emit, selection.context.should_continue, check_fault)
         report = with_faults(

@@ -106,6 +106,9 @@ class WorkerSpec:
     #: working directory, where the worker leaves its winner (artifacts and compile
     #: caches, no program) for the host to bring back instead of building it again.
     handback: bool = False
+    #: ``select`` only: the SHA-256 of the host's model's weights (:func:`weights_sha256`;
+    #: empty: not checked): the worker's rebuilt model must carry the same.
+    weights: str = ""
 
 
 def host_import_path() -> tuple[str, ...]:
@@ -266,14 +269,34 @@ def build_model(ref: str, device: str) -> tuple[torch.nn.Module, WorkloadProfile
     return model.to(device), workload
 
 
+#: The seed torch's random generators hold while a model factory runs (then they are put
+#: back): a factory that draws its weights at random builds the same model in the host
+#: and in each worker.
+FACTORY_SEED = 0
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """The SHA-256 of ``model``'s parameters and buffers (names, dtypes, shapes, bytes)."""
+    from dlopt.cache.key import hash_tensors
+
+    named = [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+    return hash_tensors(named)
+
+
 def call_factory(factory: Any, spec: str) -> tuple[torch.nn.Module, WorkloadProfile | None]:
-    """What the model factory ``spec`` gives: ``factory`` is called unless it is a module
+    """What the model factory ``spec`` gives: ``factory`` is called (with torch's random
+    generators seeded with :data:`FACTORY_SEED`, and put back after) unless it is a module
     already; it returns a model or a ``(model, WorkloadProfile)`` pair. ``(model in eval
     mode, workload or None)``; the user's code failing is a :class:`ConfigurationError`."""
     made = factory
     if callable(factory) and not isinstance(factory, torch.nn.Module):
         try:
-            made = factory()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(FACTORY_SEED)
+                made = factory()
         except (Exception, SystemExit) as exc:  # the user's code failing, not dlopt's
             message = str(exc)
             raised = f"{type(exc).__name__}: {message}" if message else type(exc).__name__

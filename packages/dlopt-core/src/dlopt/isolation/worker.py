@@ -34,6 +34,7 @@ import attrs
 import torch
 
 from dlopt.contract.provider import BuiltPlan, ProviderAvailability, ProviderProtocol
+from dlopt.errors import ConfigurationError
 from dlopt.events import Event, EventKind, fan_out
 from dlopt.isolation.journal import Heartbeat, JournalWriter
 from dlopt.isolation.transfer import (
@@ -46,6 +47,7 @@ from dlopt.isolation.transfer import (
     read_spec,
     read_workload,
     resolve_reference,
+    weights_sha256,
 )
 from dlopt.platform.processes import (
     become_subreaper,
@@ -270,6 +272,14 @@ def run_selection(spec: WorkerSpec) -> None:
     explicit = [WatchedProvider(resolve_reference(ref)(), watched) for ref in spec.providers]
     assert spec.workload is not None
     model, _ = build_model(spec.model, spec.target.input_device)
+    if spec.weights and weights_sha256(model) != spec.weights:
+        raise ConfigurationError(
+            f"the model factory {spec.model} built a model with other weights in the "
+            "isolated worker than in this process, so no plan raced there can be judged "
+            "here: make it build the same model on every call (load saved weights, or seed "
+            "every random generator it draws from), or select in process "
+            "(--in-process, OptimizationPolicy(isolation='in_process'))"
+        )
     # The host converted the workload once; it comes here as it will race.
     workload = read_workload(spec.workload, spec.tensors, spec.target.input_device)
     # The plans lost to a fault stay chosen (the cache key stays the whole set's) and
