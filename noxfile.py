@@ -227,7 +227,7 @@ SUITE_DEPS = ("custom-dl-optimizer==3.0.0", TRANSFORMERS)
 
 @nox.session(python=PYTHON, name="bench-suite")
 def bench_suite(session: nox.Session) -> None:
-    """The benchmark suite: dlopt vs the peer vs an oracle on 8 workloads (docs/benchmarks/).
+    """The benchmark suite: dlopt vs the peer vs an oracle on 9 workloads (docs/benchmarks/).
 
     nox -s bench-suite                                  # the full run (60-75 minutes on 2 cores)
     nox -s bench-suite -- --quick --models mlp          # a smoke run: numbers meaningless

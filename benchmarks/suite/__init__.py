@@ -1,6 +1,6 @@
 """The benchmark suite (issues 20 and 39): dlopt vs custom-dl-optimizer vs an oracle, one command.
 
-- ``models``: the eight workloads (random weights, fixed seed).
+- ``models``: the nine workloads (random weights, fixed seed).
 - ``worker``: one measurement in a fresh process (a dlopt decision, default or under a
   20 s budget, a peer decision, the oracle).
 - ``oracle``: each plan dlopt validated or did not build, built (independently where

@@ -1,4 +1,4 @@
-"""The suite's eight workloads: random weights, eval mode, a fixed seed, nothing downloaded.
+"""The suite's nine workloads: random weights, eval mode, a fixed seed, nothing downloaded.
 
 Each builder returns ``(model, cases)`` where ``cases`` is a tuple of
 ``(name, args, kwargs, weight)``: the tools under test wrap them in their own workload
@@ -59,6 +59,28 @@ def encoder() -> Workload:
     model = nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True).eval()
     gen = torch.Generator().manual_seed(SEED + 1)
     return model, (("batch-8", (torch.randn(8, 128, 256, generator=gen),), {}, 1.0),)
+
+
+class LstmTagger(nn.Module):
+    """A 2-layer LSTM over feature frames (128 in, 256 hidden) and a linear head tagging
+    every step with one of 32 labels: a recurrent mix the prior table has no row for."""
+
+    def __init__(self, features: int = 128, hidden: int = 256, labels: int = 32) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, labels)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        steps, _ = self.lstm(frames)
+        return self.head(steps)
+
+
+def lstm_tagger() -> Workload:
+    """:class:`LstmTagger` at batch 4 x 32 steps."""
+    torch.manual_seed(SEED)
+    model = LstmTagger().eval()
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return model, (("batch-4", (torch.randn(4, 32, 128, generator=gen),), {}, 1.0),)
 
 
 #: Random batches the torchvision models' BatchNorm statistics are estimated on.
@@ -126,6 +148,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[], Workload]]] = {
     "mlp": ("MLP 512-2048-512, batch 32", mlp),
     "convnet": ("demo conv net, batch 8", conv_net),
     "convnet_weighted": ("demo conv net, batches 1/8/32 at 70/25/5", conv_net_weighted),
+    "lstm_tagger": ("2-layer LSTM tagger (128 -> 256), 4 x 32 steps", lstm_tagger),
     "encoder": ("TransformerEncoderLayer d256, 8 x 128 tokens", encoder),
     "bert": ("BertModel (4 layers, d256), 4 x 128 tokens", bert),
     "mobilenet_v2": ("mobilenet_v2, batch 8", lambda: _torchvision("mobilenet_v2", 8)),

@@ -28,3 +28,25 @@ def test_a_workload_is_the_same_in_every_process():
     ):
         assert torch.equal(a, b), name
     assert torch.equal(cases_a[0][1][0], cases_b[0][1][0])
+
+
+def test_the_targets_count_every_workload():
+    from benchmarks.suite.models import WORKLOADS
+    from benchmarks.suite.results import SUITE_WORKLOADS
+
+    assert len(WORKLOADS) == SUITE_WORKLOADS
+
+
+def test_the_lstm_tagger_tags_every_step_and_reads_as_a_mix_the_table_has_no_row_for():
+    import types
+
+    from dlopt.pipeline.ground_truth import operator_mix
+
+    model, ((_, (frames,), _, _),) = build("lstm_tagger")
+    with torch.no_grad():
+        tags = model(frames)
+    assert tags.shape == (4, 32, 32)
+    case = types.SimpleNamespace(args=(frames,), kwargs={})
+    reference = types.SimpleNamespace(cases=[case], calling_context=torch.no_grad)
+    mix = operator_mix(model, reference)
+    assert mix.kind == "other", mix.describe()
