@@ -694,3 +694,47 @@ def test_nan_on_a_screening_call_rejects_the_plan_and_confirms_nothing():
     assert rejected.prior.screening is None
     assert hopeless.builds == 1  # nothing was confirmed, so nothing was spared
     assert report.selected_plan in ("eager_fp32", "hopeless")
+
+
+def test_where_no_prior_speaks_one_plan_of_each_family_is_built_before_a_second_of_any():
+    # An LSTM tagger's mix has no row in the table: every prior is the unknown one, and
+    # by cost alone one compiler's variants came first and took the budget.
+    race = FakeRace()
+    order: list[str] = []
+    plans = [
+        race.fake("compiled_a", 2e-3),
+        race.fake("compiled_b", 2e-3),
+        race.fake("compiled_c", 2e-3),
+        race.fake("int8_dynamic", 1e-3, precision="int8", quantization="dynamic"),
+        race.fake("bf16_plan", 2e-3, precision="bf16"),
+    ]
+    optimizer = race.optimizer(race.fake("eager_fp32", 3e-3), *plans)
+    built = [lambda e: order.append(e.candidate) if e.kind.value == "candidate_built" else None]
+    optimizer.with_policy(optimizer.policy, observers=built).select_signature(Tiny().eval(), X)
+    assert order == [
+        "eager_fp32",
+        "compiled_a",
+        "int8_dynamic",
+        "bf16_plan",
+        "compiled_b",
+        "compiled_c",
+    ]
+
+
+def test_a_race_with_room_for_few_keeps_the_unknown_plans_whose_first_calls_ran_fastest():
+    # No prior speaks for any plan and the race has room for the reference and two
+    # challengers: what each plan's first calls measured against the reference's ranks
+    # them (by their given order, the fast plan, registered last, was left out).
+    race = FakeRace()
+    slow = [
+        race.fake(f"slow_{i}", 0.045, precision="int8", quantization="weight_only")
+        for i in range(4)
+    ]
+    fast = race.fake("fast", 0.01, precision="int8", quantization="dynamic")
+    report = select_slow(race, 0.05, *slow, fast, time_budget_s=12.0)
+    kept_out = [c for c in report.candidates if c.not_raced]
+    assert kept_out, "the race had room for every plan: the test's budget is too large"
+    assert report.selected_plan == "fast"
+    for cand in kept_out:
+        assert cand.name.startswith("slow_")
+        assert "was less promising (its first calls ran 0." in cand.not_raced, cand.not_raced

@@ -71,6 +71,16 @@ def declared_rounding(cand: CandidateState) -> str | None:
     return rounding_of(*declared_scheme(cand.info.provider))
 
 
+def plan_family(cand: CandidateState) -> tuple[str, str, str | None]:
+    """``cand``'s family: its distribution and the arithmetic it declares (precision and
+    quantization, as its probe recorded them or, before its probe, as the provider
+    declares them). The variants of one compiler (Inductor's freezing, max-autotune...)
+    are one family; ONNX Runtime fp32 and its dynamic int8 are two."""
+    if cand.status is not None:
+        return cand.info.plugin, str(cand.status.precision), cand.status.quantization
+    return (cand.info.plugin, *declared_scheme(cand.info.provider))
+
+
 def assign_priors(
     candidates: Sequence[CandidateState],
     context: ProviderContext,
@@ -140,18 +150,42 @@ def leader_miss(leader: CandidateState) -> float:
     return float(leader.screening.point / prior.speedup)
 
 
-def promise_of(cand: CandidateState) -> float:
-    """What ``cand`` is expected to measure: its screened speedup, else its prior's."""
+def first_calls_speedup(cand: CandidateState, case_call_s: Sequence[float]) -> float | None:
+    """What ``cand``'s first calls (one per case, timed as it was judged) say of its
+    speedup: the reference's seconds for a call of every case over the plan's first
+    calls' (``None``: not called on every case, or no time to compare). A first call
+    carries whatever the plan does lazily (a compile, a warm-up), so this bound is
+    pessimistic; it is read only where nothing better speaks (:func:`promise_of`)."""
+    spent = sum(cand.first_calls_s)
+    if len(cand.first_calls_s) != len(case_call_s) or not case_call_s or spent <= 0:
+        return None
+    return sum(case_call_s) / spent
+
+
+def promise_of(cand: CandidateState, case_call_s: Sequence[float] = ()) -> float:
+    """What ``cand`` is expected to measure: its screened speedup, else its prior's; for a
+    plan whose prior is the unknown one, what its first calls measured against the
+    reference's ``case_call_s`` (:func:`first_calls_speedup`) when they were timed."""
     if cand.screening is not None and cand.screening.point is not None:
         return cand.screening.point
-    return prior_of(cand).speedup
+    prior = prior_of(cand)
+    if prior.source == UNKNOWN_SOURCE:
+        first = first_calls_speedup(cand, case_call_s)
+        if first is not None:
+            return first
+    return prior.speedup
 
 
-def promise_text(cand: CandidateState) -> str:
+def promise_text(cand: CandidateState, case_call_s: Sequence[float] = ()) -> str:
     """What ``cand`` is expected to measure, in words, with where that comes from."""
     if cand.screening is not None and cand.screening.point is not None:
         return f"screened at {cand.screening.describe()}"
     prior = prior_of(cand)
+    first = first_calls_speedup(cand, case_call_s) if prior.source == UNKNOWN_SOURCE else None
+    if first is not None:
+        return (
+            f"its first calls ran {first:.2f}x eager's, and its prior is unknown ({prior.source})"
+        )
     return f"its prior: {prior.describe()}, {prior.source}"
 
 
