@@ -222,3 +222,18 @@ def test_a_report_edited_after_it_was_stored_is_no_evidence(tmp_path, report):
     assert fast.source.startswith("your evidence: 2 selection(s) on ")
     assert keys[2][:KEY_DIGITS] not in fast.source
     assert keys[0][:KEY_DIGITS] in fast.source and keys[1][:KEY_DIGITS] in fast.source
+
+
+def test_a_race_on_a_busy_machine_is_no_evidence_of_speed(tmp_path, report):
+    from dlopt.evidence.report import MachineLoadEvidence
+
+    def busy(rep: OptimizationReport) -> OptimizationReport:
+        load = MachineLoadEvidence(2, 3.1, 3.4, 1.1, True, "load 3.1 on 2 CPUs")
+        timing = attrs.evolve(rep.decision_time, machine_load=load)
+        return attrs.evolve(rep, decision_time=timing)
+
+    # Neither race was flagged noisy: the load before the selection is what says so.
+    write(tmp_path, [measured(report, 2.0), measured(report, 2.2), busy(measured(report, 30.0))])
+    fast = priors_of(tmp_path, report)["fast"]
+    assert fast.speedup == pytest.approx(math.sqrt(2.0 * 2.2))
+    assert fast.source.endswith("; left out: 1 noisy")

@@ -14,8 +14,8 @@ otherwise steer every later selection of that machine class and mix:
 - a report is read only when its bytes match the ``report_sha256`` its bundle's manifest
   records (an edited report is no evidence);
 - a plan's speedup is left out when the race flagged it, or the reference it is measured
-  against, ``noisy`` (a busy machine slows eager fp32 and inflates every ratio over it:
-  1000x was seen), when it rests on fewer than :data:`MIN_ROUNDS` rounds, and when it is
+  against, ``noisy``, or the report's ``machine_load`` says the machine was busy (a busy
+  machine slows eager fp32 and inflates every ratio over it: 1000x was seen), when it rests on fewer than :data:`MIN_ROUNDS` rounds, and when it is
   no finite number within :data:`PLAUSIBLE_SPEEDUP` either way of 1x; those records
   still count for the pass rate, validation does not depend on the machine's load;
 - of the rest, a speedup far from the median of the plan's records (:func:`outliers`) is
@@ -114,7 +114,10 @@ def priors_from_reports(
         timing = report.decision_time
         if timing is None or timing.machine_class != machine or timing.mix_kind != kind:
             continue
-        busy = any(c.role == "reference" and c.race.noisy for c in report.candidates)
+        load = timing.machine_load
+        busy = (load is not None and load.busy) or any(
+            c.role == "reference" and c.race.noisy for c in report.candidates
+        )
         for cand in report.candidates:
             if cand.role == "reference":
                 continue

@@ -19,6 +19,7 @@ from dlopt.reporting.tables import (
     guard_line,
     headline,
     inputs_kind,
+    machine_line,
     measurement_line,
     quantized_share,
     race_notes,
@@ -127,9 +128,9 @@ def print_report(report: OptimizationReport, out: Output | None = None) -> None:
     for line in (serving_line(report), guard_line(report)):
         if line is not None:
             out.line(line)
-    timing = decision_time_line(report)
-    if timing is not None:
-        out.line(timing)
+    for line in (decision_time_line(report), machine_line(report)):
+        if line is not None:
+            out.line(line)
 
 
 def print_candidate(report: OptimizationReport, name: str, out: Output) -> None:

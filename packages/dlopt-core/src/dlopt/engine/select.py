@@ -40,14 +40,19 @@ from dlopt.engine.decision import OptimizationDecision
 from dlopt.errors import DloptError
 from dlopt.events import Event, EventKind
 from dlopt.evidence.assembly import build_report
-from dlopt.evidence.report import DecisionTimeEvidence, OptimizationReport
+from dlopt.evidence.machine_load import machine_load
+from dlopt.evidence.report import (
+    DecisionTimeEvidence,
+    MachineLoadEvidence,
+    OptimizationReport,
+)
 from dlopt.pipeline import checks, choose, ground_truth, plans, race_stages
 from dlopt.pipeline.plan_priors import assign_priors
 from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts
-from dlopt.platform.machine import machine_class
+from dlopt.platform.machine import load_average, machine_class
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.shadow import rounding_by_family
 from dlopt.settings.policy import OptimizationPolicy, budget_seconds
@@ -80,6 +85,7 @@ def select(selection: Selection) -> OptimizationDecision:
     assert registry is not None, "a selection runs with the providers loaded"
     if run.started_ns is None:
         run = attrs.evolve(run, started_ns=run.clock.now_ns())
+    load_before = load_average()
     policy = run.policy
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
     candidates = plans.choose_plans(registry, selection.providers, policy)
@@ -135,7 +141,9 @@ def select(selection: Selection) -> OptimizationDecision:
             outcome=outcome,
             expected_calls=expected_calls,
             serving=serving,
-            decision_time=timing.evidence(candidates, schedule, run),
+            decision_time=timing.evidence(
+                candidates, schedule, run, machine_load(load_before, timing.call_s, raced.result)
+            ),
         )
         if found is not None:
             report = attrs.evolve(
@@ -170,7 +178,11 @@ class _Timing:
     call_s: float
 
     def evidence(
-        self, candidates: Sequence[CandidateState], schedule: Schedule, run: SelectionContext
+        self,
+        candidates: Sequence[CandidateState],
+        schedule: Schedule,
+        run: SelectionContext,
+        load: MachineLoadEvidence | None = None,
     ) -> DecisionTimeEvidence:
         assert run.started_ns is not None
         return DecisionTimeEvidence(
@@ -184,6 +196,7 @@ class _Timing:
             reference_call_ms=self.call_s * 1e3,
             cost_scale=schedule.cost_scale(),
             not_built=tuple(c.name for c in schedule.order(candidates) if c.not_built),
+            machine_load=load,
         )
 
 

@@ -470,6 +470,26 @@ class ThroughputEvidence:
 
 
 @frozen
+class MachineLoadEvidence:
+    """How busy the machine was around the selection (docs/selection.md, "A busy
+    machine"): a race beside other work measures that work too."""
+
+    #: The CPUs this process may run on.
+    cpus: int
+    #: The 1-minute load average when the selection started and when it ended (``None``:
+    #: the system does not say); the selection's own threads are in the second.
+    load_before: float | None
+    load_after: float | None
+    #: The reference's traffic-weighted mean call time in the race over its call time
+    #: measured before the builds (``None``: not measured): above 1, something slowed it.
+    reference_drift: float | None
+    #: Whether the machine was busy: the load before the selection or the drift passed
+    #: their thresholds; ``why`` says which, in words.
+    busy: bool
+    why: str = ""
+
+
+@frozen
 class DecisionTimeEvidence:
     """How the decision's time was planned and spent (docs/selection.md, "Decision time")."""
 
@@ -493,6 +513,8 @@ class DecisionTimeEvidence:
     cost_scale: float
     #: The plans not built, in build order (each candidate's ``not_built`` says why).
     not_built: tuple[str, ...] = ()
+    #: How busy the machine was (``None``: a report written before it was recorded).
+    machine_load: MachineLoadEvidence | None = None
 
 
 @frozen

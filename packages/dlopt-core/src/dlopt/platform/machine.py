@@ -94,6 +94,23 @@ def cpu_info() -> CpuInfo:
     )
 
 
+def load_average() -> float | None:
+    """The 1-minute load average: how many threads were running or waiting for a CPU,
+    averaged (``None`` where the system does not say)."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def machine_class(device: str = "cpu") -> str:
     """The capability class of the machine plans run on that decides which plans pay off.
     On a CPU: ``amx``, ``avx512_bf16`` (native bf16 and VNNI), ``avx512_vnni`` (int8 dot

@@ -358,6 +358,7 @@ def race_notes(report: OptimizationReport) -> list[str]:
     if m is None:
         return []
     notes = []
+    busy = busy_reason(report)
     leader, regret = getattr(m, "leader", None), getattr(m, "regret_bound", None)
     zone = getattr(getattr(m, "policy", None), "indifference_zone", None)
     if leader and isinstance(regret, (int, float)):
@@ -370,12 +371,19 @@ def race_notes(report: OptimizationReport) -> list[str]:
             notes.append(f"leader: {leader}; another plan may still be up to {regret:.3g}x faster")
     for open_ in getattr(m, "open_comparisons", ()) or ():
         what = "the gate" if open_.kind == "gate" else "within reach of"
-        needs = (
-            f"about {open_.rounds_needed} rounds ({open_.budget_s_needed:.0f}s of budget) "
-            "would decide it"
-            if open_.rounds_needed is not None and open_.budget_s_needed is not None
-            else "no budget would decide it (the estimate sits on the bar)"
-        )
+        if open_.rounds_needed is not None and open_.budget_s_needed is not None:
+            needs = (
+                f"about {open_.rounds_needed} rounds ({open_.budget_s_needed:.0f}s of budget) "
+                "would decide it"
+            )
+            if busy:
+                needs += f", or a quieter machine (this one was busy: {busy})"
+        elif busy:
+            # Beside other work the spread is the other work's: a quieter machine, not a
+            # longer race, is what decides it.
+            needs = f"the machine was busy ({busy}): rerun on a quieter machine"
+        else:
+            needs = "no budget would decide it (the estimate sits on the bar)"
         notes.append(
             f"open: {open_.candidate} vs {open_.against} ({what}) after {open_.rounds} "
             f"rounds; {needs}"
@@ -427,6 +435,29 @@ def decision_time_line(report: OptimizationReport) -> str | None:
     return (
         f"decision time: {timing.spent_s:.1f} s {budget}{plans}; priors for "
         f"{timing.machine_class}, {timing.mix_kind} models"
+    )
+
+
+def busy_reason(report: OptimizationReport) -> str | None:
+    """Why the machine was busy around the selection, in words (``None``: it was not, or
+    the report does not say)."""
+    timing = getattr(report, "decision_time", None)
+    load = getattr(timing, "machine_load", None)
+    if load is None or not load.busy:
+        return None
+    return load.why or "busy"
+
+
+def machine_line(report: OptimizationReport) -> str | None:
+    """``machine: busy ...``, when the machine was busy around the selection (``None``
+    otherwise): its timings measured the other work too."""
+    busy = busy_reason(report)
+    if busy is None:
+        return None
+    return (
+        f"machine: busy ({busy}): the race measured the other work too, so its spread is "
+        "wide and its ratios over eager may be inflated; rerun on a quieter machine to "
+        "trust a close call"
     )
 
 
