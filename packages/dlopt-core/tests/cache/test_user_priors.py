@@ -228,11 +228,19 @@ def test_a_race_on_a_busy_machine_is_no_evidence_of_speed(tmp_path, report):
     from dlopt.evidence.report import MachineLoadEvidence
 
     def busy(rep: OptimizationReport) -> OptimizationReport:
-        load = MachineLoadEvidence(2, 3.1, 3.4, 1.1, True, "load 3.1 on 2 CPUs")
+        load = MachineLoadEvidence(
+            cpus=2,
+            load_before=3.1,
+            load_after=3.4,
+            others_cpus=1.4,
+            reference_drift=1.1,
+            busy=True,
+            why="other processes used 1.4 of 2 CPUs",
+        )
         timing = attrs.evolve(rep.decision_time, machine_load=load)
         return attrs.evolve(rep, decision_time=timing)
 
-    # Neither race was flagged noisy: the load before the selection is what says so.
+    # No race was flagged noisy: the other processes' work is what says so.
     write(tmp_path, [measured(report, 2.0), measured(report, 2.2), busy(measured(report, 30.0))])
     fast = priors_of(tmp_path, report)["fast"]
     assert fast.speedup == pytest.approx(math.sqrt(2.0 * 2.2))

@@ -31,11 +31,14 @@ class TimedLinear(torch.nn.Module):
 
 @pytest.fixture
 def machine(monkeypatch):
-    """Two CPUs, and the load average the test sets (``machine["load"]``)."""
-    state = {"load": 0.4}
+    """Two CPUs, a load average of 0.4, and the CPUs' worth of work other processes do
+    while the test's selection runs (``machine["others"]``)."""
+    state = {"others": 0.05}
     monkeypatch.setattr(machine_load_module, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(machine_load_module, "load_average", lambda: state["load"])
-    monkeypatch.setattr(engine_select, "load_average", lambda: state["load"])
+    monkeypatch.setattr(machine_load_module, "load_average", lambda: 0.4)
+    monkeypatch.setattr(engine_select, "load_average", lambda: 0.4)
+    monkeypatch.setattr(machine_load_module, "MIN_SAMPLED_S", 0.0)
+    monkeypatch.setattr(machine_load_module, "others_cpus", lambda start, end: state["others"])
     return state
 
 
@@ -53,16 +56,16 @@ def select(race_slowdown: float):
 def test_a_quiet_machine_is_recorded_and_not_called_busy(machine):
     load = select(1.0 + 1e-6).decision_time.machine_load
     assert load is not None
-    assert (load.cpus, load.load_before, load.busy) == (2, 0.4, False)
+    assert (load.cpus, load.load_before, load.others_cpus, load.busy) == (2, 0.4, 0.05, False)
     assert load.reference_drift == pytest.approx(1.0, rel=0.05)
 
 
-def test_the_load_before_the_selection_makes_the_machine_busy(machine):
-    machine["load"] = 3.1
+def test_other_processes_working_beside_the_selection_make_the_machine_busy(machine):
+    machine["others"] = 1.2
     report = select(1.0 + 1e-6)
     load = report.decision_time.machine_load
-    assert load.busy and load.why == "load 3.1 on 2 CPUs"
-    assert machine_line(report).startswith("machine: busy (load 3.1 on 2 CPUs)")
+    assert load.busy and load.why == "other processes used 1.2 of 2 CPUs"
+    assert machine_line(report).startswith("machine: busy (other processes used 1.2 of 2 CPUs)")
 
 
 def test_a_reference_slower_in_the_race_than_before_it_makes_the_machine_busy(machine):
@@ -72,7 +75,15 @@ def test_a_reference_slower_in_the_race_than_before_it_makes_the_machine_busy(ma
 
 
 def with_open_comparison(report, rounds_needed, busy: bool):
-    load = MachineLoadEvidence(2, 6.2 if busy else 0.4, 6.5, 1.0, busy, "load 6.2 on 2 CPUs")
+    load = MachineLoadEvidence(
+        cpus=2,
+        load_before=6.2,
+        load_after=6.5,
+        others_cpus=1.6 if busy else 0.0,
+        reference_drift=1.0,
+        busy=busy,
+        why="other processes used 1.6 of 2 CPUs" if busy else "",
+    )
     timing = attrs.evolve(report.decision_time, machine_load=load)
     budget = None if rounds_needed is None else 12.0
     open_ = OpenComparison("fast", "eager_fp32", "gate", 3, rounds_needed, budget)
@@ -86,7 +97,9 @@ def test_a_busy_machine_is_the_advice_where_a_quiet_one_would_say_no_budget_deci
     busy = race_notes(with_open_comparison(report, None, busy=True))
     assert any("no budget would decide it" in note for note in quiet)
     assert not any("no budget would decide it" in note for note in busy)
-    assert any("busy (load 6.2 on 2 CPUs): rerun on a quieter machine" in n for n in busy)
+    assert any(
+        "(other processes used 1.6 of 2 CPUs): rerun on a quieter machine" in n for n in busy
+    )
     longer = race_notes(with_open_comparison(report, 40, busy=True))
     assert any("about 40 rounds" in n and "or a quieter machine" in n for n in longer)
     assert machine_line(with_open_comparison(report, None, busy=False)) is None

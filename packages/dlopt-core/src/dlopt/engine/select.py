@@ -52,7 +52,7 @@ from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts
-from dlopt.platform.machine import load_average, machine_class
+from dlopt.platform.machine import cpu_sample, load_average, machine_class
 from dlopt.plugins.registry import ProviderRegistry
 from dlopt.serving.shadow import rounding_by_family
 from dlopt.settings.policy import OptimizationPolicy, budget_seconds
@@ -85,7 +85,7 @@ def select(selection: Selection) -> OptimizationDecision:
     assert registry is not None, "a selection runs with the providers loaded"
     if run.started_ns is None:
         run = attrs.evolve(run, started_ns=run.clock.now_ns())
-    load_before = load_average()
+    load_before, cpu_start = load_average(), cpu_sample()
     policy = run.policy
     scratch, artifact_dir = _artifact_dir(selection.artifact_dir)
     candidates = plans.choose_plans(registry, selection.providers, policy)
@@ -142,7 +142,10 @@ def select(selection: Selection) -> OptimizationDecision:
             expected_calls=expected_calls,
             serving=serving,
             decision_time=timing.evidence(
-                candidates, schedule, run, machine_load(load_before, timing.call_s, raced.result)
+                candidates,
+                schedule,
+                run,
+                machine_load(load_before, cpu_start, timing.call_s, raced.result),
             ),
         )
         if found is not None:

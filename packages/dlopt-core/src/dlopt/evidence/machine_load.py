@@ -3,9 +3,12 @@
 A race beside other work measures that work too: on 2 cores another CPU-bound process
 made eager fp32 up to 10x slower while ONNX Runtime (spinning off) was barely touched, so
 every ratio over eager is inflated and its spread wide. The report records the load
-average before and after, the CPUs, and how far the reference's calls drifted between
-the profiling before the builds and the race; :func:`machine_load` calls the machine busy
-when either passes its threshold. The summary says so, an open comparison's advice names
+average before and after, the CPUs, how many CPUs' worth of work other processes did
+while the selection ran (the machine's busy time less the selection's own), and how far
+the reference's calls drifted between the profiling before the builds and the race;
+:func:`machine_load` calls the machine busy when the other processes' work or the drift
+passes its threshold. The load average is recorded, not judged: it counts the selecting
+process's own recent work (a test suite, a model just loaded) as load. The summary says so, an open comparison's advice names
 the load, and the user's own evidence leaves a busy race out (docs/selection.md, "A busy
 machine").
 """
@@ -14,13 +17,21 @@ from __future__ import annotations
 
 from dlopt.evidence.report import MachineLoadEvidence
 from dlopt.measurement.results import RaceResult
-from dlopt.platform.machine import load_average, usable_cpus
+from dlopt.platform.machine import (
+    CpuSample,
+    cpu_sample,
+    load_average,
+    others_cpus,
+    usable_cpus,
+)
 
-#: Busy when the 1-minute load average before the selection is at least this much per
-#: CPU: that many threads were already running or waiting beside it. On the 2-core
-#: machines dlopt is developed on an idle load is 0.3-0.9 and one CPU-bound process
-#: beside the selection brings it to 1.5 within a minute.
-BUSY_LOAD_PER_CPU = 0.75
+#: Busy when other processes did at least this many CPUs' worth of work while the
+#: selection ran: on a 2-core machine, one CPU-bound process beside it reads about 1,
+#: an idle machine under 0.1.
+BUSY_OTHERS_CPUS = 0.5
+#: A selection shorter than this (seconds) is too short for the CPU counters (10 ms
+#: ticks) to say what other processes did.
+MIN_SAMPLED_S = 1.0
 #: Busy when the reference's mean call in the race is at least this many times its call
 #: measured before the builds: something took the CPUs between the two.
 BUSY_DRIFT = 1.5
@@ -38,22 +49,26 @@ def reference_drift(race: RaceResult | None, call_s: float) -> float | None:
 
 
 def machine_load(
-    load_before: float | None, call_s: float, race: RaceResult | None
+    load_before: float | None, start: CpuSample, call_s: float, race: RaceResult | None
 ) -> MachineLoadEvidence:
     """The machine's load around a selection that started at ``load_before`` (1-minute
-    load average), whose reference took ``call_s`` a call before the builds and raced in
-    ``race``; read now, at its end."""
+    load average) and ``start`` (:func:`dlopt.platform.machine.cpu_sample`), whose
+    reference took ``call_s`` a call before the builds and raced in ``race``; read now,
+    at its end."""
     cpus = usable_cpus()
+    end = cpu_sample()
+    others = others_cpus(start, end) if end.at_s - start.at_s >= MIN_SAMPLED_S else None
     drift = reference_drift(race, call_s)
     reasons = []
-    if load_before is not None and load_before >= BUSY_LOAD_PER_CPU * cpus:
-        reasons.append(f"load {load_before:.1f} on {cpus} CPU{'s' if cpus != 1 else ''}")
+    if others is not None and others >= BUSY_OTHERS_CPUS:
+        reasons.append(f"other processes used {others:.1f} of {cpus} CPU{'s' if cpus != 1 else ''}")
     if drift is not None and drift >= BUSY_DRIFT:
         reasons.append(f"the reference ran {drift:.1f}x slower in the race than before it")
     return MachineLoadEvidence(
         cpus=cpus,
         load_before=load_before,
         load_after=load_average(),
+        others_cpus=others,
         reference_drift=drift,
         busy=bool(reasons),
         why="; ".join(reasons),

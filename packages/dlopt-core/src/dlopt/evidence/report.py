@@ -480,11 +480,15 @@ class MachineLoadEvidence:
     #: the system does not say); the selection's own threads are in the second.
     load_before: float | None
     load_after: float | None
+    #: How many CPUs' worth of work other processes did while the selection ran (the
+    #: machine's busy time less the selection's own, over its wall time; ``None``: the
+    #: system does not say, or the selection was too short to tell).
+    others_cpus: float | None
     #: The reference's traffic-weighted mean call time in the race over its call time
     #: measured before the builds (``None``: not measured): above 1, something slowed it.
     reference_drift: float | None
-    #: Whether the machine was busy: the load before the selection or the drift passed
-    #: their thresholds; ``why`` says which, in words.
+    #: Whether the machine was busy: the other processes' work or the drift passed their
+    #: thresholds; ``why`` says which, in words.
     busy: bool
     why: str = ""
 

@@ -103,6 +103,53 @@ def load_average() -> float | None:
         return None
 
 
+@frozen
+class CpuSample:
+    """CPU time spent so far: by every process on the machine (``None``: the system does
+    not say), by this process and its waited-for children, and when it was read."""
+
+    machine_busy_s: float | None
+    own_s: float
+    at_s: float
+
+
+def cpu_sample() -> CpuSample:
+    """The CPU time spent so far (read two samples, and :func:`others_cpus` says how many
+    CPUs' worth of work other processes did between them)."""
+    import resource
+    import time
+
+    own = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        own += usage.ru_utime + usage.ru_stime
+    return CpuSample(_machine_busy_s(), own, time.monotonic())
+
+
+def _machine_busy_s() -> float | None:
+    """Seconds every CPU of the machine spent on work since boot (Linux's /proc/stat:
+    everything but idle and I/O wait), or ``None``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+        ticks = [int(value) for value in fields[1:]]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+        # guest time is already counted in user time
+        return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def others_cpus(start: CpuSample, end: CpuSample) -> float | None:
+    """How many CPUs' worth of work other processes did between ``start`` and ``end`` (the
+    machine's busy time less this process's, over the wall time; ``None``: unknown)."""
+    wall = end.at_s - start.at_s
+    if start.machine_busy_s is None or end.machine_busy_s is None or wall <= 0:
+        return None
+    others = (end.machine_busy_s - start.machine_busy_s) - (end.own_s - start.own_s)
+    return max(others, 0.0) / wall
+
+
 def usable_cpus() -> int:
     """How many CPUs this process may run on (its affinity where the system has one)."""
     try:
