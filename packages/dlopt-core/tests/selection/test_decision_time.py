@@ -727,14 +727,59 @@ def test_a_race_with_room_for_few_keeps_the_unknown_plans_whose_first_calls_ran_
     # them (by their given order, the fast plan, registered last, was left out).
     race = FakeRace()
     slow = [
-        race.fake(f"slow_{i}", 0.045, precision="int8", quantization="weight_only")
-        for i in range(4)
+        race.fake(f"slow_{i}", 0.09, precision="int8", quantization="weight_only") for i in range(4)
     ]
-    fast = race.fake("fast", 0.01, precision="int8", quantization="dynamic")
-    report = select_slow(race, 0.05, *slow, fast, time_budget_s=12.0)
+    fast = race.fake("fast", 0.02, precision="int8", quantization="dynamic")
+    report = select_slow(race, 0.1, *slow, fast, time_budget_s=16.0)
     kept_out = [c for c in report.candidates if c.not_raced]
     assert kept_out, "the race had room for every plan: the test's budget is too large"
     assert report.selected_plan == "fast"
     for cand in kept_out:
         assert cand.name.startswith("slow_")
         assert "was less promising (its first calls ran 0." in cand.not_raced, cand.not_raced
+
+
+def test_a_placeholder_cost_is_not_read_as_a_cheaper_build_after_a_cheap_one():
+    # No prior speaks: an FX rewrite built in 0.03 s against the unknown prior's 3 s read
+    # every later build as four times cheaper, and an Inductor compile expected at 1 s
+    # took 4.3 s of an 11 s budget (an LSTM tagger, AVX2).
+    race = FakeRace()
+    cheap = race.fake("rewrite", 8e-3, setup_time_s=0.03)
+    compile_ = race.fake("compile", 8e-3, setup_time_s=4.3, precision="bf16")
+    report = select_slow(race, 10e-3, cheap, compile_, time_budget_s=6.0)
+    assert cheap.builds == 1 and compile_.builds == 0
+    assert "expected to take 3.0 s" in report.candidate("compile").not_built
+    assert report.decision_time.spent_s <= 6.0 * 1.15
+
+
+def test_a_private_plan_no_prior_speaks_for_is_explored_once_where_a_cache_keeps_its_record(
+    tmp_path, monkeypatch
+):
+    # The automatic budget has no room for it beside a costly leader; with no plan cache
+    # it is left out, as before. With one it is built and raced once, and its record is
+    # its prior from then on: a plan never built would never get one.
+    import attrs
+
+    import dlopt.evidence.machine_load as machine_load
+
+    # The fake eager's race calls take its own latency and the model's (SlowTiny's), which
+    # the busy rule reads as a 2x drift: this race is no busy machine's.
+    monkeypatch.setattr(machine_load, "BUSY_DRIFT", 10.0)
+
+    def select_private(cache_dir):
+        race = FakeRace()
+        leader = race.fake("leader", 5e-3, setup_time_s=8.0, declared_prior=prior(2, 1.5, 3, 8))
+        private = race.fake("private", 4e-3, setup_time_s=2.0, precision="bf16")
+        optimizer = race.optimizer(
+            race.fake("eager_fp32", 10e-3), leader, private, time_budget_s="auto"
+        )
+        optimizer = optimizer.with_policy(attrs.evolve(optimizer.policy, plan_cache_dir=cache_dir))
+        return optimizer.select_signature(SlowTiny(race.clock, 10e-3).eval(), X).report
+
+    without = select_private(None).candidate("private")
+    assert without.not_built is not None and without.not_built.startswith("no time left")
+    first = select_private(str(tmp_path))
+    assert first.candidate("private").race.speedup_vs_reference is not None
+    assert first.selected_plan == "private"
+    again = select_private(str(tmp_path)).candidate("private")
+    assert again.prior.source.startswith("your evidence: 1 selection(s)")

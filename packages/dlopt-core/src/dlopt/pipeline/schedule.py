@@ -40,6 +40,7 @@ from dlopt.pipeline.plan_priors import (
     rounding_of,
 )
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
+from dlopt.plugins.first_party import is_first_party
 from dlopt.selection.prior_table import UNKNOWN_SOURCE
 from dlopt.validation import ReferenceOutputs
 from dlopt.vocabulary import Objective, Stage, Verdict
@@ -114,6 +115,11 @@ class Schedule:
     failed_roundings: dict[str, str] = attrs.field(factory=dict)
     #: The plans screened so far (each at most once).
     screened: set[str] = attrs.field(factory=set)
+    #: How many plans but the reference were built so far.
+    challengers_built: int = 0
+    #: The plans explored (:meth:`explores`) and their families.
+    explored: set[str] = attrs.field(factory=set)
+    explored_families: set[tuple[str, str, str | None]] = attrs.field(factory=set)
 
     @property
     def exhaustive(self) -> bool:
@@ -194,6 +200,12 @@ class Schedule:
         self.imported.add(cand.info.plugin)
         if cand.is_reference or cand.prior is None:
             return
+        self.challengers_built += 1
+        if cand.prior.source == UNKNOWN_SOURCE:
+            # Its cost was a placeholder, not a prediction: what it took says nothing of
+            # how far this machine is from the priors (an FX rewrite's 0.03 s against the
+            # placeholder's 3 s scaled an LSTM's Inductor compile down to 1 s; it took 4.3).
+            return
         self.costs.append((cand.prior.cost_s + import_s, cand.setup_s + sum(cand.first_calls_s)))
 
     def rejected(self, cand: CandidateState) -> None:
@@ -232,9 +244,13 @@ class Schedule:
 
     def expected_cost_s(self, cand: CandidateState) -> float:
         """``cand``'s build and first calls as expected here: its prior's cost read through
-        :meth:`cost_scale`, plus its SDK's import when no plan of its distribution was
-        built yet."""
-        return prior_of(cand).cost_s * self.cost_scale() + self._import_s(cand)
+        :meth:`cost_scale` (never below the unknown prior's placeholder cost), plus its
+        SDK's import when no plan of its distribution was built yet."""
+        prior = prior_of(cand)
+        scale = self.cost_scale()
+        if prior.source == UNKNOWN_SOURCE:
+            scale = max(scale, 1.0)  # a placeholder cost is never read as a cheaper build
+        return prior.cost_s * scale + self._import_s(cand)
 
     def _import_s(self, cand: CandidateState) -> float:
         return 0.0 if cand.info.plugin in self.imported else FIRST_OF_DISTRIBUTION_S
@@ -301,12 +317,14 @@ class Schedule:
                     f"the plans expected to beat the leader (set a time budget, or "
                     f"exhaustive, to build every plan that could)"
                 )
+        if self.explores(cand):
+            return None
         left = self.run.seconds_left()
         if left is None:
             return None
         # Until one challenger's build has shown what builds of this model take here,
         # the priors' costs (medians over models of every size) are not trusted to skip.
-        need = self.expected_cost_s(cand) if self.costs else 0.0
+        need = self.expected_cost_s(cand) if self.challengers_built else 0.0
         margin = FIRM_BUDGET_COST_MARGIN if self.firm else 1.0
         # While no challenger in the race promises as much as this plan, what must fit
         # beside its build is the least race that can confirm it (the race is given that
@@ -339,6 +357,28 @@ class Schedule:
             )
         return None
 
+    def explores(self, cand: CandidateState) -> bool:
+        """Whether ``cand`` is built and raced whatever the automatic budget has left: a
+        third-party plan (not dlopt's own distributions: no table row speaks for it) with
+        no prior at all, the first of its family, where a plan cache keeps what it
+        measures. Its record is then its prior on this machine class and mix kind (the
+        user's own evidence), so it is explored once, not left unbuilt for want of time
+        in every selection: a plan never built never gets a record, nor a prior."""
+        if (
+            not self.auto
+            or self.run.policy.plan_cache_dir is None
+            or cand.is_reference
+            or prior_of(cand).source != UNKNOWN_SOURCE
+            or is_first_party(cand.info.distribution)
+        ):
+            return False
+        family = plan_family(cand)
+        if family in self.explored_families and cand.name not in self.explored:
+            return False
+        self.explored_families.add(family)
+        self.explored.add(cand.name)
+        return True
+
     def cut_the_race(self, candidates: Sequence[CandidateState]) -> list[CandidateState]:
         """Keep out of the race the plans its time has no room for, least promising first
         (by screened speedup, else by prior): a race of more plans than its seconds can
@@ -361,8 +401,12 @@ class Schedule:
             return []
         reference, challengers = alive[0], alive[1:]
         ranked = sorted(challengers, key=lambda c: -self.promise(c))
-        left_out = ranked[room - 1 :]
+        # An explored plan races beside the seats (see explores): its record is the point.
+        left_out = [c for c in ranked[room - 1 :] if c.name not in self.explored]
         raced = ", ".join(c.name for c in [reference, *ranked[: room - 1]])
+        extra = [c.name for c in ranked[room - 1 :] if c.name in self.explored]
+        if extra:
+            raced += f", and explored beside them: {', '.join(extra)}"
         for cand in left_out:
             cand.not_raced = (
                 f"the race had {race_s:.1f} s left of the time budget, room for {room} plans "

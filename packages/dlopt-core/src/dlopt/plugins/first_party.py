@@ -76,6 +76,12 @@ def _torch_minor() -> str:
     return f"{match.group(1)}.{match.group(2)}" if match else "<torch major.minor>"
 
 
+def is_first_party(distribution: str | None) -> bool:
+    """Whether ``distribution`` is dlopt-core or one of :data:`FIRST_PARTY` (the
+    benchmark suite measures their plans: the shipped priors speak for them)."""
+    return distribution == "dlopt-core" or any(d.name == distribution for d in FIRST_PARTY)
+
+
 def missing_first_party() -> tuple[FirstPartyDistribution, ...]:
     """The first-party provider distributions not installed here (read from metadata)."""
     return tuple(d for d in FIRST_PARTY if distribution_version(d.name) is None)
