@@ -35,6 +35,9 @@ from typing import Any
 from .models import WORKLOADS
 from .results import (
     BUDGET_TOOL,
+    BUSY_PROCESSES,
+    BUSY_TOOL,
+    BUSY_WORKLOADS,
     CONVERTER,
     DecisionRun,
     DemoTiming,
@@ -128,6 +131,34 @@ def decision_run(
     return CONVERTER.structure(_read(record), DecisionRun)
 
 
+#: How long the busy processes spin before the busy decision starts (the scheduler has
+#: them running; the 1-minute load average has not caught up, which the report's own
+#: measure of other processes' work does not need).
+BUSY_LEAD_S = 2.0
+
+
+def busy_decision(key: str, raw: Path, quick: bool, timeout_s: float) -> DecisionRun:
+    """dlopt's default decision on ``key`` in a fresh process while
+    :data:`BUSY_PROCESSES` processes spin on the CPUs (each in its own session, ended
+    when the decision is over)."""
+    spinners = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(BUSY_PROCESSES)
+    ]
+    try:
+        time.sleep(BUSY_LEAD_S)
+        return decision_run(BUSY_TOOL, key, 1, raw, quick, timeout_s)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
 def oracle_plans(
     key: str, runs: list[tuple[str, int, DecisionRun]], raw: Path
 ) -> list[dict[str, Any]]:
@@ -159,6 +190,7 @@ def run_model(
     timeout_s: float,
     oracle_timeout_s: float,
     budget_runs: int = 1,
+    busy: bool = False,
 ) -> ModelResult:
     title = WORKLOADS[key][0]
     dlopt_runs: list[DecisionRun] = []
@@ -180,6 +212,9 @@ def run_model(
         record = decision_run(BUDGET_TOOL, key, run, raw, quick, timeout_s)
         budget.append(record)
         _say(key, f"dlopt --time-budget 20 run {run}/{budget_runs}", record)
+    busy_runs = [busy_decision(key, raw, quick, timeout_s)] if busy else []
+    for record in busy_runs:
+        _say(key, f"dlopt beside {BUSY_PROCESSES} busy processes", record)
     mix = mix_kind_of([*dlopt_runs, *budget])
     if all(r.error for r in (*dlopt_runs, *budget)):
         return ModelResult(
@@ -192,13 +227,15 @@ def run_model(
             "every dlopt run failed",
             budget,
             mix,
+            busy_runs,
         )
     labelled = [("dlopt", n, r) for n, r in enumerate(dlopt_runs, start=1)]
     labelled += [(BUDGET_TOOL, n, r) for n, r in enumerate(budget, start=1)]
+    labelled += [(BUSY_TOOL, n, r) for n, r in enumerate(busy_runs, start=1)]
     plans = oracle_plans(key, labelled, raw)
     peer_fx = any(r.oracle_name == "peer_fx" for r in peer_runs)
     # The picks (and eager fp32, for the speedup) are timed every round: their regret is wanted.
-    decided = (*dlopt_runs, *budget, *peer_runs)
+    decided = (*dlopt_runs, *budget, *busy_runs, *peer_runs)
     picks = {r.oracle_name for r in decided if r.oracle_name} | {"eager_fp32"}
     plans_file = raw / f"oracle-plans-{key}.json"
     wanted = {"plans": plans, "peer_fx": peer_fx, "keep": sorted(picks)}
@@ -219,7 +256,9 @@ def run_model(
     else:
         oracle = OracleResult(error=f"oracle: {error or 'no record written'}")
         print(f"  {key}: {oracle.error}", flush=True)
-    return ModelResult(key, title, dlopt_runs, peer_runs, oracle, repeat, None, budget, mix)
+    return ModelResult(
+        key, title, dlopt_runs, peer_runs, oracle, repeat, None, budget, mix, busy_runs
+    )
 
 
 def _say(key: str, what: str, record: DecisionRun) -> None:
@@ -279,7 +318,13 @@ def fresh_compiler_caches(root: Path) -> dict[str, str]:
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor")}
 
 
-def environment(command: str, repeats: int, quick: bool, budget_runs: int = 1) -> dict[str, Any]:
+def environment(
+    command: str,
+    repeats: int,
+    quick: bool,
+    budget_runs: int = 1,
+    busy_models: tuple[str, ...] = (),
+) -> dict[str, Any]:
     import torch
 
     import dlopt
@@ -308,6 +353,7 @@ def environment(command: str, repeats: int, quick: bool, budget_runs: int = 1) -
         "command": command,
         "repeats": repeats,
         "budget_runs": budget_runs,
+        "busy_models": list(busy_models),
         "quick": quick,
     }
 
@@ -442,6 +488,14 @@ def main(argv: list[str] | None = None) -> int:
         "besides the default runs (default 1)",
     )
     parser.add_argument(
+        "--busy-models",
+        nargs="*",
+        default=list(BUSY_WORKLOADS),
+        metavar="NAME",
+        help=f"workloads that get one more default decision with {BUSY_PROCESSES} CPU-bound "
+        f"processes beside it (default: {' '.join(BUSY_WORKLOADS)}; none: no busy pass)",
+    )
+    parser.add_argument(
         "--skip-demo",
         action="store_true",
         help="do not time `python3 -m nox -s demo -R` (its target is then not measured)",
@@ -481,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rerender is not None:
         return rerender(args.rerender, args.output_dir or args.rerender.parent)
-    unknown = [m for m in args.models if m not in WORKLOADS]
+    unknown = [m for m in (*args.models, *args.busy_models) if m not in WORKLOADS]
     if unknown:
         parser.error(
             f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
@@ -499,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.suite " + " ".join(argv if argv is not None else sys.argv[1:])
     compiler_caches = fresh_compiler_caches(raw.parent / "compiler-caches")
     os.environ.update(compiler_caches)  # the workers inherit it
-    env = environment(command.strip(), repeats, args.quick, args.budget_runs)
+    env = environment(
+        command.strip(), repeats, args.quick, args.budget_runs, tuple(args.busy_models)
+    )
     env["compiler_caches"] = f"empty at the start: {compiler_caches}"
     print(f"CPU {env['cpu_model']}, ISA {', '.join(env['isa_flags'])}; load {env['load_before']}")
     started = time.perf_counter()
@@ -518,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.timeout,
                 args.oracle_timeout,
                 args.budget_runs,
+                busy=key in args.busy_models,
             )
         except Exception as exc:  # a broken record fails its workload, not the suite
             result = ModelResult(key, WORKLOADS[key][0], error=f"{type(exc).__name__}: {exc}")

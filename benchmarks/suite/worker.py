@@ -4,6 +4,7 @@
     python -m benchmarks.suite.worker dlopt  --workload mlp --out DIR --run 3 --plan-cache C
     python -m benchmarks.suite.worker repeat --workload mlp --out DIR --plan-cache C
     python -m benchmarks.suite.worker dlopt-budget20 --workload mlp --out DIR --run 1
+    python -m benchmarks.suite.worker dlopt-busy --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker peer   --workload mlp --out DIR --run 1
     python -m benchmarks.suite.worker oracle --workload mlp --out DIR --plans PLANS.json
 
@@ -16,7 +17,8 @@ optimizer (plugin discovery included) to the decision in hand.
 the decision in the plan cache ``C``; ``repeat`` then decides again from ``C`` in a fresh
 process: the time a repeat decision on the same machine takes (docs/cache.md).
 ``dlopt-budget20`` is a dlopt decision under ``OptimizationPolicy(time_budget_s=20.0)``
-(``dlopt select --time-budget 20``).
+(``dlopt select --time-budget 20``); ``dlopt-busy`` a default one (the suite starts the
+busy processes around it).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .models import build
 from .results import (
     BUDGET_S,
     BUDGET_TOOL,
+    BUSY_TOOL,
     PEER_PLAN_IN_ORACLE,
     DecisionRun,
     Interval,
@@ -274,7 +277,9 @@ def run_oracle(key: str, out: Path, plans_file: Path, quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("dlopt", BUDGET_TOOL, "repeat", "peer", "oracle"))
+    parser.add_argument(
+        "mode", choices=("dlopt", BUDGET_TOOL, BUSY_TOOL, "repeat", "peer", "oracle")
+    )
     parser.add_argument("--workload", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--run", type=int, default=1)
@@ -284,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "--plan-cache", type=Path, help="dlopt: keep the decision here; repeat: decide from it"
     )
     args = parser.parse_args(argv)
-    if args.mode in ("dlopt", BUDGET_TOOL):
+    if args.mode in ("dlopt", BUDGET_TOOL, BUSY_TOOL):
         run_dlopt(args.workload, args.out, args.run, args.quick, args.plan_cache, args.mode)
     elif args.mode == "repeat":
         if args.plan_cache is None:

@@ -769,3 +769,33 @@ def test_every_repeat_must_be_a_hit_within_a_tenth_of_the_race():
     target = by_name(unmeasured)[TARGET_REPEAT]
     assert target.met is None and "no repeat: f" in target.detail
     assert by_name([])[TARGET_REPEAT].met is None
+
+
+def test_a_busy_decision_ends_near_its_budget_and_keeps_no_eager_where_the_quiet_pick_is_2x():
+    from benchmarks.suite.results import BUSY_TOOL, TARGET_BUSY
+
+    def busy_workload(key: str, pick: str, wall: float, budget: float = 10.0, error=None):
+        busy = DecisionRun(BUSY_TOOL, pick, pick, wall_s=wall, budget_s=budget, error=error)
+        return summarize(
+            ModelResult(
+                key,
+                key.upper(),
+                dlopt=(decided("inductor", wall=10.0),),
+                # the quiet pick, inductor, is 2.5x eager by the oracle
+                oracle=oracle(eager_fp32=2.5, inductor=1.0),
+                busy=(busy,),
+            )
+        )
+
+    met = by_name([busy_workload("a", "inductor", 11.4)])[TARGET_BUSY]
+    assert met.met is True and "a 11.4 of 10.0 s, inductor" in met.detail
+    late = by_name([busy_workload("a", "inductor", 11.6)])[TARGET_BUSY]
+    assert late.met is False and "a 11.6 s of a 10.0 s budget" in late.detail
+    eager = by_name([busy_workload("a", "eager_fp32", 9.0)])[TARGET_BUSY]
+    assert eager.met is False and "kept eager where the quiet pick inductor is 2.5x" in eager.detail
+    failed = by_name([busy_workload("a", "", 0.0, error="exit 1")])[TARGET_BUSY]
+    assert failed.met is False and "a (exit 1)" in failed.detail
+    assert by_name([_workload("b", 10.0, 5.0)])[TARGET_BUSY].met is None
+    table = markdown([busy_workload("a", "inductor", 11.4)], [], {})
+    assert "## Busy pass (2 CPU-bound processes beside dlopt)" in table
+    assert "| A | 11.4 | 10.0 | 1.14 | inductor | inductor (2.50) |" in table
