@@ -63,7 +63,8 @@ def encoder() -> Workload:
 
 class LstmTagger(nn.Module):
     """A 2-layer LSTM over feature frames (128 in, 256 hidden) and a linear head tagging
-    every step with one of 32 labels: a recurrent mix the prior table has no row for."""
+    every step with one of 32 labels: a recurrent mix, which the prior table has no row
+    for."""
 
     def __init__(self, features: int = 128, hidden: int = 256, labels: int = 32) -> None:
         super().__init__()

@@ -167,7 +167,13 @@ def decision_from_report(report_path: Path, wall_s: float) -> DecisionRun:
         decision_spent_s=timing.spent_s if timing is not None else None,
         mix_kind=timing.mix_kind if timing is not None else None,
         operator_mix=(
-            {"conv": mix.conv, "linear": mix.linear, "attention": mix.attention, "other": mix.other}
+            {
+                "conv": mix.conv,
+                "linear": mix.linear,
+                "attention": mix.attention,
+                "recurrent": mix.recurrent,
+                "other": mix.other,
+            }
             if mix is not None
             else {}
         ),

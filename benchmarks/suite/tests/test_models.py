@@ -37,7 +37,7 @@ def test_the_targets_count_every_workload():
     assert len(WORKLOADS) == SUITE_WORKLOADS
 
 
-def test_the_lstm_tagger_tags_every_step_and_reads_as_a_mix_the_table_has_no_row_for():
+def test_the_lstm_tagger_tags_every_step_and_reads_as_a_recurrent_mix():
     import types
 
     from dlopt.pipeline.ground_truth import operator_mix
@@ -49,4 +49,5 @@ def test_the_lstm_tagger_tags_every_step_and_reads_as_a_mix_the_table_has_no_row
     case = types.SimpleNamespace(args=(frames,), kwargs={})
     reference = types.SimpleNamespace(cases=[case], calling_context=torch.no_grad)
     mix = operator_mix(model, reference)
-    assert mix.kind == "other", mix.describe()
+    assert mix.kind == "recurrent", mix.describe()
+    assert mix.recurrent > 0.5

@@ -84,7 +84,13 @@ def test_a_dlopt_record_holds_the_plans_not_built_the_budget_the_mix_and_the_pri
     assert record.not_built == {"onnxruntime_cpu": PRUNED, "openvino_cpu": LATE}
     assert (record.budget_s, record.budget_rule, record.decision_spent_s) == (19.5, "auto", 14.2)
     assert record.mix_kind == "conv"
-    assert record.operator_mix == {"conv": 0.7, "linear": 0.2, "attention": 0.0, "other": 0.1}
+    assert record.operator_mix == {
+        "conv": 0.7,
+        "linear": 0.2,
+        "attention": 0.0,
+        "recurrent": 0.0,
+        "other": 0.1,
+    }
     assert record.priors["inductor"] == PriorRange(
         1.5, 2.6, "table: avx2, conv models, 5 workload(s)"
     )

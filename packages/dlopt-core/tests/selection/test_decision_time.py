@@ -783,3 +783,25 @@ def test_a_private_plan_no_prior_speaks_for_is_explored_once_where_a_cache_keeps
     assert first.selected_plan == "private"
     again = select_private(str(tmp_path)).candidate("private")
     assert again.prior.source.startswith("your evidence: 1 selection(s)")
+
+
+def test_a_model_that_spends_its_call_in_an_lstm_is_a_recurrent_mix():
+    from dlopt.pipeline.ground_truth import operator_mix
+
+    class Tagger(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(16, 64, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(64, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.lstm(x)[0])
+
+    frames = torch.randn(2, 24, 16)
+    reference = types.SimpleNamespace(
+        cases=[types.SimpleNamespace(args=(frames,), kwargs={})], calling_context=torch.no_grad
+    )
+    mix = operator_mix(Tagger().eval(), reference)
+    assert mix.kind == "recurrent", mix.describe()
+    assert "recurrent" in mix.describe()
+    assert OperatorMix(recurrent=0.3, conv=0.5, other=0.2).kind == "conv"

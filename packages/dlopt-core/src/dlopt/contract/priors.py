@@ -19,7 +19,8 @@ from attrs import field, frozen
 @frozen
 class OperatorMix:
     """Where one reference call spends its time, as shares summing to 1: convolutions,
-    linear layers (matmuls), attention, and everything else."""
+    linear layers (matmuls), attention, recurrent layers (LSTM, GRU, RNN), and everything
+    else."""
 
     conv: float = 0.0
     linear: float = 0.0
@@ -31,13 +32,16 @@ class OperatorMix:
     #: counted): the size of the graph an exporter or a compiler has to process, what a
     #: plan's build and first calls grow with.
     operator_calls: int = 0
+    recurrent: float = 0.0
 
     @property
     def kind(self) -> str:
-        """The mix a prior is keyed by: ``attention`` (a transformer), ``conv``,
-        ``linear`` or ``other``."""
+        """The mix a prior is keyed by: ``attention`` (a transformer), ``recurrent``,
+        ``conv``, ``linear`` or ``other``."""
         if self.has_attention or self.attention >= 0.05:
             return "attention"
+        if self.recurrent >= 0.2 and self.recurrent >= max(self.conv, self.linear):
+            return "recurrent"
         if self.conv >= 0.2 and self.conv >= self.linear:
             return "conv"
         if self.linear >= 0.2:
@@ -46,9 +50,10 @@ class OperatorMix:
 
     def describe(self) -> str:
         size = f", {self.operator_calls} operator calls" if self.operator_calls else ""
+        recurrent = f", recurrent {self.recurrent:.0%}" if self.recurrent else ""
         return (
             f"{self.kind} (conv {self.conv:.0%}, linear {self.linear:.0%}, attention "
-            f"{self.attention:.0%}, other {self.other:.0%}{size})"
+            f"{self.attention:.0%}{recurrent}, other {self.other:.0%}{size})"
         )
 
 

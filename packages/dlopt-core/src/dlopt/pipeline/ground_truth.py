@@ -103,6 +103,7 @@ def profiled(truth: GroundTruth, model: torch.nn.Module, context: SelectionConte
 #: words its class name contains (an attention block's own linear layers count to it).
 _MODULE_KINDS = (
     ("attention", ("attention", "transformerencoderlayer", "transformerdecoderlayer")),
+    ("recurrent", ("lstm", "gru", "rnn")),
     ("conv", ("conv",)),
     ("linear", ("linear", "bilinear")),
 )
@@ -130,8 +131,8 @@ def operator_mix(
     decision_s: Callable[[], float] | None = None,
 ) -> OperatorMix:
     """Where one reference call per case spends its time, by kind of layer (time inside
-    convolution, linear and attention modules, the outermost one counting; the rest is
-    ``other``): what a plan's prior is read for. Timed with forward hooks, so nothing but
+    convolution, linear, attention and recurrent modules, the outermost one counting; the
+    rest is ``other``): what a plan's prior is read for. Timed with forward hooks, so nothing but
     the model runs; passes over the cases are repeated while they took under
     :data:`MIX_TIMING_S` of the decision's time (``decision_s``, seconds on its clock;
     ``None``: the wall clock), at most :data:`MIX_MAX_PASSES`, and the fastest pass's
@@ -140,7 +141,7 @@ def operator_mix(
 
     elapsed = decision_s or time.perf_counter
 
-    spent = {"conv": 0.0, "linear": 0.0, "attention": 0.0}
+    spent = {"conv": 0.0, "linear": 0.0, "attention": 0.0, "recurrent": 0.0}
     started: list[tuple[str, float]] = []  # the classified modules being called, outermost first
     handles = []
 
@@ -188,6 +189,7 @@ def operator_mix(
         conv=shares["conv"],
         linear=shares["linear"],
         attention=shares["attention"],
+        recurrent=shares["recurrent"],
         other=max(1.0 - sum(shares.values()), 0.0),
         has_attention=has_attention,
     )
