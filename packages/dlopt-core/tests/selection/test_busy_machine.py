@@ -68,10 +68,12 @@ def test_other_processes_working_beside_the_selection_make_the_machine_busy(mach
     assert machine_line(report).startswith("machine: busy (other processes used 1.2 of 2 CPUs)")
 
 
-def test_a_reference_slower_in_the_race_than_before_it_makes_the_machine_busy(machine):
+def test_a_reference_slower_in_the_race_than_before_it_is_recorded_not_judged(machine):
+    # An LSTM tagger's eager calls ran 2x slower in its race than when profiled on a
+    # quiet machine: the drift alone does not say the machine was busy.
     load = select(2.0).decision_time.machine_load
     assert load.reference_drift == pytest.approx(2.0, rel=0.05)
-    assert load.busy and "the reference ran 2.0x slower in the race" in load.why
+    assert not load.busy and load.why == ""
 
 
 def with_open_comparison(report, rounds_needed, busy: bool):

@@ -753,18 +753,12 @@ def test_a_placeholder_cost_is_not_read_as_a_cheaper_build_after_a_cheap_one():
 
 
 def test_a_private_plan_no_prior_speaks_for_is_explored_once_where_a_cache_keeps_its_record(
-    tmp_path, monkeypatch
+    tmp_path,
 ):
     # The automatic budget has no room for it beside a costly leader; with no plan cache
     # it is left out, as before. With one it is built and raced once, and its record is
     # its prior from then on: a plan never built would never get one.
     import attrs
-
-    import dlopt.evidence.machine_load as machine_load
-
-    # The fake eager's race calls take its own latency and the model's (SlowTiny's), which
-    # the busy rule reads as a 2x drift: this race is no busy machine's.
-    monkeypatch.setattr(machine_load, "BUSY_DRIFT", 10.0)
 
     def select_private(cache_dir):
         race = FakeRace()
@@ -805,3 +799,15 @@ def test_a_model_that_spends_its_call_in_an_lstm_is_a_recurrent_mix():
     assert mix.kind == "recurrent", mix.describe()
     assert "recurrent" in mix.describe()
     assert OperatorMix(recurrent=0.3, conv=0.5, other=0.2).kind == "conv"
+
+
+def test_the_automatic_budget_is_larger_where_no_prior_speaks_for_any_plan():
+    from dlopt.settings.policy import EXPLORING_BUDGET_FACTOR
+
+    known = FakeRace()
+    with_prior = known.fake("fast", 5e-3, declared_prior=prior(2.0, 1.5, 3.0, 0.5))
+    budget = select_slow(known, 10e-3, with_prior, time_budget_s="auto").decision_time.budget_s
+    unknown = FakeRace()
+    exploring = select_slow(unknown, 10e-3, unknown.fake("fast", 5e-3), time_budget_s="auto")
+    assert exploring.decision_time.budget_s == pytest.approx(budget * EXPLORING_BUDGET_FACTOR)
+    assert EXPLORING_BUDGET_FACTOR > 1

@@ -54,8 +54,14 @@ from dlopt.platform.containment import Containment
 from dlopt.platform.fileio import TemporaryArtifacts
 from dlopt.platform.machine import cpu_sample, load_average, machine_class
 from dlopt.plugins.registry import ProviderRegistry
+from dlopt.selection.prior_table import UNKNOWN_SOURCE
 from dlopt.serving.shadow import rounding_by_family
-from dlopt.settings.policy import OptimizationPolicy, budget_seconds
+from dlopt.settings.policy import (
+    AUTO_BUDGET_MAX_S,
+    EXPLORING_BUDGET_FACTOR,
+    OptimizationPolicy,
+    budget_seconds,
+)
 from dlopt.settings.workload import WorkloadProfile
 from dlopt.validation.reference import ReferenceOutputs
 
@@ -211,15 +217,25 @@ def _plan_the_time(
 ) -> tuple[SelectionContext, Schedule, _Timing]:
     """The time budget's deadline on ``run``, every plan's prior, and the build schedule."""
     policy = run.policy
-    budget_s, rule = budget_seconds(policy, truth.round_call_s)
-    assert run.started_ns is not None
-    if budget_s is not None:
-        run = attrs.evolve(run, deadline_ns=run.started_ns + int(budget_s * 1e9))
     machine = machine_class(run.target.device)
     evidence = user_priors(policy.plan_cache_dir, machine, truth.mix.kind)
     assign_priors(candidates, context, machine, truth.mix, evidence)
+    budget_s, rule = budget_seconds(policy, truth.round_call_s)
+    if rule == "auto" and budget_s is not None and _no_prior_speaks(candidates):
+        budget_s = min(budget_s * EXPLORING_BUDGET_FACTOR, AUTO_BUDGET_MAX_S)
+    assert run.started_ns is not None
+    if budget_s is not None:
+        run = attrs.evolve(run, deadline_ns=run.started_ns + int(budget_s * 1e9))
     schedule = Schedule(run, truth.case_call_s, budget_s)
     return run, schedule, _Timing(budget_s, rule, machine, truth.mix, truth.call_s)
+
+
+def _no_prior_speaks(candidates: Sequence[CandidateState]) -> bool:
+    """Whether every plan but the reference has the unknown prior (and there is one)."""
+    challengers = [c for c in candidates if not c.is_reference]
+    return bool(challengers) and all(
+        c.prior is None or c.prior.source == UNKNOWN_SOURCE for c in challengers
+    )
 
 
 def _cache_hit(

@@ -6,9 +6,12 @@ every ratio over eager is inflated and its spread wide. The report records the l
 average before and after, the CPUs, how many CPUs' worth of work other processes did
 while the selection ran (the machine's busy time less the selection's own), and how far
 the reference's calls drifted between the profiling before the builds and the race;
-:func:`machine_load` calls the machine busy when the other processes' work or the drift
-passes its threshold. The load average is recorded, not judged: it counts the selecting
-process's own recent work (a test suite, a model just loaded) as load. The summary says so, an open comparison's advice names
+:func:`machine_load` calls the machine busy when the other processes' work passes its
+threshold. The load average and the drift are recorded, not judged: the load average
+counts the selecting process's own recent work (a test suite, a model just loaded), and
+the drift moves on a quiet machine too (an LSTM tagger's eager calls ran 1.9-2.0x slower
+in its race than when profiled, with nothing else running; the demo conv net's 0.36x
+beside two busy processes). The summary says so, an open comparison's advice names
 the load, and the user's own evidence leaves a busy race out (docs/selection.md, "A busy
 machine").
 """
@@ -32,9 +35,6 @@ BUSY_OTHERS_CPUS = 0.5
 #: A selection shorter than this (seconds) is too short for the CPU counters (10 ms
 #: ticks) to say what other processes did.
 MIN_SAMPLED_S = 1.0
-#: Busy when the reference's mean call in the race is at least this many times its call
-#: measured before the builds: something took the CPUs between the two.
-BUSY_DRIFT = 1.5
 
 
 def reference_drift(race: RaceResult | None, call_s: float) -> float | None:
@@ -62,8 +62,6 @@ def machine_load(
     reasons = []
     if others is not None and others >= BUSY_OTHERS_CPUS:
         reasons.append(f"other processes used {others:.1f} of {cpus} CPU{'s' if cpus != 1 else ''}")
-    if drift is not None and drift >= BUSY_DRIFT:
-        reasons.append(f"the reference ran {drift:.1f}x slower in the race than before it")
     return MachineLoadEvidence(
         cpus=cpus,
         load_before=load_before,

@@ -487,8 +487,8 @@ class MachineLoadEvidence:
     #: The reference's traffic-weighted mean call time in the race over its call time
     #: measured before the builds (``None``: not measured): above 1, something slowed it.
     reference_drift: float | None
-    #: Whether the machine was busy: the other processes' work or the drift passed their
-    #: thresholds; ``why`` says which, in words.
+    #: Whether the machine was busy: the other processes' work passed its threshold
+    #: (``why`` says so, in words).
     busy: bool
     why: str = ""
 
