@@ -9,7 +9,7 @@ the reference's calls drifted between the profiling before the builds and the ra
 :func:`machine_load` calls the machine busy when the other processes' work passes its
 threshold. The load average and the drift are recorded, not judged: the load average
 counts the selecting process's own recent work (a test suite, a model just loaded), and
-the drift moves on a quiet machine too (an LSTM tagger's eager calls ran 1.9-2.0x slower
+the drift moves on a quiet machine too (an LSTM tagger's eager calls ran 1.7-2.0x slower
 in its race than when profiled, with nothing else running; the demo conv net's 0.36x
 beside two busy processes). The summary says so, an open comparison's advice names
 the load, and the user's own evidence leaves a busy race out (docs/selection.md, "A busy

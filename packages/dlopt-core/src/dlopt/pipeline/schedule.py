@@ -152,8 +152,8 @@ class Schedule:
         (:func:`plan_family`): the most promising plan of each such family comes before
         the second of any. With every prior unknown, gain per second is the cost alone,
         and the cheapest family's variants would take the whole budget: on an LSTM
-        tagger (AVX2) seven Inductor variants did, and ONNX Runtime int8, 3.9x faster
-        than eager, was never raced."""
+        tagger (AVX2) dlopt-fx's FX rewrite and Inductor compile did, and ONNX Runtime
+        int8, 3.9x faster than eager, was never built."""
         if self.exhaustive:
             return list(candidates)
         position = {id(c): i for i, c in enumerate(candidates)}
