@@ -15,9 +15,10 @@ otherwise steer every later selection of that machine class and mix:
   records (an edited report is no evidence);
 - a plan's speedup is left out when the race flagged it, or the reference it is measured
   against, ``noisy``, or the report's ``machine_load`` says the machine was busy (a busy
-  machine slows eager fp32 and inflates every ratio over it: 1000x was seen), when it rests on fewer than :data:`MIN_ROUNDS` rounds, and when it is
-  no finite number within :data:`PLAUSIBLE_SPEEDUP` either way of 1x; those records
-  still count for the pass rate, validation does not depend on the machine's load;
+  machine slows eager fp32 and inflates every ratio over it: 1000x was seen), when it
+  rests on fewer than :data:`MIN_ROUNDS` rounds, and when it is no finite number within
+  :data:`PLAUSIBLE_SPEEDUP` either way of 1x; those records still count for the pass
+  rate, validation does not depend on the machine's load;
 - of the rest, a speedup far from the median of the plan's records (:func:`outliers`) is
   left out, and the prior's speedup is the median of the log speedups of what is left;
 - interval bounds and costs that are no positive finite number are read as missing.

@@ -47,7 +47,7 @@ from dlopt.evidence.report import (
     OptimizationReport,
 )
 from dlopt.pipeline import checks, choose, ground_truth, plans, race_stages
-from dlopt.pipeline.plan_priors import assign_priors
+from dlopt.pipeline.plan_priors import assign_priors, prior_of
 from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, close_all
 from dlopt.platform.containment import Containment
@@ -233,9 +233,7 @@ def _plan_the_time(
 def _no_prior_speaks(candidates: Sequence[CandidateState]) -> bool:
     """Whether every plan but the reference has the unknown prior (and there is one)."""
     challengers = [c for c in candidates if not c.is_reference]
-    return bool(challengers) and all(
-        c.prior is None or c.prior.source == UNKNOWN_SOURCE for c in challengers
-    )
+    return bool(challengers) and all(prior_of(c).source == UNKNOWN_SOURCE for c in challengers)
 
 
 def _cache_hit(

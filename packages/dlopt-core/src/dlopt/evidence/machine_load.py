@@ -58,16 +58,14 @@ def machine_load(
     cpus = usable_cpus()
     end = cpu_sample()
     others = others_cpus(start, end) if end.at_s - start.at_s >= MIN_SAMPLED_S else None
-    drift = reference_drift(race, call_s)
-    reasons = []
-    if others is not None and others >= BUSY_OTHERS_CPUS:
-        reasons.append(f"other processes used {others:.1f} of {cpus} CPU{'s' if cpus != 1 else ''}")
+    busy = others is not None and others >= BUSY_OTHERS_CPUS
+    plural = "s" if cpus != 1 else ""
     return MachineLoadEvidence(
         cpus=cpus,
         load_before=load_before,
         load_after=load_average(),
         others_cpus=others,
-        reference_drift=drift,
-        busy=bool(reasons),
-        why="; ".join(reasons),
+        reference_drift=reference_drift(race, call_s),
+        busy=busy,
+        why=f"other processes used {others:.1f} of {cpus} CPU{plural}" if busy else "",
     )

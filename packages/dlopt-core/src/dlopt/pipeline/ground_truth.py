@@ -132,8 +132,8 @@ def operator_mix(
 ) -> OperatorMix:
     """Where one reference call per case spends its time, by kind of layer (time inside
     convolution, linear, attention and recurrent modules, the outermost one counting; the
-    rest is ``other``): what a plan's prior is read for. Timed with forward hooks, so nothing but
-    the model runs; passes over the cases are repeated while they took under
+    rest is ``other``): what a plan's prior is read for. Timed with forward hooks, so
+    nothing but the model runs; passes over the cases are repeated while they took under
     :data:`MIX_TIMING_S` of the decision's time (``decision_s``, seconds on its clock;
     ``None``: the wall clock), at most :data:`MIX_MAX_PASSES`, and the fastest pass's
     shares are kept. A model whose call fails here leaves the mix unknown (all ``other``)."""

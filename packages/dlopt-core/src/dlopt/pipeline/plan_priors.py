@@ -162,7 +162,7 @@ def first_calls_speedup(cand: CandidateState, case_call_s: Sequence[float]) -> f
     return sum(case_call_s) / spent
 
 
-def promise_of(cand: CandidateState, case_call_s: Sequence[float] = ()) -> float:
+def promise_of(cand: CandidateState, case_call_s: Sequence[float]) -> float:
     """What ``cand`` is expected to measure: its screened speedup, else its prior's; for a
     plan whose prior is the unknown one, what its first calls measured against the
     reference's ``case_call_s`` (:func:`first_calls_speedup`) when they were timed."""
@@ -176,7 +176,7 @@ def promise_of(cand: CandidateState, case_call_s: Sequence[float] = ()) -> float
     return prior.speedup
 
 
-def promise_text(cand: CandidateState, case_call_s: Sequence[float] = ()) -> str:
+def promise_text(cand: CandidateState, case_call_s: Sequence[float]) -> str:
     """What ``cand`` is expected to measure, in words, with where that comes from."""
     if cand.screening is not None and cand.screening.point is not None:
         return f"screened at {cand.screening.describe()}"

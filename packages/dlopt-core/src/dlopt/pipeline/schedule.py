@@ -117,9 +117,8 @@ class Schedule:
     screened: set[str] = attrs.field(factory=set)
     #: How many plans but the reference were built so far.
     challengers_built: int = 0
-    #: The plans explored (:meth:`explores`) and their families.
-    explored: set[str] = attrs.field(factory=set)
-    explored_families: set[tuple[str, str, str | None]] = attrs.field(factory=set)
+    #: Per family explored (:meth:`explores`), the plan that explored it.
+    explored: dict[tuple[str, str, str | None], str] = attrs.field(factory=dict)
 
     @property
     def exhaustive(self) -> bool:
@@ -372,12 +371,7 @@ class Schedule:
             or is_first_party(cand.info.distribution)
         ):
             return False
-        family = plan_family(cand)
-        if family in self.explored_families and cand.name not in self.explored:
-            return False
-        self.explored_families.add(family)
-        self.explored.add(cand.name)
-        return True
+        return self.explored.setdefault(plan_family(cand), cand.name) == cand.name
 
     def cut_the_race(self, candidates: Sequence[CandidateState]) -> list[CandidateState]:
         """Keep out of the race the plans its time has no room for, least promising first
@@ -402,9 +396,10 @@ class Schedule:
         reference, challengers = alive[0], alive[1:]
         ranked = sorted(challengers, key=lambda c: -self.promise(c))
         # An explored plan races beside the seats (see explores): its record is the point.
-        left_out = [c for c in ranked[room - 1 :] if c.name not in self.explored]
+        explored = set(self.explored.values())
+        left_out = [c for c in ranked[room - 1 :] if c.name not in explored]
         raced = ", ".join(c.name for c in [reference, *ranked[: room - 1]])
-        extra = [c.name for c in ranked[room - 1 :] if c.name in self.explored]
+        extra = [c.name for c in ranked[room - 1 :] if c.name in explored]
         if extra:
             raced += f", and explored beside them: {', '.join(extra)}"
         for cand in left_out:
