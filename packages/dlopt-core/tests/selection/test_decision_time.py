@@ -15,6 +15,7 @@ import torch
 
 from dlopt.contract.priors import OperatorMix, Prior
 from dlopt.pipeline.measure import FINISH_RESERVE_S
+from dlopt.pipeline.prepare import BUILD_PAST_BUDGET
 from dlopt.settings.policy import OptimizationPolicy, auto_time_budget, budget_seconds
 from dlopt.testing.fake_race import FakeRace
 from dlopt.vocabulary import Status
@@ -65,19 +66,16 @@ def test_when_the_budget_ends_the_best_plan_confirmed_so_far_serves():
     assert row["status"] == "not_built" and row["prior"]["high"] == 8.0
 
 
-def test_a_budget_spent_before_the_race_still_races_and_keeps_the_gate():
+def test_a_build_that_leaves_the_race_less_than_its_reserve_is_abandoned_not_raced_late():
     race = FakeRace()
-    # Its build takes the whole budget: the race gets its floor share, no more.
+    # Its build takes the whole budget: racing it would spend seconds the budget does not
+    # have, so it is abandoned and the reference serves, within the budget.
     late = race.fake("late", 1e-3, setup_time_s=9.5, declared_prior=prior(3.0, 2.0, 4.0, 1.0))
     decision = select(race, race.fake("eager_fp32", 3e-3), late, time_budget_s=10.0)
     report = decision.report
-    assert report.measurement is not None and report.measurement.rounds >= 1
-    assert report.decision_time.spent_s <= 10.0 + FINISH_RESERVE_S + 1.0
-    # Served only if the race confirmed it: the gate still applies to an anytime result.
-    if report.selected_plan == "late":
-        assert report.candidate("late").race.gate_passed is True
-    else:
-        assert report.selected_plan == "eager_fp32"
+    assert report.candidate("late").not_built.startswith(BUILD_PAST_BUDGET)
+    assert report.selected_plan == "eager_fp32"
+    assert report.decision_time.spent_s <= 10.0 + FINISH_RESERVE_S
 
 
 def test_a_plan_whose_prior_cannot_beat_the_confirmed_leader_is_not_built():
@@ -361,10 +359,62 @@ def test_builds_that_ate_the_budget_still_leave_the_race_its_deciding_rounds():
     )
     optimizer = race.optimizer(race.fake("eager_fp32", 10e-3), fast, late, time_budget_s=10.0)
     report = optimizer.select(SlowTiny(race.clock, 10e-3).eval(), workload).report
-    assert report.candidate("late").not_built is None  # built, and then out of time
+    # Built past the deadline for builds: its first calls would eat the race's reserve.
+    assert report.candidate("late").not_built.startswith(BUILD_PAST_BUDGET)
     assert report.selected_plan == "fast"
     assert report.candidate("fast").race.gate_passed is True
     assert report.measurement.rounds >= 3
+
+
+def test_a_build_running_past_the_budget_is_abandoned_and_the_race_keeps_its_reserve():
+    # Expected to build in 1 s, it would take 60 s: the watchdog abandons it at the
+    # budget's deadline less the race's reserve, and the race still confirms the leader.
+    race = FakeRace()
+    # Cheap to build: it comes first, and is the leader when the other is abandoned.
+    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
+    endless = race.fake(
+        "endless",
+        0.5e-3,
+        setup_time_s=60.0,
+        build_steps=600,
+        declared_prior=prior(5.0, 3.0, 8.0, 1.0),
+    )
+    decision = select(race, race.fake("eager_fp32", 3e-3), fast, endless, time_budget_s=10.0)
+    report = decision.report
+    assert endless.builds == 1 and endless.builds_finished == 0  # abandoned midway
+    row = report.candidate("endless")
+    assert row.status is Status.NOT_BUILT
+    assert row.not_built.startswith(f"{BUILD_PAST_BUDGET}: abandoned after")
+    assert report.decision_time.not_built == ("endless",)
+    assert report.selected_plan == "fast"
+    assert report.candidate("fast").race.gate_passed is True
+    assert report.measurement.rounds >= 3
+    assert report.decision_time.spent_s <= 10.0 * 1.15
+
+
+def test_first_calls_that_compile_past_the_budget_are_abandoned_too():
+    # A lazy compile lands in the first call: the same deadline holds there.
+    race = FakeRace()
+    # Cheap to build: it comes first, and is the leader when the other is abandoned.
+    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
+    lazy = race.fake(
+        "lazy", 0.5e-3, first_call_time_s=60.0, declared_prior=prior(5.0, 3.0, 8.0, 1.0)
+    )
+    report = select(race, race.fake("eager_fp32", 3e-3), fast, lazy, time_budget_s=10.0).report
+    assert report.candidate("lazy").not_built.startswith(BUILD_PAST_BUDGET)
+    assert report.selected_plan == "fast"
+    assert report.measurement.rounds >= 3
+
+
+def test_without_a_budget_no_build_is_abandoned():
+    race = FakeRace()
+    slow = race.fake(
+        "slow", 1e-3, setup_time_s=30.0, build_steps=30, declared_prior=prior(3.0, 2.0, 4.0, 1.0)
+    )
+    report = select(race, race.fake("eager_fp32", 3e-3), slow, exhaustive=True).report
+    assert slow.builds_finished == 1
+    assert report.candidate("slow").not_built is None
+    assert report.selected_plan == "slow"
 
 
 def test_a_slow_model_under_a_tight_budget_still_builds_and_races_its_best_plan():

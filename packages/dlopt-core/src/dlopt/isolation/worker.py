@@ -49,6 +49,7 @@ from dlopt.isolation.transfer import (
     resolve_reference,
     weights_sha256,
 )
+from dlopt.platform.interrupt import shielded
 from dlopt.platform.processes import (
     become_subreaper,
     descendants,
@@ -183,12 +184,16 @@ class WatchedProvider:
 
     def build(self, model: torch.nn.Module, context: Any) -> Any:
         watched = self._watched
-        watched.running(self.name, Stage.BUILD.value)
-        watched.heartbeat.begin(self.name, Stage.BUILD.value, watched.policy.build_timeout_s)
+        # The journal and the heartbeat are never torn by a build abandoned at the budget's
+        # deadline (dlopt.platform.interrupt): only the plugin's own code is interrupted.
+        with shielded():
+            watched.running(self.name, Stage.BUILD.value)
+            watched.heartbeat.begin(self.name, Stage.BUILD.value, watched.policy.build_timeout_s)
         try:
             plan = self._inner.build(model, context)
         finally:
-            watched.heartbeat.end()
+            with shielded():
+                watched.heartbeat.end()
         if isinstance(plan, BuiltPlan):
             plan.runner = _watched_runner(self.name, plan.runner, watched)
         return plan
@@ -209,14 +214,16 @@ def _watched_runner(plan_name: str, runner: Any, watched: Watched) -> Any:
 
     def call(*args: Any, **kwargs: Any) -> Any:
         stage = watched.stage_of.get(plan_name, Stage.FIRST_CALL.value)
-        watched.running(plan_name, stage)
-        heartbeat.begin(plan_name, stage, watched.call_limit(plan_name))
+        with shielded():
+            watched.running(plan_name, stage)
+            heartbeat.begin(plan_name, stage, watched.call_limit(plan_name))
         start = time.perf_counter()
         try:
             return runner(*args, **kwargs)
         finally:
             elapsed = time.perf_counter() - start
-            heartbeat.end()
+            with shielded():
+                heartbeat.end()
             if elapsed < watched.fastest_call.get(plan_name, float("inf")):
                 watched.fastest_call[plan_name] = elapsed
 

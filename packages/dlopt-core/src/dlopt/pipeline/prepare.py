@@ -8,8 +8,10 @@ The user's model is checked after every plan's build and first calls; a change i
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
@@ -37,6 +39,7 @@ from dlopt.pipeline.constraints import build_violation
 from dlopt.pipeline.probe import probe_provider
 from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError, reference_failure
+from dlopt.platform.interrupt import Deadline, PastDeadline
 from dlopt.platform.serialization import finite_or_none
 from dlopt.plugins.boundary import check_built_plan
 from dlopt.settings.policy import OptimizationPolicy
@@ -52,6 +55,9 @@ from dlopt.validation import (
 from dlopt.vocabulary import GradMode, Stage
 
 log = logging.getLogger(__name__)
+
+#: How the reason for a plan abandoned at the budget's deadline for builds begins.
+BUILD_PAST_BUDGET = "its build ran past the budget"
 
 
 def prepare_plans(
@@ -89,7 +95,10 @@ def prepare_plans(
             cand.built_to_test = None
             run.emit(Event(EventKind.CANDIDATE_SKIPPED, f"not built: {why}", candidate=cand.name))
             continue
-        _prepare(cand, model, context_of_plan, reference, guard, run)
+        deadline = schedule.build_deadline_ns(cand, order) if schedule is not None else None
+        _prepare(cand, model, context_of_plan, reference, guard, run, deadline)
+        if cand.not_built is not None:
+            continue
         if cand.is_reference and not cand.alive:
             raise ReferenceCheckError(reference_failure(cand))
         if schedule is None:
@@ -121,9 +130,12 @@ def _prepare(
     reference: ReferenceOutputs,
     guard: ModelGuard,
     run: SelectionContext,
+    deadline_ns: int | None = None,
 ) -> None:
     """Build (timed), first-call every case (timed), validate, check build limits: a
-    probed, available candidate ends alive or rejected (``error``).
+    probed, available candidate ends alive or rejected (``error``), or abandoned
+    (``not_built``) when its build and first calls run past ``deadline_ns`` (on
+    ``run.clock``).
     """
     assert cand.status is not None
     availability = cand.status.availability
@@ -131,13 +143,18 @@ def _prepare(
     # reference outputs and the probe's answer (no second probe, no second eager run).
     context = attrs.evolve(context, cases=prepared_cases(reference), availability=availability)
     memory_probe = MemoryProbe(run.target.device).start()
+    outputs: list[Any] = []
+    started_ns = run.clock.now_ns()
     try:
-        run.stage(cand, Stage.BUILD)
-        error = build(cand, model, context, guard, run)
-        outputs: list[Any] = []
-        if error is None:
-            run.stage(cand, Stage.FIRST_CALL)
-            error = first_calls(cand, model, reference, guard, run, outputs)
+        with _watched(run, deadline_ns) as watch:
+            run.stage(cand, Stage.BUILD)
+            error = build(cand, model, context, guard, run, watch.armed)
+            if error is None:
+                run.stage(cand, Stage.FIRST_CALL)
+                error = first_calls(cand, model, reference, guard, run, outputs, watch.armed)
+    except PastDeadline:
+        _abandon(cand, model, guard, run, started_ns, deadline_ns)
+        return
     finally:
         cand.memory = memory_probe.stop()
         cand.device_memory_mb = _device_memory(cand.plan)
@@ -167,18 +184,74 @@ def _prepare(
     )
 
 
+class _Unwatched:
+    """No deadline: nothing is ever abandoned."""
+
+    armed = staticmethod(contextlib.nullcontext)
+
+    def __enter__(self) -> _Unwatched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _watched(run: SelectionContext, deadline_ns: int | None) -> Deadline | _Unwatched:
+    """The watchdog of one plan's build and first calls (:class:`Deadline`, armed only
+    while the plan's own code runs), or none without a deadline."""
+    if deadline_ns is None:
+        return _Unwatched()
+    return Deadline(run.clock.now_ns, deadline_ns)
+
+
+def _abandon(
+    cand: CandidateState,
+    model: torch.nn.Module,
+    guard: ModelGuard,
+    run: SelectionContext,
+    started_ns: int,
+    deadline_ns: int | None,
+) -> None:
+    """``cand``'s build or first calls ran past the budget's deadline for builds: what it
+    built is released, the model checked (and put back), and it is reported not built.
+    Past the budget, its result could only have been raced by spending the race's
+    reserve: the leader then loses to the reference for want of rounds."""
+    assert deadline_ns is not None
+    ran_s = (run.clock.now_ns() - started_ns) / 1e9
+    had_s = max(deadline_ns - started_ns, 0) / 1e9
+    if cand.plan is not None:
+        with contextlib.suppress(Exception):
+            cand.plan.close()
+        cand.plan = None
+    problem = guard.check(model, stage=Stage.BUILD.value, plan=cand.name)
+    if problem is not None:
+        _restore(guard, model, problem)
+    cand.not_built = (
+        f"{BUILD_PAST_BUDGET}: abandoned after {ran_s:.1f} s, when {had_s:.1f} s was left "
+        f"for it beside the race's reserve (a larger --time-budget leaves it more)"
+    )
+    run.emit(
+        Event(EventKind.CANDIDATE_SKIPPED, f"not built: {cand.not_built}", candidate=cand.name)
+    )
+
+
 def build(
     cand: CandidateState,
     model: torch.nn.Module,
     context: ProviderContext,
     guard: ModelGuard,
     run: SelectionContext,
+    armed: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> StageError | None:
-    """Build the plan (timed as its setup cost) and check it at the plugin boundary."""
+    """Build the plan (timed as its setup cost) and check it at the plugin boundary.
+    ``armed`` scopes the provider's own code (what a deadline may abandon)."""
+
+    def provider_build() -> Any:
+        with armed():
+            return cand.info.provider.build(model, context)
+
     timed = PlanCall.of(
-        lambda: time_call(
-            lambda: cand.info.provider.build(model, context), run.clock, run.synchronize(None)
-        ),
+        lambda: time_call(provider_build, run.clock, run.synchronize(None)),
         passes=(ModelMutatedError,),
     )
     if timed.error is not None:
@@ -215,12 +288,18 @@ def first_calls(
     guard: ModelGuard,
     run: SelectionContext,
     outputs: list[Any],
+    armed: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> StageError | None:
     """Call the plan once per case (timed: lazy compilation lands here) on its own copy of
-    the inputs, fingerprinted around the call; ``outputs`` receives one output per case."""
+    the inputs, fingerprinted around the call; ``outputs`` receives one output per case.
+    ``armed`` scopes the plan's own calls (what a deadline may abandon)."""
     plan = cand.plan
     assert plan is not None
     sync = run.synchronize(plan)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with armed():
+            return plan(*args, **kwargs)
 
     def call_every_case() -> StageError | None:
         # In the workload's calling context, on inputs made in it: what is judged serves.
@@ -230,7 +309,7 @@ def first_calls(
                 # the plans judged after it see.
                 args, kwargs = copy_inputs(case.args, case.kwargs)
                 before = InputFingerprint.of(args, kwargs)
-                seconds, out = time_call(lambda: plan(*args, **kwargs), run.clock, sync)  # noqa: B023
+                seconds, out = time_call(lambda: call(*args, **kwargs), run.clock, sync)  # noqa: B023
                 cand.first_calls_s.append(seconds)
                 outputs.append(out)
                 changed = before.changed_paths(args, kwargs)

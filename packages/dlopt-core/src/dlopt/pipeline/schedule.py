@@ -325,22 +325,7 @@ class Schedule:
         # the priors' costs (medians over models of every size) are not trusted to skip.
         need = self.expected_cost_s(cand) if self.challengers_built else 0.0
         margin = FIRM_BUDGET_COST_MARGIN if self.firm else 1.0
-        # While no challenger in the race promises as much as this plan, what must fit
-        # beside its build is the least race that can confirm it (the race is given that
-        # much in any case, and leaves the less promising plans out to make room:
-        # cut_the_race). After that, the race of this plan, the reference and the plans
-        # built so far that promise at least as much, so cheap plans built early do not
-        # crowd out a better one. Priced as the full race of two plans, a weak native plan
-        # validated first kept every compile out of a 20 s budget on resnet50 (AVX2, 89 ms
-        # a call): 14.4 s of race beside an OpenVINO int8 build of 9 s, with 18.4 s left.
-        promise = self.promise(cand)
-        ahead = sum(
-            1 for c in candidates if c.alive and not c.is_reference and self.promise(c) >= promise
-        )
-        if ahead:
-            reserve = self.price.race_reserve_s(ahead + 2)
-        else:
-            reserve = FINISH_RESERVE_S + self.price.race_floor_s(prior.low)
+        reserve = self.race_reserve_s(cand, candidates)
         if need * margin + reserve > left:
             budget = f" of the {self.budget_s:.0f} s budget" if self.budget_s else ""
             overrun = (
@@ -355,6 +340,41 @@ class Schedule:
                 f"(its prior: {prior.describe()}, {prior.source})"
             )
         return None
+
+    def race_reserve_s(self, cand: CandidateState, candidates: Sequence[CandidateState]) -> float:
+        """What the race needs beside ``cand``'s build: never spent on building it.
+
+        While no challenger in the race promises as much as ``cand``, the least race that
+        can confirm it (the race is given that much in any case, and leaves the less
+        promising plans out to make room: :meth:`cut_the_race`). After that, the race of
+        ``cand``, the reference and the plans built so far that promise at least as much,
+        so cheap plans built early do not crowd out a better one. Priced as the full race
+        of two plans, a weak native plan validated first kept every compile out of a 20 s
+        budget on resnet50 (AVX2, 89 ms a call): 14.4 s of race beside an OpenVINO int8
+        build of 9 s, with 18.4 s left."""
+        promise = self.promise(cand)
+        ahead = sum(
+            1 for c in candidates if c.alive and not c.is_reference and self.promise(c) >= promise
+        )
+        if ahead:
+            return self.price.race_reserve_s(ahead + 2)
+        return FINISH_RESERVE_S + self.price.race_floor_s(prior_of(cand).low)
+
+    def build_deadline_ns(
+        self, cand: CandidateState, candidates: Sequence[CandidateState]
+    ) -> int | None:
+        """When ``cand``'s build and first calls are abandoned (on the run's clock): the
+        time budget's deadline less the race's reserve (:meth:`race_reserve_s`). ``None``
+        where nothing is abandoned: no budget, ``exhaustive``, the reference, or a plan
+        explored whatever the budget has left (:meth:`explores`)."""
+        if (
+            self.exhaustive
+            or self.run.deadline_ns is None
+            or cand.is_reference
+            or cand.name in self.explored.values()
+        ):
+            return None
+        return self.run.deadline_ns - int(self.race_reserve_s(cand, candidates) * 1e9)
 
     def explores(self, cand: CandidateState) -> bool:
         """Whether ``cand`` is built and raced whatever the automatic budget has left: a

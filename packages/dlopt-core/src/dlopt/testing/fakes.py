@@ -28,6 +28,9 @@ from dlopt.platform.tree import map_tensors
 from dlopt.precision import Precision, Quantization
 from dlopt.vocabulary import TextEnum
 
+#: The real pause between two slices of a build spent in ``build_steps`` slices.
+BUILD_STEP_PAUSE_S = 0.002
+
 
 class FailingStage(TextEnum):
     """Where a fake provider fails on purpose."""
@@ -60,6 +63,9 @@ class FakeProvider:
         default=None, converter=lambda value: None if value is None else Quantization(value)
     )
     setup_time_s: float = 0.0
+    #: In how many slices the build spends ``setup_time_s`` on a fake clock, each after a
+    #: real pause of :data:`BUILD_STEP_PAUSE_S`: a build a watchdog can see in progress.
+    build_steps: int = 1
     first_call_time_s: float = 0.0
     fail: FailingStage = field(default=FailingStage.NONE, converter=FailingStage)
     error_scale: float = 0.1
@@ -72,6 +78,8 @@ class FakeProvider:
     #: The prior its ``prior(context)`` declares (``None``: dlopt's own).
     declared_prior: Prior | None = None
     builds: int = field(default=0, init=False)
+    #: Builds that returned (or raised their programmed fault), not abandoned midway.
+    builds_finished: int = field(default=0, init=False)
     closes: int = field(default=0, init=False)
     #: Per call: (inference mode on, autograd on, first tensor input is an inference tensor).
     contexts: list[tuple[bool, bool, bool]] = field(factory=list, init=False)
@@ -98,7 +106,11 @@ class FakeProvider:
 
     def build(self, model: torch.nn.Module, context: ProviderContext) -> BuiltPlan:
         self.builds += 1
-        self._spend(self.setup_time_s)
+        for step in range(self.build_steps):
+            if step:
+                time.sleep(BUILD_STEP_PAUSE_S)
+            self._spend(self.setup_time_s / self.build_steps)
+        self.builds_finished += 1
         if self.fail is FailingStage.BUILD:
             raise RuntimeError("fake build failed: unsupported operator aten::fake")
         if self.fail is FailingStage.NOT_APPLICABLE:
