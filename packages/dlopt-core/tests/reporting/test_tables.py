@@ -172,12 +172,13 @@ def test_race_notes_name_open_comparisons_and_advice_where_recorded(race_report)
         ),
         allocator=SimpleNamespace(advice="set MALLOC_MMAP_THRESHOLD_=1048576"),
     )
-    report = SimpleNamespace(measurement=measurement)
+    # The selection spent 20 s, 12 of them racing: 28 more seconds of race need 48.
+    report = SimpleNamespace(measurement=measurement, decision_time=SimpleNamespace(spent_s=20.0))
     assert "12.0s of a 12.0s budget" in measurement_line(report)
     assert race_notes(report) == [
         "leader: fast; another plan may still be up to 1.04x faster",
-        "open: mid vs eager_fp32 (the gate) after 9 rounds; about 30 rounds (40s of budget) "
-        "would decide it",
+        "open: mid vs eager_fp32 (the gate) after 9 rounds; about 30 rounds would decide it: "
+        "rerun with --time-budget 48",
         "open: fast vs mid (within reach of) after 9 rounds; no budget would decide it "
         "(the estimate sits on the bar)",
         "allocator: set MALLOC_MMAP_THRESHOLD_=1048576",

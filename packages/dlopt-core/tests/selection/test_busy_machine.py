@@ -103,5 +103,9 @@ def test_a_busy_machine_is_the_advice_where_a_quiet_one_would_say_no_budget_deci
         "(other processes used 1.6 of 2 CPUs): rerun on a quieter machine" in n for n in busy
     )
     longer = race_notes(with_open_comparison(report, 40, busy=True))
-    assert any("about 40 rounds" in n and "or a quieter machine" in n for n in longer)
+    assert any(
+        "about 40 rounds would decide it: rerun with --time-budget" in n
+        and "or on a quieter machine" in n
+        for n in longer
+    )
     assert machine_line(with_open_comparison(report, None, busy=False)) is None

@@ -45,6 +45,32 @@ def test_cancelled_during_the_race_decides_on_the_rounds_run(race, x) -> None:
     assert decision.selected_plan == "eager_fp32"
 
 
+def test_a_huge_effect_cut_off_after_one_round_is_advised_the_least_rounds(race, x) -> None:
+    # 100x faster after one round: no spread yet, but not "no budget would decide it".
+    from dlopt.reporting.tables import race_notes
+
+    rounds = []
+    optimizer = race.optimizer(race.fake("eager_fp32", 0.2), race.fake("fast", 0.002))
+    optimizer.observers = (
+        lambda e: rounds.append(e) if e.kind is EventKind.ROUND_FINISHED else None,
+    )
+    decision = optimizer.select(
+        SmallNet(), WorkloadProfile.single(x), should_continue=lambda: len(rounds) < 1
+    )
+    measurement = decision.report.measurement
+    assert measurement.rounds == 1
+    (open_,) = measurement.open_comparisons
+    policy = measurement.policy
+    assert open_.rounds == 1 and open_.rounds_needed == max(policy.min_rounds, 2)
+    assert open_.budget_s_needed is not None and open_.budget_s_needed > 0
+    notes = race_notes(decision.report)
+    assert any(
+        f"about {open_.rounds_needed} rounds would decide it: rerun with --time-budget" in note
+        for note in notes
+    )
+    assert not any("no budget would decide it" in note for note in notes)
+
+
 def test_every_plan_reports_its_stages_and_rounds_their_budget(race, x) -> None:
     events = []
     optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", 1e-3))

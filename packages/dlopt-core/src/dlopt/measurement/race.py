@@ -597,7 +597,16 @@ class _Race:
                 continue
             pair = self._pair(scores, self.base.name, plan.name, self.pooled)
             if pair is None:
-                out.append(OpenComparison(plan.name, self.base.name, "gate", 0, None, None))
+                # Under two rounds there is no spread to size the rest by, however large
+                # the effect: what decides it is the race's least rounds, not "no budget".
+                done = len(set(scores[self.base.name]) & set(scores[plan.name]))
+                n = max(self.policy.min_rounds, 2, done + 1)
+                budget = (
+                    finite_or_none(self.elapsed_s() + (n - self.rounds) * per_round)
+                    if per_round > 0
+                    else None
+                )
+                out.append(OpenComparison(plan.name, self.base.name, "gate", done, n, budget))
                 continue
             n, budget = need(pair, abs(pair.mean - self.threshold))
             out.append(OpenComparison(plan.name, self.base.name, "gate", pair.rounds, n, budget))

@@ -34,8 +34,10 @@ class OpenComparison:
     ``kind``: ``"gate"`` (``candidate`` against the baseline and ``min_speedup``) or
     ``"leader"`` (whether ``candidate`` is within the indifference zone of ``against``,
     the leading plan). ``rounds_needed``: rounds after which the interval would be narrow
-    enough at the spread seen (``None``: not within any budget, the point sits on the
-    bar); ``budget_s_needed``: the measurement budget that would give them.
+    enough at the spread seen, or the race's least rounds where under two rounds showed
+    no spread (``None``: not within any budget, the point sits on the bar);
+    ``budget_s_needed``: the measurement budget that would give them (``None``: no round
+    was timed to price them).
     """
 
     candidate: str

@@ -371,13 +371,13 @@ def race_notes(report: OptimizationReport) -> list[str]:
             notes.append(f"leader: {leader}; another plan may still be up to {regret:.3g}x faster")
     for open_ in getattr(m, "open_comparisons", ()) or ():
         what = "the gate" if open_.kind == "gate" else "within reach of"
-        if open_.rounds_needed is not None and open_.budget_s_needed is not None:
-            needs = (
-                f"about {open_.rounds_needed} rounds ({open_.budget_s_needed:.0f}s of budget) "
-                "would decide it"
+        if open_.rounds_needed is not None:
+            rerun = _rerun_budget(report, open_.budget_s_needed)
+            needs = f"about {open_.rounds_needed} rounds would decide it" + (
+                f": rerun with --time-budget {rerun:.0f}" if rerun is not None else ""
             )
             if busy:
-                needs += f", or a quieter machine (this one was busy: {busy})"
+                needs += f", or on a quieter machine (this one was busy: {busy})"
         elif busy:
             # Beside other work the spread is the other work's: a quieter machine, not a
             # longer race, is what decides it.
@@ -393,6 +393,18 @@ def race_notes(report: OptimizationReport) -> list[str]:
     if advice:
         notes.append(f"allocator: {advice}")
     return notes
+
+
+def _rerun_budget(report: OptimizationReport, race_s_needed: float | None) -> float | None:
+    """The time budget a selection would need for its race to reach ``race_s_needed``
+    seconds: what this one spent, plus the race's missing seconds (``None``: not priced)."""
+    timing = getattr(report, "decision_time", None)
+    m = getattr(report, "measurement", None)
+    spent = getattr(timing, "spent_s", None)
+    raced = getattr(m, "total_time_s", None)
+    if not all(isinstance(v, (int, float)) for v in (race_s_needed, spent, raced)):
+        return None
+    return float(spent) + max(float(race_s_needed) - float(raced), 0.0)  # type: ignore[arg-type]
 
 
 def headline(report: OptimizationReport) -> str:
