@@ -578,3 +578,25 @@ def test_an_automatic_budget_covers_min_rounds_when_later_rounds_cost_more(fast_
     result = run_race({"a": [slowing()], "b": [slowing()]}, [1], "a", 1.02, policy, clock=clock)
     assert result.stop_reason != "time_budget"
     assert result.rounds == policy.min_rounds
+
+
+def test_rounds_slower_than_the_budget_was_sized_for_run_on_to_the_least_rounds(fast_policy):
+    # A busy machine slows the baseline's calls: a budget sized for quick rounds ends after
+    # one, though a plan 100x faster needs only the least rounds to be confirmed.
+    def race(ceiling_s):
+        clock = FakeClock()
+        plans = {"eager": [fixed_latency(clock, 0.1)], "fast": [fixed_latency(clock, 0.001)]}
+        policy = evolve(fast_policy, max_time_s=1.0, warmup_max_calls=2, seed=3)
+        return run_race(
+            plans, [1], "eager", 1.02, policy, clock=clock, min_rounds_ceiling_s=ceiling_s
+        )
+
+    cut = race(None)  # a fixed budget with no ceiling: as before
+    assert cut.rounds < fast_policy.min_rounds and cut.stop_reason == "time_budget"
+    assert cut.candidate("fast").verdict != "faster"
+    confirmed = race(10.0)
+    assert confirmed.rounds == fast_policy.min_rounds
+    assert confirmed.candidate("fast").verdict == "faster"
+    assert confirmed.total_time_s <= 10.0
+    held = race(1.3)  # the ceiling holds: no round that would run past it
+    assert held.rounds < fast_policy.min_rounds and held.total_time_s <= 1.3

@@ -870,3 +870,27 @@ def test_the_automatic_budget_is_larger_where_no_prior_speaks_for_any_plan():
     exploring = select_slow(unknown, 10e-3, unknown.fake("fast", 5e-3), time_budget_s="auto")
     assert exploring.decision_time.budget_s == pytest.approx(budget * EXPLORING_BUDGET_FACTOR)
     assert EXPLORING_BUDGET_FACTOR > 1
+
+
+def test_the_race_may_run_a_tenth_of_the_budget_past_its_seconds_to_reach_its_least_rounds(
+    monkeypatch,
+):
+    from dlopt.pipeline import measure
+
+    seen = []
+    real = measure.run_race
+
+    def run_race(*args, **kwargs):
+        seen.append((kwargs.get("min_rounds_ceiling_s"), kwargs["policy"].max_time_s))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "run_race", run_race)
+    race = FakeRace()
+    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
+    select(race, race.fake("eager_fp32", 3e-3), fast, time_budget_s=10.0)
+    ceiling, race_s = seen[-1]  # the selection's race (a screening may come before it)
+    assert ceiling == pytest.approx(race_s + 0.1 * 10.0, abs=0.05)
+    seen.clear()
+    again = FakeRace()
+    select(again, again.fake("eager_fp32", 3e-3), again.fake("fast", 1e-3), exhaustive=True)
+    assert seen[-1][0] is None  # no budget: nothing to run past

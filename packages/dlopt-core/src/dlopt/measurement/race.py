@@ -129,6 +129,9 @@ class _Race:
         #: Count the allocator's page faults before settling it (``run_race``'s
         #: ``allocator_report``).
         self.allocator_report = True
+        #: How long the rounds may run to reach ``min_rounds`` (``run_race``'s
+        #: ``min_rounds_ceiling_s``).
+        self.min_rounds_ceiling_s: float | None = None
         self.min_speedup = float(min_speedup)
         self.threshold = math.log(self.min_speedup)
         self.epsilon = math.log(policy.indifference_zone)
@@ -346,15 +349,21 @@ class _Race:
         self.budget_s = min(p.auto_budget_max_s, max(p.auto_budget_min_s, wanted))
 
     def keep_budget_for_min_rounds(self) -> None:
-        """Keep an automatic budget wide enough for ``min_rounds`` at the slower of the
-        rounds' mean cost and the last round's (the first round, which sized it, can be
-        cheaper than those after it), never past the ceiling."""
+        """Keep the budget wide enough for ``min_rounds`` at the slower of the rounds' mean
+        cost and the last round's (the first round, which sized it, can be cheaper than
+        those after it), never past :attr:`min_rounds_ceiling_s` (``None``: an automatic
+        budget's ceiling; a fixed ``max_time_s`` is then kept)."""
         p = self.policy
-        if p.max_time_s is not None or self.rounds >= p.min_rounds or not self.round_times_s:
+        if self.rounds >= p.min_rounds or not self.round_times_s:
             return
+        ceiling = self.min_rounds_ceiling_s
+        if ceiling is None:
+            if p.max_time_s is not None:
+                return
+            ceiling = p.auto_budget_max_s
         per_round = max(sum(self.round_times_s) / len(self.round_times_s), self.round_times_s[-1])
         wanted = self.elapsed_s() + (p.min_rounds - self.rounds) * per_round
-        self.budget_s = min(p.auto_budget_max_s, max(self.budget_s, wanted))
+        self.budget_s = max(self.budget_s, min(ceiling, wanted))
 
     # -- rounds ------------------------------------------------------------------------
     def run_round(self) -> None:
@@ -600,13 +609,13 @@ class _Race:
                 # Under two rounds there is no spread to size the rest by, however large
                 # the effect: what decides it is the race's least rounds, not "no budget".
                 done = len(set(scores[self.base.name]) & set(scores[plan.name]))
-                n = max(self.policy.min_rounds, 2, done + 1)
-                budget = (
-                    finite_or_none(self.elapsed_s() + (n - self.rounds) * per_round)
+                least = max(self.policy.min_rounds, 2, done + 1)
+                priced = (
+                    finite_or_none(self.elapsed_s() + (least - self.rounds) * per_round)
                     if per_round > 0
                     else None
                 )
-                out.append(OpenComparison(plan.name, self.base.name, "gate", done, n, budget))
+                out.append(OpenComparison(plan.name, self.base.name, "gate", done, least, priced))
                 continue
             n, budget = need(pair, abs(pair.mean - self.threshold))
             out.append(OpenComparison(plan.name, self.base.name, "gate", pair.rounds, n, budget))
@@ -940,6 +949,7 @@ def run_race(
     measure_alone: bool = False,
     output_checks: Mapping[str, Sequence[OutputCheck]] | None = None,
     allocator_report: bool = True,
+    min_rounds_ceiling_s: float | None = None,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -972,7 +982,9 @@ def run_race(
     baseline's first calls (three per case) and count their page faults before settling
     the allocator, for the result's ``allocator`` regime and its advice; ``False`` settles
     it without them and records none (a race nobody reports: a screening, a cached plan's
-    revalidation probe).
+    revalidation probe). ``min_rounds_ceiling_s``: how long the race may run, past its
+    budget, to reach ``min_rounds`` when its rounds are slower than its budget was sized
+    for (a busy machine); ``None``: an automatic budget's ceiling, a fixed one not.
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
@@ -992,6 +1004,7 @@ def run_race(
     )
     race.measure_alone = measure_alone
     race.allocator_report = allocator_report
+    race.min_rounds_ceiling_s = min_rounds_ceiling_s
     if len(race.plans) == 1 and not measure_alone:
         race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)

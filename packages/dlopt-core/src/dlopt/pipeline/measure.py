@@ -24,6 +24,10 @@ FINISH_RESERVE_S = 1.0
 #: The least share of the time budget the race gets, however long the builds took: enough
 #: for its first rounds, so a fast plan built late can still be confirmed.
 MIN_RACE_SHARE = 0.1
+#: The share of the time budget the race may run past its seconds to reach its least
+#: rounds (``MeasurementPolicy.min_rounds``) when they run slower than priced: a busy
+#: machine's decision still ends within 1.15x its budget.
+MIN_ROUNDS_OVERRUN_SHARE = 0.1
 #: The race as the schedule prices it (:meth:`RacePrice.plan_race_s`): each plan warms
 #: up, then races :data:`RACE_FIRST_ROUNDS` rounds (after which a plan clearly behind
 #: leaves); the two leading plans then race :data:`RACE_DECIDING_ROUNDS` rounds more. A
@@ -141,6 +145,7 @@ def _run_race(
     on_round: Callable[[int, RaceResult], None] | None = None,
     measure_alone: bool = False,
     allocator_report: bool = False,
+    min_rounds_ceiling_s: float | None = None,
 ) -> RaceResult:
     """The one call of :func:`dlopt.measurement.run_race` in a selection: ``plans`` (the
     reference first) through ``recorders``, in the workload's calling context, every
@@ -161,6 +166,7 @@ def _run_race(
             measure_alone=measure_alone,
             output_checks=output_checks(recorders),
             allocator_report=allocator_report,
+            min_rounds_ceiling_s=min_rounds_ceiling_s,
         )
 
 
@@ -256,6 +262,7 @@ def race(
             on_round=on_round,
             measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
             allocator_report=allocator_report,
+            min_rounds_ceiling_s=min_rounds_ceiling(run, race_floor_s),
         )
 
     raced = PlanCall.of(race, passes=(DloptError,))
@@ -294,6 +301,17 @@ def race_seconds(run: SelectionContext, floor_s: float = 0.0) -> float | None:
         return None
     budget_s = (run.deadline_ns - run.started_ns) / 1e9
     return max(left - FINISH_RESERVE_S, MIN_RACE_SHARE * budget_s, floor_s)
+
+
+def min_rounds_ceiling(run: SelectionContext, floor_s: float = 0.0) -> float | None:
+    """How long the race may run to reach its least rounds when they run slower than
+    priced (a busy machine slows every call): its seconds (:func:`race_seconds`) and
+    :data:`MIN_ROUNDS_OVERRUN_SHARE` of the time budget besides, so a plan measured 100x
+    faster is not kept out for want of the rounds that confirm it (``None``: no budget)."""
+    cap = race_seconds(run, floor_s)
+    if cap is None or run.deadline_ns is None or run.started_ns is None:
+        return None
+    return cap + MIN_ROUNDS_OVERRUN_SHARE * (run.deadline_ns - run.started_ns) / 1e9
 
 
 def race_within_budget(
