@@ -86,3 +86,44 @@ def test_a_shielded_block_inside_armed_code_is_not_torn_and_the_raise_comes_afte
             finished = True
         spin(10.0)
     assert finished
+
+
+def test_a_wait_on_a_process_the_block_started_ends_when_the_deadline_ends_that_process():
+    # No raise reaches a thread blocked in a wait (a compile waiting on its compiler):
+    # on_passed ends what the block started, the wait returns, and the raise lands.
+    import subprocess
+
+    from dlopt.platform.processes import boot_ticks, end_processes, started_since
+
+    since = boot_ticks()
+    started = time.perf_counter()
+    watch = Deadline(
+        time.perf_counter_ns,
+        time.perf_counter_ns() + int(0.3e9),
+        on_passed=lambda: end_processes(started_since(since), grace_s=0.2),
+    )
+    with pytest.raises(PastDeadline), watch, watch.armed():
+        subprocess.run(["sleep", "30"], check=False)
+    assert time.perf_counter() - started < 5.0
+
+
+def test_only_processes_started_since_are_ended():
+    import subprocess
+
+    from dlopt.platform.processes import boot_ticks, started_since
+
+    before = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.05)
+        since = boot_ticks()
+        time.sleep(0.05)
+        after = subprocess.Popen(["sleep", "30"])
+        try:
+            found = {info.pid for info in started_since(since)}
+            assert after.pid in found and before.pid not in found
+        finally:
+            after.kill()
+            after.wait()
+    finally:
+        before.kill()
+        before.wait()

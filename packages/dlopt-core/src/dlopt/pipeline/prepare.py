@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -40,6 +41,7 @@ from dlopt.pipeline.probe import probe_provider
 from dlopt.pipeline.schedule import Schedule
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError, reference_failure
 from dlopt.platform.interrupt import Deadline, PastDeadline
+from dlopt.platform.processes import boot_ticks, end_processes, started_since
 from dlopt.platform.serialization import finite_or_none
 from dlopt.plugins.boundary import check_built_plan
 from dlopt.settings.policy import OptimizationPolicy
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: How the reason for a plan abandoned at the budget's deadline for builds begins.
 BUILD_PAST_BUDGET = "its build ran past the budget"
+#: How long the processes an abandoned build started get to end after SIGTERM.
+ABANDONED_GRACE_S = 0.2
 
 
 def prepare_plans(
@@ -198,10 +202,18 @@ class _Unwatched:
 
 def _watched(run: SelectionContext, deadline_ns: int | None) -> Deadline | _Unwatched:
     """The watchdog of one plan's build and first calls (:class:`Deadline`, armed only
-    while the plan's own code runs), or none without a deadline."""
+    while the plan's own code runs), or none without a deadline. Past the deadline it
+    also ends the processes started since the build began: a compile waits on its
+    compiler (Inductor's C++ compiles of the LSTM tagger's kernels ran 12 s past the
+    deadline in one wait), and no raise reaches a thread blocked in that wait."""
     if deadline_ns is None:
         return _Unwatched()
-    return Deadline(run.clock.now_ns, deadline_ns)
+    since = boot_ticks()
+    return Deadline(
+        run.clock.now_ns,
+        deadline_ns,
+        on_passed=lambda: end_processes(started_since(since), grace_s=ABANDONED_GRACE_S),
+    )
 
 
 def _abandon(
@@ -223,6 +235,12 @@ def _abandon(
         with contextlib.suppress(Exception):
             cand.plan.close()
         cand.plan = None
+    # Inductor's compile-worker pool may be one of the processes ended: a later compile
+    # in this process starts a fresh one rather than writing to a dead pipe.
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    if async_compile is not None:
+        with contextlib.suppress(Exception):
+            async_compile.shutdown_compile_workers()
     problem = guard.check(model, stage=Stage.BUILD.value, plan=cand.name)
     if problem is not None:
         _restore(guard, model, problem)

@@ -5,7 +5,8 @@ deadline while the watched thread is *armed* (inside :meth:`Deadline.armed`: the
 that may be abandoned, such as a plan's build), it raises :class:`PastDeadline` in that
 thread, as Ctrl-C raises ``KeyboardInterrupt``: at the next Python instruction, so a
 native call is not interrupted (an isolated worker's heartbeat is the backstop for one
-that never returns): it is abandoned as it returns. The exception is raised only while armed, never in the
+that never returns): it is abandoned as it returns. ``on_passed`` can end what such a
+call waits on (the compiler process a build started). The exception is raised only while armed, never in the
 caller's own bookkeeping, and again every :data:`REPEAT_S` while the code stays armed,
 so code that swallows it (an ``except BaseException`` that retries) is still ended. A
 raise still pending when the block leaves is withdrawn: catch :class:`PastDeadline`
@@ -73,9 +74,18 @@ class Deadline:
     abandoned. ``now_ns`` is any monotonic clock in nanoseconds (a test's fake clock
     too)."""
 
-    def __init__(self, now_ns: Callable[[], int], deadline_ns: int) -> None:
+    def __init__(
+        self,
+        now_ns: Callable[[], int],
+        deadline_ns: int,
+        on_passed: Callable[[], object] | None = None,
+    ) -> None:
         self.now_ns = now_ns
         self.deadline_ns = deadline_ns
+        #: Called once from the watching thread when the armed code first runs past the
+        #: deadline, beside the raise: for what the raise cannot reach (a native call
+        #: waiting on a process the code started can be ended by ending that process).
+        self.on_passed = on_passed
         #: Whether the deadline passed while the code was armed (it was abandoned).
         self.passed = False
         self._thread_id = threading.get_ident()
@@ -131,15 +141,21 @@ class Deadline:
 
     def _watch(self) -> None:
         last_raise = float("-inf")
+        called = False
         while not self._stop.wait(POLL_S):
             if self.now_ns() <= self.deadline_ns:
                 continue
             with _LOCK:
-                if (
+                raised = (
                     self._armed
                     and self._thread_id not in _SHIELDS
                     and time.monotonic() - last_raise >= REPEAT_S
-                ):
+                )
+                if raised:
                     self.passed = True
                     last_raise = time.monotonic()
                     _raise_in(self._thread_id, PastDeadline)
+            if raised and not called and self.on_passed is not None:
+                called = True
+                with contextlib.suppress(Exception):
+                    self.on_passed()

@@ -102,6 +102,37 @@ def descendants(pid: int) -> list[ProcessInfo]:
     return [info for info in found if not _ended(info.state)]
 
 
+def boot_ticks() -> int:
+    """Now, in the clock ticks since boot that ``/proc/PID/stat`` gives a process's start
+    in (0 where there is no such clock)."""
+    try:
+        return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``None``: gone, or no ``/proc``)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    try:
+        return int(fields[19])  # field 22, starttime, counted from the state (field 3)
+    except (IndexError, ValueError):
+        return None
+
+
+def started_since(ticks: int) -> list[ProcessInfo]:
+    """This process's live descendants that started at ``ticks`` (:func:`boot_ticks`) or
+    later: what a block of code started, and not the helpers that were running before it
+    (none where ``ticks`` is 0: no clock to tell them apart)."""
+    if ticks <= 0:
+        return []
+    return [info for info in descendants(os.getpid()) if (_start_ticks(info.pid) or -1) >= ticks]
+
+
 def marked_processes(name: str, value: str) -> list[ProcessInfo]:
     """Every live process (but this one) whose environment, as it was started, holds
     ``name=value``: what a process that set the mark started, wherever those processes
