@@ -366,21 +366,21 @@ def test_builds_that_ate_the_budget_still_leave_the_race_its_deciding_rounds():
     assert report.measurement.rounds >= 3
 
 
+def beside_a_runaway(name: str, **cost):
+    """A 10 s budget's selection of a cheap plan (built first, the leader) and ``name``,
+    more promising and expected to build in 1 s, whose build or first calls take what
+    ``cost`` says: the runaway's fake and the report."""
+    race = FakeRace()
+    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
+    runaway = race.fake(name, 0.5e-3, declared_prior=prior(5.0, 3.0, 8.0, 1.0), **cost)
+    eager = race.fake("eager_fp32", 3e-3)
+    return runaway, select(race, eager, fast, runaway, time_budget_s=10.0).report
+
+
 def test_a_build_running_past_the_budget_is_abandoned_and_the_race_keeps_its_reserve():
     # Expected to build in 1 s, it would take 60 s: the watchdog abandons it at the
     # budget's deadline less the race's reserve, and the race still confirms the leader.
-    race = FakeRace()
-    # Cheap to build: it comes first, and is the leader when the other is abandoned.
-    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
-    endless = race.fake(
-        "endless",
-        0.5e-3,
-        setup_time_s=60.0,
-        build_steps=600,
-        declared_prior=prior(5.0, 3.0, 8.0, 1.0),
-    )
-    decision = select(race, race.fake("eager_fp32", 3e-3), fast, endless, time_budget_s=10.0)
-    report = decision.report
+    endless, report = beside_a_runaway("endless", setup_time_s=60.0, build_steps=600)
     assert endless.builds == 1 and endless.builds_finished == 0  # abandoned midway
     row = report.candidate("endless")
     assert row.status is Status.NOT_BUILT
@@ -394,13 +394,7 @@ def test_a_build_running_past_the_budget_is_abandoned_and_the_race_keeps_its_res
 
 def test_first_calls_that_compile_past_the_budget_are_abandoned_too():
     # A lazy compile lands in the first call: the same deadline holds there.
-    race = FakeRace()
-    # Cheap to build: it comes first, and is the leader when the other is abandoned.
-    fast = race.fake("fast", 1e-3, setup_time_s=0.1, declared_prior=prior(2.0, 1.5, 3.0, 0.1))
-    lazy = race.fake(
-        "lazy", 0.5e-3, first_call_time_s=60.0, declared_prior=prior(5.0, 3.0, 8.0, 1.0)
-    )
-    report = select(race, race.fake("eager_fp32", 3e-3), fast, lazy, time_budget_s=10.0).report
+    _, report = beside_a_runaway("lazy", first_call_time_s=60.0)
     assert report.candidate("lazy").not_built.startswith(BUILD_PAST_BUDGET)
     assert report.selected_plan == "fast"
     assert report.measurement.rounds >= 3

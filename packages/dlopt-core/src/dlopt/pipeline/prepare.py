@@ -39,7 +39,13 @@ from dlopt.measurement import (
 from dlopt.pipeline.constraints import build_violation
 from dlopt.pipeline.probe import probe_provider
 from dlopt.pipeline.schedule import Schedule
-from dlopt.pipeline.state import CandidateState, SelectionContext, StageError, reference_failure
+from dlopt.pipeline.state import (
+    CandidateState,
+    SelectionContext,
+    StageError,
+    close_all,
+    reference_failure,
+)
 from dlopt.platform.interrupt import Deadline, PastDeadline
 from dlopt.platform.processes import boot_ticks, end_processes, started_since
 from dlopt.platform.serialization import finite_or_none
@@ -231,19 +237,15 @@ def _abandon(
     assert deadline_ns is not None
     ran_s = (run.clock.now_ns() - started_ns) / 1e9
     had_s = max(deadline_ns - started_ns, 0) / 1e9
-    if cand.plan is not None:
-        with contextlib.suppress(Exception):
-            cand.plan.close()
-        cand.plan = None
+    close_all([cand])
+    cand.plan = None
     # Inductor's compile-worker pool may be one of the processes ended: a later compile
     # in this process starts a fresh one rather than writing to a dead pipe.
     async_compile = sys.modules.get("torch._inductor.async_compile")
     if async_compile is not None:
         with contextlib.suppress(Exception):
             async_compile.shutdown_compile_workers()
-    problem = guard.check(model, stage=Stage.BUILD.value, plan=cand.name)
-    if problem is not None:
-        _restore(guard, model, problem)
+    _model_problem(cand, model, guard, Stage.BUILD)  # a change is undone: not built anyway
     cand.not_built = (
         f"{BUILD_PAST_BUDGET}: abandoned after {ran_s:.1f} s, when {had_s:.1f} s was left "
         f"for it beside the race's reserve (a larger --time-budget leaves it more)"

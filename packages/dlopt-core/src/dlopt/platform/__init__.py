@@ -12,7 +12,7 @@ process started, found and ended: nothing an isolated worker starts outlives it)
 temp directory of its own, ``TMPDIR``/``TMP``/``TEMP`` and Inductor's cache directory
 scoped to it while plans are built and brought back; released when the decision
 closes), ``interrupt`` (a deadline that abandons a block of third-party code, such as a
-plan's build, in the thread that runs it), ``names`` (plan names that can never become paths), ``config_checks`` (attrs
-validators for configuration values) and ``retired`` (retired public names that still
-work, with a warning).
+plan's build, in the thread that runs it), ``names`` (plan names that can never become
+paths), ``config_checks`` (attrs validators for configuration values) and ``retired``
+(retired public names that still work, with a warning).
 """

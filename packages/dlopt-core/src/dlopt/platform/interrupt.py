@@ -6,11 +6,12 @@ that may be abandoned, such as a plan's build), it raises :class:`PastDeadline` 
 thread, as Ctrl-C raises ``KeyboardInterrupt``: at the next Python instruction, so a
 native call is not interrupted (an isolated worker's heartbeat is the backstop for one
 that never returns): it is abandoned as it returns. ``on_passed`` can end what such a
-call waits on (the compiler process a build started). The exception is raised only while armed, never in the
-caller's own bookkeeping, and again every :data:`REPEAT_S` while the code stays armed,
-so code that swallows it (an ``except BaseException`` that retries) is still ended. A
-raise still pending when the block leaves is withdrawn: catch :class:`PastDeadline`
-outside the ``with Deadline(...)`` block, whose exit makes sure none is left.
+call waits on (the compiler process a build started). The exception is raised only
+while armed, never in the caller's own bookkeeping, and again every :data:`REPEAT_S`
+while the code stays armed, so code that swallows it (an ``except BaseException`` that
+retries) is still ended. A raise still pending when the block leaves is withdrawn:
+catch :class:`PastDeadline` outside the ``with Deadline(...)`` block, whose exit makes
+sure none is left.
 """
 
 from __future__ import annotations

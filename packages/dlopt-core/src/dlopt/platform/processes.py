@@ -34,13 +34,15 @@ _POLL_S = 0.02
 
 @frozen
 class ProcessInfo:
-    """One process as ``/proc/PID/stat`` shows it: ids, state letter and command name."""
+    """One process as ``/proc/PID/stat`` shows it: ids, state letter, command name and
+    when it started (clock ticks since boot, as :func:`boot_ticks` reads them)."""
 
     pid: int
     ppid: int
     pgid: int
     state: str
     name: str
+    start_ticks: int
 
     def describe(self) -> str:
         """``1234 (sleep)``."""
@@ -70,7 +72,14 @@ def process_info(pid: int) -> ProcessInfo | None:
     head, _, tail = text.rpartition(")")
     fields = tail.split()
     try:
-        return ProcessInfo(pid, int(fields[1]), int(fields[2]), fields[0], head.partition("(")[2])
+        return ProcessInfo(
+            pid,
+            int(fields[1]),
+            int(fields[2]),
+            fields[0],
+            head.partition("(")[2],
+            int(fields[19]),  # field 22, starttime (the state is field 3)
+        )
     except (IndexError, ValueError):
         return None
 
@@ -111,26 +120,13 @@ def boot_ticks() -> int:
         return 0
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``None``: gone, or no ``/proc``)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    try:
-        return int(fields[19])  # field 22, starttime, counted from the state (field 3)
-    except (IndexError, ValueError):
-        return None
-
-
 def started_since(ticks: int) -> list[ProcessInfo]:
     """This process's live descendants that started at ``ticks`` (:func:`boot_ticks`) or
     later: what a block of code started, and not the helpers that were running before it
     (none where ``ticks`` is 0: no clock to tell them apart)."""
     if ticks <= 0:
         return []
-    return [info for info in descendants(os.getpid()) if (_start_ticks(info.pid) or -1) >= ticks]
+    return [info for info in descendants(os.getpid()) if info.start_ticks >= ticks]
 
 
 def marked_processes(name: str, value: str) -> list[ProcessInfo]:
