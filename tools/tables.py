@@ -34,8 +34,9 @@ from dlopt.selection.prior_table import UNKNOWN_COST_S
 CORE = Path(__file__).resolve().parents[1] / "packages" / "dlopt-core" / "src" / "dlopt"
 
 #: The (first look, last look) settings every default race and cache recheck use:
-#: MeasurementPolicy's min_rounds..max_rounds, and the recheck probe's (cache/recheck.py).
-BOUNDARY_SETTINGS = ((3, 100), (3, 12))
+#: MeasurementPolicy's min_rounds..max_rounds, and the recheck probe's with and without a
+#: recorded spread (cache/recheck.py).
+BOUNDARY_SETTINGS = ((3, 100), (3, 12), (2, 12))
 
 
 def boundaries() -> Path:

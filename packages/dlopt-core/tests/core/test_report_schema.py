@@ -30,6 +30,7 @@ ADDED_SINCE_FIXTURE = {
         "elimination_speedup",
         "prior",
         "not_built",
+        "round_spread",
     ),
     # Top-level fields, written only when set (``batch_size``, ``serving`` and
     # ``decision_time`` are set by every new report).

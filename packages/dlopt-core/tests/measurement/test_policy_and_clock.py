@@ -29,7 +29,7 @@ def test_policy_defaults_round_trip_json() -> None:
     [
         {"confidence": 1.0},
         {"confidence": 0.2},
-        {"min_rounds": 2},
+        {"min_rounds": 1},
         {"min_rounds": 10, "max_rounds": 5},
         {"settle_time_s": -1.0},
         {"timed_calls_per_burst": 0},

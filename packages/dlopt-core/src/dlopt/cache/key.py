@@ -4,9 +4,10 @@ The ingredients are a JSON object with one section per kind of input (model, wor
 policy, plans, target, software, machine). :func:`canonical_json` spells every value one
 way only (sorted keys, no spaces, an integral float written as the integer, other floats
 by ``repr``, NaN and infinities as strings), so the same ingredients always hash to the
-same key, whatever order settings were given in. The weights enter as the SHA-256 of the
-raw bytes of every parameter and buffer (:func:`hash_tensors`): two models of the same
-structure and different weights never share a key.
+same key, whatever order settings were given in. The weights enter as SHA-256 over the
+per-tensor SHA-256 digests of every parameter and buffer, those the selection's model
+guard computed (:func:`model_ingredients`): two models of the same structure and
+different weights never share a key, and the weights are read once per selection.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from dlopt.settings.policy import OptimizationPolicy
     from dlopt.settings.target import ExecutionTarget
     from dlopt.settings.workload import WorkloadProfile
+    from dlopt.validation.fingerprint import ModelFingerprint
 
 #: Bumped when the ingredients change shape: records keyed the old way are never hit.
 #: 2: the workload's grad mode (plans judged before it were called on ordinary tensors).
-KEY_VERSION = 2
+#: 3: the weights hashed from the model guard's per-tensor digests.
+KEY_VERSION = 3
 #: Policy fields left out of the policy section: where and whether to cache never change
 #: the decision, and which plans race with which options enter as the plans section
 #: (each plan's resolved options), so ``include`` in another order or an option spelled
@@ -142,14 +145,30 @@ def inputs_sha256(cases: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]])
     return digest.hexdigest()
 
 
-def model_ingredients(model: torch.nn.Module) -> dict[str, Any]:
-    """The model's class, structure (its printed module tree) and weight hashes."""
+def model_ingredients(
+    model: torch.nn.Module, fingerprint: ModelFingerprint | None = None
+) -> dict[str, Any]:
+    """The model's class, structure (its printed module tree) and weight hashes: SHA-256
+    over every parameter's (and buffer's) name, dtype, shape and digest in
+    ``fingerprint`` (the selection's model guard read every weight once already; computed
+    here when not given)."""
+    from dlopt.validation.fingerprint import ModelFingerprint
+
     structure = repr(model)
+    prints = fingerprint if fingerprint is not None else ModelFingerprint.of(model)
+
+    def of_kind(kind: str) -> str:
+        digest = hashlib.sha256()
+        for t in prints.tensors:
+            if t.kind == kind:
+                digest.update(f"{t.name}|{t.dtype}|{list(t.shape)}|{t.digest}\n".encode())
+        return digest.hexdigest()
+
     return {
         "class": f"{type(model).__module__}.{type(model).__qualname__}",
         "structure_sha256": hashlib.sha256(structure.encode("utf-8")).hexdigest(),
-        "parameters_sha256": hash_tensors(model.named_parameters(remove_duplicate=False)),
-        "buffers_sha256": hash_tensors(model.named_buffers(remove_duplicate=False)),
+        "parameters_sha256": of_kind("parameter"),
+        "buffers_sha256": of_kind("buffer"),
         "training": model.training,
     }
 
@@ -301,8 +320,10 @@ def cache_ingredients(
     target: ExecutionTarget,
     plans: Sequence[ProviderInfo],
     plan_options: Sequence[Any],
+    fingerprint: ModelFingerprint | None = None,
 ) -> dict[str, Any]:
-    """Everything that can change the decision, as JSON data (see the module docstring).
+    """Everything that can change the decision, as JSON data (see the module docstring);
+    ``fingerprint``: the model's, where the selection took one (its guard's).
 
     Call it where the race runs (inside the target's thread setting): the thread count
     is read from torch.
@@ -311,7 +332,7 @@ def cache_ingredients(
 
     return {
         "key_version": KEY_VERSION,
-        "model": model_ingredients(model),
+        "model": model_ingredients(model, fingerprint),
         "workload": workload_ingredients(workload),
         "policy": policy_ingredients(policy),
         "plans": plan_ingredients(plans, plan_options),

@@ -32,6 +32,7 @@ from dlopt.serving.evidence import with_serving_policy
 from dlopt.settings.policy import OptimizationPolicy
 from dlopt.settings.target import ExecutionTarget
 from dlopt.settings.workload import WorkloadProfile
+from dlopt.validation.fingerprint import ModelFingerprint
 from dlopt.validation.reference import MeasuredRounding, ReferenceOutputs
 
 
@@ -58,8 +59,11 @@ def look_up(
     policy: OptimizationPolicy,
     target: ExecutionTarget,
     candidates: Sequence[CandidateState],
+    fingerprint: ModelFingerprint | None = None,
 ) -> Lookup:
-    """Hash everything that can change the decision and read its record (timed)."""
+    """Hash everything that can change the decision and read its record (timed);
+    ``fingerprint``: the model's, as the selection's guard took it (its weights are not
+    read again)."""
     start = time.perf_counter()
     ingredients = cache_ingredients(
         model,
@@ -68,6 +72,7 @@ def look_up(
         target,
         [c.info for c in candidates],
         [c.options for c in candidates],
+        fingerprint,
     )
     key = key_of(ingredients)
     cache = PlanCache(cache_dir)

@@ -18,6 +18,7 @@ clock, tests/cache/test_revalidation_rates.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import attrs
@@ -28,6 +29,7 @@ from dlopt.cache.record_store import CacheRecord
 from dlopt.cache.reload import ProgramSaver, bring_back
 from dlopt.contract.provider import ProviderContext
 from dlopt.measurement import MeasurementPolicy, RatioInterval
+from dlopt.measurement.sequential import KnownSpread
 from dlopt.measurement.stats import describe_ratio
 from dlopt.pipeline import measure, prepare, race_stages, state
 from dlopt.pipeline.ground_truth import GroundTruth
@@ -39,15 +41,21 @@ from dlopt.validation import ReferenceOutputs
 PROBE_MAX_ROUNDS = 12
 PROBE_MAX_TIME_S = 3.0
 PROBE_CEILING_S = 60.0
+#: The probe's least rounds where the record kept the spread of the pick's rounds against
+#: the baseline (:func:`recorded_spread`): its degrees of freedom decide a large effect at
+#: the second look (without it, the race's ``min_rounds``).
+PROBE_MIN_ROUNDS_KNOWN_SPREAD = 2
 #: The probe's warm-up per plan and case (calls, seconds) and timed calls per burst.
 PROBE_WARMUP_CALLS = 10
 PROBE_WARMUP_S = 0.5
 PROBE_BURST_CALLS = 4
 
 
-def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
+def probe_policy(measurement: MeasurementPolicy, known_spread: bool = False) -> MeasurementPolicy:
     """The race's measurement policy, cut down to the revalidation probe: a few rounds
-    within a small budget, no futility stop (the probe's interval decides).
+    within a small budget, no futility stop (the probe's interval decides); with a
+    ``known_spread`` (the record's), its first look at round
+    :data:`PROBE_MIN_ROUNDS_KNOWN_SPREAD`.
 
     The budget is the race engine's automatic one: room for :data:`PROBE_MAX_ROUNDS` rounds
     at the first round's pace, at least :data:`PROBE_MAX_TIME_S` and at most
@@ -56,9 +64,12 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
     mobilenet_v2 at batch 8 on 2 cores, whose paired round takes over a second, so its
     record was never reused; 3 rounds gave an uninformative interval)."""
     floor = min(measurement.max_time_s or PROBE_MAX_TIME_S, PROBE_MAX_TIME_S)
+    least = min(measurement.min_rounds, PROBE_MAX_ROUNDS)
+    if known_spread:
+        least = min(least, PROBE_MIN_ROUNDS_KNOWN_SPREAD)
     return attrs.evolve(
         measurement,
-        min_rounds=min(measurement.min_rounds, PROBE_MAX_ROUNDS),
+        min_rounds=least,
         max_rounds=PROBE_MAX_ROUNDS,
         max_time_s=None,
         auto_budget_rounds=PROBE_MAX_ROUNDS,
@@ -72,6 +83,25 @@ def probe_policy(measurement: MeasurementPolicy) -> MeasurementPolicy:
         warmup_max_time_s=min(measurement.warmup_max_time_s, PROBE_WARMUP_S),
         timed_calls_per_burst=PROBE_BURST_CALLS,
     )
+
+
+def recorded_spread(
+    record: CacheRecord, chosen: str, versus: str, reference: str
+) -> KnownSpread | None:
+    """The spread of ``chosen``'s rounds against ``versus`` in the race ``record`` kept,
+    where that race measured it: against its baseline, the ``reference`` plan (``None``
+    otherwise, or where it kept none)."""
+    if versus != reference or chosen == versus:
+        return None
+    try:
+        race = record.report.candidate(chosen).race
+    except KeyError:
+        return None
+    rounds = race.speedup_vs_reference.rounds if race.speedup_vs_reference is not None else 0
+    sd = race.round_spread
+    if sd is None or not 0.0 < sd < math.inf or rounds < 2:
+        return None
+    return KnownSpread(sd, rounds - 1)
 
 
 def probe_keeps(interval: RatioInterval | None, min_speedup: float) -> bool:
@@ -132,8 +162,15 @@ def recheck_record(
         names = [chosen]
     fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
     built = list(fresh.values())  # reference first
+    spread = None
+    if probe and record is not None:
+        spread = recorded_spread(record, chosen, versus, candidates[0].name)
     probe_run = attrs.evolve(
-        run, policy=attrs.evolve(run.policy, measurement=probe_policy(run.policy.measurement))
+        run,
+        policy=attrs.evolve(
+            run.policy,
+            measurement=probe_policy(run.policy.measurement, known_spread=spread is not None),
+        ),
     )
     try:
         # The probe races the pick against its baseline (the reference is prepared first
@@ -141,7 +178,14 @@ def recheck_record(
         # The probe's race is not reported: the allocator is settled as for the race,
         # without the calls that count its page faults for a report.
         raced = race_stages.prepare_and_race(
-            built, model, context, truth, probe_run, racers={versus, chosen}, reported=False
+            built,
+            model,
+            context,
+            truth,
+            probe_run,
+            racers={versus, chosen},
+            reported=False,
+            known_spreads={chosen: spread} if spread is not None else None,
         )
         outcome = _verdict(fresh[chosen], fresh[versus], raced, run.policy.constraints.min_speedup)
     except BaseException:

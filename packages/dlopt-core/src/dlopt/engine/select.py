@@ -111,7 +111,13 @@ def select(selection: Selection) -> OptimizationDecision:
         found, recheck, recheck_s = None, None, None
         if policy.plan_cache_dir is not None:
             found = lookup.look_up(
-                policy.plan_cache_dir, model, workload, policy, run.target, candidates
+                policy.plan_cache_dir,
+                model,
+                workload,
+                policy,
+                run.target,
+                candidates,
+                guard.fingerprint,
             )
         # After the lookup: a record keeps the rounding it measured on these inputs.
         record = found.record if found is not None else None

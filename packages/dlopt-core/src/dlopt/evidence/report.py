@@ -147,6 +147,10 @@ class RaceEvidence:
     #: decided, often pooled (``speedup_vs_reference`` is then only descriptive).
     eliminated_by: str | None = None
     elimination_speedup: RatioInterval | None = None
+    #: The standard deviation of its per-round score difference against the reference
+    #: (log scale, ``speedup_vs_reference.rounds - 1`` degrees of freedom): a cache hit's
+    #: revalidation probe starts from it (:mod:`dlopt.cache.recheck`).
+    round_spread: float | None = None
 
 
 @frozen
@@ -317,6 +321,7 @@ CANDIDATE_JSON_LAYOUT: tuple[tuple[str, str | None, str], ...] = (
     ("measurement_note", "race", "note"),
     ("eliminated_by", "race", "eliminated_by"),
     ("elimination_speedup", "race", "elimination_speedup"),
+    ("round_spread", "race", "round_spread"),
     ("prior", None, "prior"),
     ("not_built", None, "not_built"),
     ("not_raced", None, "not_raced"),
@@ -355,7 +360,7 @@ def _structure_candidate(data: Any, _: object) -> CandidateEvidence:
 
 #: The isolated mode's fields are left out of a report that has none: a report written in
 #: process reads exactly as before they were added.
-_LEFT_OUT_WHEN_EMPTY = frozenset({"fault", "prior", "not_built", "not_raced"})
+_LEFT_OUT_WHEN_EMPTY = frozenset({"fault", "prior", "not_built", "not_raced", "round_spread"})
 
 #: The evidence groups of a candidate, by attribute name.
 _GROUPS = ("latency", "race", "memory", "lifecycle", "objective", "validation")

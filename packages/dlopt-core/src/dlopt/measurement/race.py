@@ -28,6 +28,7 @@ from dlopt.measurement.results import (
 )
 from dlopt.measurement.scheduler import CaseRecord, PlanRecord, Scheduler
 from dlopt.measurement.sequential import (
+    KnownSpread,
     PairStats,
     PooledVariance,
     boundary,
@@ -37,6 +38,7 @@ from dlopt.measurement.sequential import (
     prepare_boundary,
     rounds_to_reach,
     scores_of,
+    with_known_spread,
 )
 from dlopt.measurement.stats import (
     RatioInterval,
@@ -132,6 +134,8 @@ class _Race:
         #: How long the rounds may run to reach ``min_rounds`` (``run_race``'s
         #: ``min_rounds_ceiling_s``).
         self.min_rounds_ceiling_s: float | None = None
+        #: Spreads measured before, by challenger (``run_race``'s ``known_spreads``).
+        self.known_spreads: Mapping[str, KnownSpread] = {}
         self.min_speedup = float(min_speedup)
         self.threshold = math.log(self.min_speedup)
         self.epsilon = math.log(policy.indifference_zone)
@@ -419,6 +423,7 @@ class _Race:
             if base not in (q.name for q in block):
                 continue  # the baseline left the rounds: nothing new to pair with
             pair = self._pair(scores, base, plan.name, pooled)
+            pair = with_known_spread(pair, self.known_spreads.get(plan.name))
             if pair is None:
                 continue
             st.critical, st.df = self.critical(pair.df), pair.df
@@ -950,6 +955,7 @@ def run_race(
     output_checks: Mapping[str, Sequence[OutputCheck]] | None = None,
     allocator_report: bool = True,
     min_rounds_ceiling_s: float | None = None,
+    known_spreads: Mapping[str, KnownSpread] | None = None,
 ) -> RaceResult:
     """Measure steady-state latency of every candidate and decide against the baseline.
 
@@ -985,6 +991,9 @@ def run_race(
     revalidation probe). ``min_rounds_ceiling_s``: how long the race may run, past its
     budget, to reach ``min_rounds`` when its rounds are slower than its budget was sized
     for (a busy machine); ``None``: an automatic budget's ceiling, a fixed one not.
+    ``known_spreads``: per challenger, the spread of its per-round difference against
+    ``baseline`` measured before (a cache hit's probe reads it from the record), pooled
+    into its gate's where the rounds agree with it (:func:`with_known_spread`).
     """
     policy = policy if policy is not None else MeasurementPolicy()
     clock = clock if clock is not None else MonotonicClock()
@@ -1005,6 +1014,7 @@ def run_race(
     race.measure_alone = measure_alone
     race.allocator_report = allocator_report
     race.min_rounds_ceiling_s = min_rounds_ceiling_s
+    race.known_spreads = dict(known_spreads or {})
     if len(race.plans) == 1 and not measure_alone:
         race.stop_reason = StopReason.NO_CHALLENGERS
         return race.result(final=True)

@@ -406,6 +406,43 @@ def pair_stats(
     return PairStats(n, mean, sd, sd / math.sqrt(n), float(n - 1), False)
 
 
+@frozen
+class KnownSpread:
+    """The spread of a pair's per-round score difference measured before (the race that
+    chose a cached plan): its standard deviation (log scale) and degrees of freedom."""
+
+    sd: float
+    df: int
+
+
+#: Level of the F check that keeps a known spread out of a pair whose rounds are noisier:
+#: stricter than :data:`PAIR_CHECK_LEVEL`, since a spread narrower than the rounds' only
+#: makes a regression easier to catch (a pick that still clears the bar may be raced
+#: again). Quieter rounds are checked at :data:`PAIR_CHECK_LEVEL`: a wide known spread
+#: would hide a regression.
+KNOWN_SPREAD_CHECK_LEVEL = 0.05
+
+
+def with_known_spread(pair: PairStats | None, known: KnownSpread | None) -> PairStats | None:
+    """``pair`` with ``known``'s variance pooled into its own (degrees of freedom added), where
+    the two agree (F checks at :data:`KNOWN_SPREAD_CHECK_LEVEL` and
+    :data:`PAIR_CHECK_LEVEL`). The gain is a round or more: a large effect is decided at
+    the second look. Where they disagree (the machine is much busier or quieter than when
+    the spread was measured), ``pair`` as it is."""
+    if pair is None or known is None or known.df < 1 or not 0.0 < known.sd < math.inf:
+        return pair
+    own_df = max(int(pair.df), 1)
+    own_var, known_var = pair.sd**2, known.sd**2
+    ratio = own_var / known_var
+    noisier = f_upper_quantile(KNOWN_SPREAD_CHECK_LEVEL, own_df, known.df)
+    quieter = 1.0 / f_upper_quantile(PAIR_CHECK_LEVEL, known.df, own_df)
+    if not quieter <= ratio <= noisier:
+        return pair
+    df = own_df + known.df
+    sd = math.sqrt((own_df * own_var + known.df * known_var) / df)
+    return PairStats(pair.rounds, pair.mean, sd, sd / math.sqrt(pair.rounds), float(df), True)
+
+
 def rounds_to_reach(sd: float, margin: float, critical: float) -> float:
     """Rounds after which ``critical * sd / sqrt(n)`` falls below ``margin`` (inf if never)."""
     if margin <= 0:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -11,6 +11,7 @@ from dlopt.contract.provider import Role
 from dlopt.errors import DloptError, PlanCall, ReferenceCheckError
 from dlopt.events import Event, EventKind
 from dlopt.measurement import MeasurementPolicy, RaceResult, run_race
+from dlopt.measurement.sequential import KnownSpread
 from dlopt.pipeline.raced_calls import LastOutput, checked_calls, output_checks
 from dlopt.pipeline.state import CandidateState, SelectionContext, StageError
 from dlopt.selection.throughput import P99, samples_for_quantile_bound
@@ -146,6 +147,7 @@ def _run_race(
     measure_alone: bool = False,
     allocator_report: bool = False,
     min_rounds_ceiling_s: float | None = None,
+    known_spreads: Mapping[str, KnownSpread] | None = None,
 ) -> RaceResult:
     """The one call of :func:`dlopt.measurement.run_race` in a selection: ``plans`` (the
     reference first) through ``recorders``, in the workload's calling context, every
@@ -167,6 +169,7 @@ def _run_race(
             output_checks=output_checks(recorders),
             allocator_report=allocator_report,
             min_rounds_ceiling_s=min_rounds_ceiling_s,
+            known_spreads=known_spreads,
         )
 
 
@@ -212,11 +215,13 @@ def race(
     *,
     race_floor_s: float = 0.0,
     allocator_report: bool = True,
+    known_spreads: Mapping[str, KnownSpread] | None = None,
 ) -> RaceOutcome:
     """Measure every surviving plan against the reference (first and alive). Under a time
     budget the race gets what is left of it, and never less than ``race_floor_s``.
-    ``allocator_report``: as :func:`dlopt.measurement.run_race`'s (off for a race nobody
-    reports)."""
+    ``allocator_report`` and ``known_spreads``: as :func:`dlopt.measurement.run_race`'s
+    (off for a race nobody reports; a cache hit's probe reads its spread from the
+    record)."""
     alive = [c for c in candidates if c.alive]
     recorders = checked_calls(alive, reference)
 
@@ -263,6 +268,7 @@ def race(
             measure_alone=run.policy.objective is Objective.MAX_THROUGHPUT,
             allocator_report=allocator_report,
             min_rounds_ceiling_s=min_rounds_ceiling(run, race_floor_s),
+            known_spreads=known_spreads,
         )
 
     raced = PlanCall.of(race, passes=(DloptError,))

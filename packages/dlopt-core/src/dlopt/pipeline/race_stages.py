@@ -9,12 +9,13 @@ back into the host prepares it here too, without a race.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import torch
 
 from dlopt.contract.provider import ProviderContext
 from dlopt.events import Event, EventKind
+from dlopt.measurement.sequential import KnownSpread
 from dlopt.pipeline import checks, constraints, measure, prepare
 from dlopt.pipeline.ground_truth import GroundTruth
 from dlopt.pipeline.schedule import Schedule
@@ -31,6 +32,7 @@ def prepare_and_race(
     schedule: Schedule | None = None,
     racers: Collection[str] | None = None,
     reported: bool = True,
+    known_spreads: Mapping[str, KnownSpread] | None = None,
 ) -> measure.RaceOutcome | None:
     """Prepare ``candidates`` (reference first) against ``truth``'s reference, then race
     the survivors and check them: the model is unchanged, each survivor's last raced
@@ -44,7 +46,8 @@ def prepare_and_race(
     selection's own race, whose report needs the reference's measurement even alone);
     ``()`` prepares only. ``reported=False``: a race whose measurement no report shows (a
     cached plan's revalidation probe) settles the allocator without counting its page
-    faults. Returns the race, or ``None`` where none was run.
+    faults; its ``known_spreads`` are the record's (:func:`dlopt.measurement.run_race`).
+    Returns the race, or ``None`` where none was run.
     """
     reference, guard = truth.reference, truth.guard
     prepare.prepare_plans(candidates, model, context, reference, guard, run, schedule)
@@ -63,7 +66,14 @@ def prepare_and_race(
                     EventKind.CANDIDATE_SKIPPED, f"not raced: {cand.not_raced}", candidate=cand.name
                 )
             )
-    raced = measure.race(racing, reference, run, race_floor_s=floor_s, allocator_report=reported)
+    raced = measure.race(
+        racing,
+        reference,
+        run,
+        race_floor_s=floor_s,
+        allocator_report=reported,
+        known_spreads=known_spreads,
+    )
     checks.check_model_after_race(model, guard)
     checks.revalidate(racing, raced, reference, run)
     constraints.apply_measured_constraints(racing, raced.result, run)

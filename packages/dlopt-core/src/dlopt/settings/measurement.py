@@ -43,7 +43,9 @@ class MeasurementPolicy:
         remaining budget could add, misses ``min_speedup`` (``None`` turns this off).
 
     Rounds and budget
-        Looks start at round ``min_rounds`` (3); at most ``max_rounds`` rounds. The time
+        Looks start at round ``min_rounds`` (3; at least 2, the fewest with a spread: a
+        cache hit's probe looks at 2 where its record kept the spread); at most
+        ``max_rounds`` rounds. The time
         budget is ``max_time_s`` when given; ``None`` (default) scales it to the model: the
         warm-up plus ``auto_budget_rounds`` rounds (``min_rounds`` when more) at the first
         round's cost, between ``auto_budget_min_s`` and ``auto_budget_max_s`` (the
@@ -94,7 +96,7 @@ class MeasurementPolicy:
     confidence: float = field(
         default=0.95, validator=number(minimum=0.5, maximum=1, high_open=True, hint=", e.g. 0.95")
     )
-    min_rounds: int = field(default=3, validator=integer(minimum=3))
+    min_rounds: int = field(default=3, validator=integer(minimum=2))
     max_rounds: int = field(default=100)
     max_time_s: float | None = field(
         default=None, validator=number(minimum=0, low_open=True, optional=True)

@@ -31,6 +31,7 @@ from attrs import evolve, frozen
 from dlopt.measurement.clock import FakeClock
 from dlopt.measurement.race import run_race
 from dlopt.measurement.results import RaceResult
+from dlopt.measurement.sequential import KnownSpread
 from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.testing.back_to_back import BackToBackResult, back_to_back_protocol
 
@@ -117,8 +118,10 @@ def run_simulated_race(
     weights: Sequence[float] | None = None,
     resolution_ns: int = 1,
     natives: Sequence[str] = (),
+    known_spreads: Mapping[str, KnownSpread] | None = None,
 ) -> RaceResult:
-    """One race on a fresh simulated machine (machine seed and shuffle seed from ``seed``)."""
+    """One race on a fresh simulated machine (machine seed and shuffle seed from ``seed``);
+    ``known_spreads`` as :func:`dlopt.measurement.run_race`'s."""
     machine = SimulatedMachine(noise, seed=seed, resolution_ns=resolution_ns)
     n_cases = len(next(iter(latencies.values())))
     return run_race(
@@ -129,6 +132,7 @@ def run_simulated_race(
         evolve(policy, seed=seed),
         clock=machine.clock,
         natives=natives,
+        known_spreads=known_spreads,
     )
 
 
