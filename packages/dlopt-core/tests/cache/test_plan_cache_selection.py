@@ -49,6 +49,30 @@ def test_miss_stores_a_record_and_the_next_selection_is_a_revalidated_hit(tmp_pa
     torch.testing.assert_close(second(x), model(x))
 
 
+def test_a_hits_probe_starts_from_the_spread_its_record_kept(tmp_path, monkeypatch):
+    """The record's race measured the pick's spread against the baseline; the probe
+    pools it in and confirms the 2x pick at round 2, where without it the race's least
+    rounds (3) are needed."""
+    from dlopt.cache import recheck
+
+    model, x = small_model(), torch.randn(4, 8)
+    first = cached_optimizer(FakeRace(), tmp_path).select_signature(model, x)
+    spread = first.report.candidate("fast").race.round_spread
+    assert spread is not None and spread > 0
+    assert first.report.candidate("eager_fp32").race.round_spread is None  # the baseline
+
+    second = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    probe = second.report.cache.probe_speedup
+    assert second.report.cache.cache_hit is True
+    assert probe is not None and probe.rounds == recheck.PROBE_MIN_ROUNDS_KNOWN_SPREAD
+
+    monkeypatch.setattr(recheck, "recorded_spread", lambda *args: None)
+    third = cached_optimizer(FakeRace(seed=99), tmp_path).select_signature(model, x)
+    probe = third.report.cache.probe_speedup
+    assert third.report.cache.cache_hit is True
+    assert probe is not None and probe.rounds >= 3
+
+
 def test_a_hit_does_not_profile_the_model_and_a_race_after_a_failed_recheck_does(
     tmp_path, monkeypatch
 ):
@@ -259,3 +283,32 @@ def test_a_race_after_a_failed_recheck_reuses_no_file_of_the_record(tmp_path, mo
     assert "the recheck failed" in (again.report.cache.reason or "")
     # Brought back once for the recheck, built again for the race: nothing was left then.
     assert found_at_build == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("baseline", "versus", "expected"),
+    [
+        ("eager_fp32", "eager_fp32", (0.1, 4)),  # the reference was the baseline: 5 rounds
+        ("native_channels_last", "native_channels_last", (0.1, 6)),  # a native one: 7
+        ("native_channels_last", "eager_fp32", None),  # not the pair the record measured
+    ],
+)
+def test_the_recorded_spread_is_the_one_against_the_records_baseline(baseline, versus, expected):
+    from types import SimpleNamespace
+
+    from dlopt.cache.recheck import recorded_spread
+    from dlopt.evidence.report import RaceEvidence
+    from dlopt.measurement import RatioInterval
+    from dlopt.measurement.sequential import KnownSpread
+
+    def interval(rounds: int) -> RatioInterval:
+        return RatioInterval(2.0, 1.5, 2.5, 0.95, "t", rounds)
+
+    race = RaceEvidence(
+        speedup_vs_reference=interval(5), speedup_vs_baseline=interval(7), round_spread=0.1
+    )
+    record = SimpleNamespace(
+        report=SimpleNamespace(baseline=baseline, candidate=lambda name: SimpleNamespace(race=race))
+    )
+    found = recorded_spread(record, "fast", versus, "eager_fp32")
+    assert found == (KnownSpread(*expected) if expected is not None else None)

@@ -89,15 +89,16 @@ def recorded_spread(
     record: CacheRecord, chosen: str, versus: str, reference: str
 ) -> KnownSpread | None:
     """The spread of ``chosen``'s rounds against ``versus`` in the race ``record`` kept,
-    where that race measured it: against its baseline, the ``reference`` plan (``None``
-    otherwise, or where it kept none)."""
-    if versus != reference or chosen == versus:
+    where it kept one: against its baseline (``reference``, the reference plan, or a
+    native plan); ``None`` otherwise."""
+    if versus != record.report.baseline or chosen == versus:
         return None
     try:
         race = record.report.candidate(chosen).race
     except KeyError:
         return None
-    rounds = race.speedup_vs_reference.rounds if race.speedup_vs_reference is not None else 0
+    interval = race.speedup_vs_reference if versus == reference else race.speedup_vs_baseline
+    rounds = interval.rounds if interval is not None else 0
     sd = race.round_spread
     if sd is None or not 0.0 < sd < math.inf or rounds < 2:
         return None

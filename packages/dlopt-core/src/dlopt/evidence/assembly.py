@@ -264,7 +264,11 @@ def candidate_evidence(
             note=(measured.note or None) if measured else None,
             eliminated_by=measured.eliminated_by if measured else None,
             elimination_speedup=measured.elimination_interval if measured else None,
-            round_spread=measured.round_spread if measured else None,
+            round_spread=(
+                race.round_spread(cand.name, outcome.baseline)
+                if measured and cand.name != outcome.baseline
+                else None
+            ),
         ),
         memory=MemoryEvidence(
             peak_mb=cand.memory.mb if cand.memory else None,

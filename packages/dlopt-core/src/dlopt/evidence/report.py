@@ -147,8 +147,9 @@ class RaceEvidence:
     #: decided, often pooled (``speedup_vs_reference`` is then only descriptive).
     eliminated_by: str | None = None
     elimination_speedup: RatioInterval | None = None
-    #: The standard deviation of its per-round score difference against the reference
-    #: (log scale, ``speedup_vs_reference.rounds - 1`` degrees of freedom): a cache hit's
+    #: The standard deviation of its per-round score difference against the report's
+    #: baseline (the reference, or the native plan that replaced it; log scale, the
+    #: rounds of the speedup against it less one degrees of freedom): a cache hit's
     #: revalidation probe starts from it (:mod:`dlopt.cache.recheck`).
     round_spread: float | None = None
 

@@ -20,6 +20,7 @@ from dlopt.measurement.sequential import (
     pair_stats,
 )
 from dlopt.measurement.stats import LatencyStats, RatioInterval, ratio_from_log
+from dlopt.platform.serialization import finite_or_none
 from dlopt.settings.measurement import MeasurementPolicy
 from dlopt.vocabulary import StopReason, Verdict
 
@@ -294,6 +295,16 @@ class RaceResult(RaceSummary):
             f"{' (pooled variance)' if stats is not None and stats.pooled else ''}",
             str(self.family_size),
         )
+
+    def round_spread(self, candidate: str, reference: str) -> float | None:
+        """The standard deviation of ``candidate``'s per-round score difference against
+        ``reference`` over the rounds both ran (the pair's own, not pooled; ``None`` under
+        two rounds)."""
+        stats = pair_stats(
+            _by_round(self.candidate(reference).round_scores),
+            _by_round(self.candidate(candidate).round_scores),
+        )
+        return finite_or_none(stats.sd) if stats is not None else None
 
     def _at_boundary(
         self, stats: PairStats | None, family: int, what: str, split: str
