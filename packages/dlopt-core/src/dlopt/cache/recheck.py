@@ -148,7 +148,7 @@ def recheck_record(
     by_name = {c.name: c for c in candidates}
     if chosen not in by_name:
         return Recheck(False, f"{chosen!r} is not among the plans raced now")
-    versus = chosen
+    versus, spread = chosen, None
     if probe:
         assert record is not None, "a probe races the record's baseline"
         reference_cand = candidates[0]
@@ -159,13 +159,11 @@ def recheck_record(
                 False, f"the cached baseline {versus!r} is not among the plans raced now"
             )
         names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
+        spread = recorded_spread(record, chosen, versus, reference_cand.name)
     else:
         names = [chosen]
     fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
     built = list(fresh.values())  # reference first
-    spread = None
-    if probe and record is not None:
-        spread = recorded_spread(record, chosen, versus, candidates[0].name)
     probe_run = attrs.evolve(
         run,
         policy=attrs.evolve(

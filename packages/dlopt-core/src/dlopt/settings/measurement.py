@@ -45,12 +45,11 @@ class MeasurementPolicy:
     Rounds and budget
         Looks start at round ``min_rounds`` (3; at least 2, the fewest with a spread: a
         cache hit's probe looks at 2 where its record kept the spread); at most
-        ``max_rounds`` rounds. The time
-        budget is ``max_time_s`` when given; ``None`` (default) scales it to the model: the
-        warm-up plus ``auto_budget_rounds`` rounds (``min_rounds`` when more) at the first
-        round's cost, between ``auto_budget_min_s`` and ``auto_budget_max_s`` (the
-        ceiling). Warm-up may use at most
-        ``warmup_budget_share`` of the budget (of ``auto_budget_min_s`` when scaled).
+        ``max_rounds`` rounds. The time budget is ``max_time_s`` when given; ``None``
+        (default) scales it to the model: the warm-up plus ``auto_budget_rounds`` rounds
+        (``min_rounds`` when more) at the first round's cost, between
+        ``auto_budget_min_s`` and ``auto_budget_max_s`` (the ceiling). Warm-up may use at
+        most ``warmup_budget_share`` of the budget (of ``auto_budget_min_s`` when scaled).
         A challenger leaves at warm-up, before the rounds, when even its fastest warm-up
         call (traffic-weighted over cases) is slower than ``warmup_leave_factor`` times the
         baseline's slowest settled warm-up call (divided by ``min_speedup`` when that is
