@@ -73,6 +73,37 @@ def test_a_hits_probe_starts_from_the_spread_its_record_kept(tmp_path, monkeypat
     assert probe is not None and probe.rounds >= 3
 
 
+def test_a_hits_probe_builds_only_the_two_plans_it_races(tmp_path):
+    """A record whose baseline is a native plan: the probe races the pick against that
+    plan, and the reference plan, which races nothing, is not built (the ground truth
+    already ran the model on every case)."""
+
+    def optimizer(race: FakeRace):
+        fakes = (
+            race.fake("eager_fp32", 3e-3),
+            race.fake("native_channels_last", 2e-3),
+            race.fake("fast", 0.5e-3),
+        )
+        plain = race.optimizer(*fakes)
+        policy = attrs.evolve(plain.policy, plan_cache_dir=str(tmp_path))
+        return plain.with_policy(policy), {fake.name: fake for fake in fakes}
+
+    model, x = small_model(), torch.randn(4, 8)
+    first_optimizer, _ = optimizer(FakeRace())
+    first = first_optimizer.select_signature(model, x)
+    assert (first.report.baseline, first.selected_plan) == ("native_channels_last", "fast")
+
+    second_optimizer, fakes = optimizer(FakeRace(seed=99))
+    second = second_optimizer.select_signature(model, x)
+    assert second.report.cache.cache_hit is True
+    assert second.report.cache.probe_baseline == "native_channels_last"
+    assert {name: fake.builds for name, fake in fakes.items()} == {
+        "eager_fp32": 0,
+        "native_channels_last": 1,
+        "fast": 1,
+    }
+
+
 def test_a_hit_does_not_profile_the_model_and_a_race_after_a_failed_recheck_does(
     tmp_path, monkeypatch
 ):

@@ -158,12 +158,14 @@ def recheck_record(
             return Recheck(
                 False, f"the cached baseline {versus!r} is not among the plans raced now"
             )
-        names = [reference_cand.name, *(n for n in (versus, chosen) if n != reference_cand.name)]
+        # Only the two plans it races: the ground truth already ran the model on every
+        # case, so a reference plan that is not the baseline would only cost its calls.
+        names = list(dict.fromkeys((versus, chosen)))
         spread = recorded_spread(record, chosen, versus, reference_cand.name)
     else:
         names = [chosen]
     fresh = {n: bring_back(by_name[n], record if n == chosen else None) for n in names}
-    built = list(fresh.values())  # reference first
+    built = list(fresh.values())  # the probe's baseline first
     probe_run = attrs.evolve(
         run,
         policy=attrs.evolve(
@@ -172,8 +174,7 @@ def recheck_record(
         ),
     )
     try:
-        # The probe races the pick against its baseline (the reference is prepared first
-        # but races only where it is the baseline); without a probe nothing races.
+        # The probe races the pick against its baseline; without a probe nothing races.
         # The probe's race is not reported: the allocator is settled as for the race,
         # without the calls that count its page faults for a report.
         raced = race_stages.prepare_and_race(
