@@ -161,12 +161,13 @@ class OnnxRuntimeProvider(Provider):
     options_type: type[OrtOptions] = field(init=False, repr=False, eq=False)
     #: What to install when probing raises (the ONNX Runtime flavour for the EP's device).
     install_hint: str = field(init=False, repr=False, eq=False)
+    #: Int8 on CPU: static where calibrated (``static_int8``), else dynamic.
+    quantization: Quantization | None = field(init=False, repr=False, eq=False)
 
     role = Role.CHALLENGER
 
-    @property
-    def quantization(self) -> Quantization | None:
-        """Int8 on CPU: static where calibrated (``static_int8``), else dynamic."""
+    @quantization.default
+    def _default_quantization(self) -> Quantization | None:
         if self.precision is not Precision.INT8:
             return None
         return Quantization.STATIC if self.static_int8 else Quantization.DYNAMIC

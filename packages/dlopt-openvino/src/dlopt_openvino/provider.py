@@ -103,14 +103,15 @@ class OpenVinoProvider(Provider):
     device_type: str = "CPU"
     precision: Precision = field(default=Precision.FP32, converter=_precision)
     options_type: type[OpenVinoOptions] = field(init=False, repr=False, eq=False)
+    #: Int8: NNCF calibrates activation scales on the workload's inputs (static).
+    quantization: Quantization | None = field(init=False, repr=False, eq=False)
 
     role = Role.CHALLENGER
     reloads_by = Reload.LOAD
     install_hint = _probe.INSTALL_HINT
 
-    @property
-    def quantization(self) -> Quantization | None:
-        """Int8: NNCF calibrates activation scales on the workload's inputs (static)."""
+    @quantization.default
+    def _default_quantization(self) -> Quantization | None:
         return Quantization.STATIC if self.precision is Precision.INT8 else None
 
     @options_type.default

@@ -307,6 +307,8 @@ class TorchAOProvider(Provider):
     name: str = field()
     precision: Precision = field()
     options_type: type[TorchAOOptions] = field(init=False, repr=False, eq=False)
+    #: The scheme's (weight-only, dynamic or static activations).
+    quantization: Quantization = field(init=False, repr=False, eq=False)
     role = Role.CHALLENGER
 
     @property
@@ -323,8 +325,8 @@ class TorchAOProvider(Provider):
     def _default_precision(self) -> Precision:
         return self.scheme.precision
 
-    @property
-    def quantization(self) -> Quantization:
+    @quantization.default
+    def _default_quantization(self) -> Quantization:
         return self.scheme.quantization
 
     @options_type.default

@@ -171,7 +171,7 @@ class InferenceOptimizer:
             ref, model, workload = self._host_model(model, workload)
             registry = self._registry
         else:
-            self._check_model(model, workload)
+            model = self._checked_model(model, workload)
             registry = self._registry if self._registry is not None else load_providers()
         assert workload is not None
         selection = self._selection(model, workload, registry, should_continue, started_ns)
@@ -182,9 +182,9 @@ class InferenceOptimizer:
                 return select_in_worker(selection, ref)
             return select(selection)
 
-    def _check_model(self, model: Any, workload: object) -> None:
-        """An in-process selection's model is a live module on the target's device, and its
-        workload is given."""
+    def _checked_model(self, model: Any, workload: object) -> torch.nn.Module:
+        """An in-process selection's model, checked: a live module on the target's device,
+        with its workload given."""
         if workload is None:
             raise ConfigurationError("select(model, workload): give the workload to race on")
         if not isinstance(model, torch.nn.Module):
@@ -193,6 +193,7 @@ class InferenceOptimizer:
                 "functions in a Module"
             )
         self._check_model_device(model)
+        return model
 
     def _host_model(
         self, model: Any, workload: WorkloadProfile | Sequence[WorkloadCase] | None

@@ -467,7 +467,7 @@ class Provider:
                 DeprecationWarning,
                 stacklevel=2,
             )
-            return retired(context)  # type: ignore[no-any-return]
+            return retired(context)
         raise NotImplementedError(f"provider {self.name!r} implements no availability()")
 
     def prior(self, context: ProviderContext) -> Prior | None:

@@ -160,7 +160,8 @@ class _Race:
         )
 
         def case_records(name: str, fns: Sequence[Callable[[], object]]) -> list[CaseRecord]:
-            checks = entrants.output_checks.get(name) or [None] * len(fns)
+            given = entrants.output_checks.get(name)
+            checks: Sequence[OutputCheck | None] = given or [None] * len(fns)
             faults = 0 if record_faults else None
             return [CaseRecord(fn, check, page_faults=faults) for fn, check in zip(fns, checks)]
 

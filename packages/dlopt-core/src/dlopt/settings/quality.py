@@ -29,9 +29,10 @@ class LeafRounding(Protocol):
     """How far one eager fp32 output leaf is from float64 (measured by
     :mod:`dlopt.validation.rounding`): what widens an fp32 plan's limits."""
 
-    rel_l2: float
-    max_abs_error: float
-
+    @property
+    def rel_l2(self) -> float: ...
+    @property
+    def max_abs_error(self) -> float: ...
     def describe(self) -> str: ...
 
 
