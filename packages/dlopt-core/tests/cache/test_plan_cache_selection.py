@@ -11,6 +11,7 @@ import attrs
 import pytest
 import torch
 
+from dlopt.api.optimizer import InferenceOptimizer
 from dlopt.cache.record_store import RECORDS_DIR, SET_ASIDE_DIR, PlanCache, PlanCacheWarning
 from dlopt.testing.fake_race import FakeRace
 
@@ -22,11 +23,15 @@ def small_model(seed: int = 0) -> torch.nn.Module:
     ).eval()
 
 
-def cached_optimizer(race: FakeRace, cache_dir: Path, fast_latency: float = 1e-3, **policy):
-    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", fast_latency))
+def with_cache(optimizer: InferenceOptimizer, cache_dir: Path, **policy) -> InferenceOptimizer:
     return optimizer.with_policy(
         attrs.evolve(optimizer.policy, plan_cache_dir=str(cache_dir), **policy)
     )
+
+
+def cached_optimizer(race: FakeRace, cache_dir: Path, fast_latency: float = 1e-3, **policy):
+    optimizer = race.optimizer(race.fake("eager_fp32", 2e-3), race.fake("fast", fast_latency))
+    return with_cache(optimizer, cache_dir, **policy)
 
 
 def test_miss_stores_a_record_and_the_next_selection_is_a_revalidated_hit(tmp_path):
@@ -84,9 +89,7 @@ def test_a_hits_probe_builds_only_the_two_plans_it_races(tmp_path):
             race.fake("native_channels_last", 2e-3),
             race.fake("fast", 0.5e-3),
         )
-        plain = race.optimizer(*fakes)
-        policy = attrs.evolve(plain.policy, plan_cache_dir=str(tmp_path))
-        return plain.with_policy(policy), {fake.name: fake for fake in fakes}
+        return with_cache(race.optimizer(*fakes), tmp_path), {fake.name: fake for fake in fakes}
 
     model, x = small_model(), torch.randn(4, 8)
     first_optimizer, _ = optimizer(FakeRace())
